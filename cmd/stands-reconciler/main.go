@@ -1,0 +1,145 @@
+// Command stands-reconciler turns a Git repository of stand.yml files into running stands.
+//
+// Exit codes follow the seed engine: 0 success (and --help, --version), 1 configuration or validation
+// error, 2 bad command line, 130 interrupted.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+)
+
+const (
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+// version is set at link time (-X main.version=...); otherwise the module version is used.
+var version = ""
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// env reads configuration from the environment; tests pass a map.
+type env func(string) string
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, io stdio, getenv env) int
+}
+
+type stdio struct {
+	out io.Writer
+	err io.Writer
+}
+
+func commands() []command {
+	return []command{
+		{"validate", "check stands locally (references, files, secrets, templates) without any cloud call", runValidate},
+		{"render", "render stands with test addresses into a folder, to read what would be deployed", runRender},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, `stands-reconciler — a GitOps reconciler for stands (Hetzner servers + Podman apps)
+
+Usage:
+  stands-reconciler [--version] [--help] <command> [flags] [args]
+
+Commands:
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, `
+Run 'stands-reconciler <command> --help' for a command's flags.
+Exit codes: 0 ok, 1 configuration or validation error, 2 bad command line, 130 interrupted.
+`)
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv env) int {
+	std := stdio{out: stdout, err: stderr}
+	fs := flag.NewFlagSet("stands-reconciler", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "stands-reconciler: %v\n\n", err)
+		usage(stderr)
+		return exitUsage
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "stands-reconciler %s\n", versionString())
+		return exitOK
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	for _, c := range commands() {
+		if c.name == rest[0] {
+			code := c.run(ctx, rest[1:], std, getenv)
+			if ctx.Err() != nil && code != exitOK {
+				fmt.Fprintln(stderr, "stands-reconciler: interrupted")
+				return exitInterrupted
+			}
+			return code
+		}
+	}
+	fmt.Fprintf(stderr, "stands-reconciler: unknown command %q\n\n", rest[0])
+	usage(stderr)
+	return exitUsage
+}
+
+// newFlags makes a subcommand's flag set that prints its help on stdout for --help and reports
+// misuse on stderr.
+func newFlags(name, synopsis string, std stdio) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(std.err)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: stands-reconciler %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags returns (done, code): done is true when the command must return code now.
+func parseFlags(fs *flag.FlagSet, args []string, std stdio) (bool, int) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(std.out)
+			fs.Usage()
+			return true, exitOK
+		}
+		return true, exitUsage
+	}
+	return false, exitOK
+}

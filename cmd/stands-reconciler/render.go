@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/stands-engine/stands-reconciler/engine/configset"
+)
+
+func runRender(ctx context.Context, args []string, std stdio, getenv env) int {
+	fs := newFlags("render", "render [--owner NAME] [--out DIR] PATH...\n\nValidates like 'validate', then writes each stand's rendered files, made with reserved\ntest addresses (RFC 5737), to DIR/<stand-id>/ (folders 0700, files 0600: they hold secrets).", std)
+	var owner, out string
+	ownerFlag(fs, &owner, getenv)
+	fs.StringVar(&out, "out", "_render", "folder to write rendered stands into")
+	if done, code := parseFlags(fs, args, std); done {
+		return code
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(std.err, "render: give at least one PATH (a stand.yml, a stand folder or a repository)")
+		return exitUsage
+	}
+	results, code := preflightPaths(ctx, fs.Args(), owner, std, getenv)
+	if code != exitOK {
+		return code
+	}
+	for _, r := range results {
+		dir, err := configset.Write(out, r.Rendered)
+		if err != nil {
+			fmt.Fprintf(std.err, "render: %v\n", err)
+			return exitError
+		}
+		abs, _ := filepath.Abs(dir)
+		if code := writeRecord(std, map[string]any{"operation": "render", "status": "success", "id_stand": r.Stand.ID, "path": abs}); code != exitOK {
+			return code
+		}
+	}
+	return exitOK
+}

@@ -1,0 +1,190 @@
+package manifest
+
+import (
+	"errors"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+)
+
+// LoadOptions tune Load.
+type LoadOptions struct {
+	// DefaultOwner is the owner of stands whose manifest names none (the reconciler's --owner).
+	DefaultOwner string
+}
+
+// Load reads the stand manifest at file (slash-separated, relative to the root of fsys), merges its
+// from_dep_manifest bases, decodes it and loads its app packages. Every independent problem is
+// returned in one *Report; the Stand is returned only when there is none.
+func Load(fsys fs.FS, file string, opts LoadOptions) (*Stand, error) {
+	rep := &Report{}
+	s := load(fsys, file, opts, rep)
+	if err := rep.err(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func load(fsys fs.FS, file string, opts LoadOptions, rep *Report) *Stand {
+	l := &loader{fsys: fsys, rep: rep, docs: map[string]*node{}}
+	root, files := l.merged(file, nil, Pos{File: file})
+	if root == nil {
+		return nil
+	}
+	d := &decoder{rep: rep}
+	s := d.stand(root, file, opts)
+	s.Manifests = files
+	s.root = root
+	l.packages(s, d)
+	return s
+}
+
+type loader struct {
+	fsys fs.FS
+	rep  *Report
+	docs map[string]*node
+}
+
+// read parses one manifest file once.
+func (l *loader) read(file string, from Pos) *node {
+	if n, ok := l.docs[file]; ok {
+		return n
+	}
+	data, err := fs.ReadFile(l.fsys, file)
+	if err != nil {
+		rule := RuleFileMissing
+		if from.File != file {
+			rule = RuleBase
+		}
+		l.rep.addf(from, rule, "read %s: %v", file, fsErr(err))
+		l.docs[file] = nil
+		return nil
+	}
+	n, diags := parseYAML(file, data, true)
+	l.rep.add(diags...)
+	if n != nil && n.kind != kindMap {
+		l.rep.addf(n.pos, RuleSyntax, "a manifest must be a YAML mapping, not a %s", n.kind)
+		n = nil
+	}
+	l.docs[file] = n
+	return n
+}
+
+// merged returns the document at file with its bases merged under it, and the files involved, bases
+// first. chain detects cycles.
+func (l *loader) merged(file string, chain []string, from Pos) (*node, []string) {
+	if slices.Contains(chain, file) {
+		l.rep.addf(from, RuleBase, "from_dep_manifest cycle: %s", strings.Join(append(chain, file), " -> "))
+		return nil, nil
+	}
+	doc := l.read(file, from)
+	if doc == nil {
+		return nil, nil
+	}
+	chain = append(chain, file)
+	var base *node
+	var files []string
+	if dep := doc.get("from_dep_manifest"); dep != nil {
+		var refs []*node
+		switch dep.kind {
+		case kindScalar:
+			refs = []*node{dep}
+		case kindSeq:
+			refs = dep.items
+		default:
+			l.rep.addf(dep.pos, RuleType, "from_dep_manifest must be a path or a list of paths")
+		}
+		for _, r := range refs {
+			if r.kind != kindScalar || r.value == "" {
+				l.rep.addf(r.pos, RuleType, "from_dep_manifest entries must be paths")
+				continue
+			}
+			p, err := resolveRel(file, r.value)
+			if err != nil {
+				l.rep.addf(r.pos, RuleBase, "from_dep_manifest %q: %v", r.value, err)
+				continue
+			}
+			b, bf := l.merged(p, chain, r.pos)
+			if b == nil {
+				continue
+			}
+			base = mergeNodes(base, b)
+			for _, f := range bf {
+				if !slices.Contains(files, f) {
+					files = append(files, f)
+				}
+			}
+		}
+	}
+	own := &node{kind: kindMap, pos: doc.pos}
+	for _, f := range doc.fields {
+		if f.key != "from_dep_manifest" {
+			own.fields = append(own.fields, f)
+		}
+	}
+	return mergeNodes(base, own), append(files, file)
+}
+
+// resolveRel resolves a path written in file relative to file's folder, refusing absolute paths and
+// paths that leave the repository.
+func resolveRel(file, ref string) (string, error) {
+	if path.IsAbs(ref) || strings.Contains(ref, `\`) {
+		return "", errors.New("absolute paths are refused; write a path relative to the manifest")
+	}
+	p := path.Join(path.Dir(file), ref)
+	if !fs.ValidPath(p) {
+		return "", errors.New("the path leaves the repository")
+	}
+	return p, nil
+}
+
+// fsErr drops the operation and path that fs errors repeat; the diagnostic already names both.
+func fsErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		if errors.Is(pe.Err, fs.ErrNotExist) {
+			return errors.New("no such file")
+		}
+		return pe.Err
+	}
+	return err
+}
+
+func (l *loader) exists(declared Pos, p, what string) bool {
+	st, err := fs.Stat(l.fsys, p)
+	if err != nil {
+		l.rep.addf(declared, RuleFileMissing, "%s %s: %v", what, p, fsErr(err))
+		return false
+	}
+	if st.IsDir() {
+		l.rep.addf(declared, RuleFileMissing, "%s %s is a folder, not a file", what, p)
+		return false
+	}
+	return true
+}
+
+// packages loads each app's package and checks the files the stand references.
+func (l *loader) packages(s *Stand, d *decoder) {
+	for _, p := range s.Profiles {
+		if p.CloudInit != "" {
+			l.exists(p.Pos, p.CloudInit, "cloud-init template")
+		}
+	}
+	loaded := map[string]*Package{}
+	for _, a := range s.Apps {
+		if a.Package == nil || a.Package.Dir == "" {
+			continue
+		}
+		dir := a.Package.Dir
+		if pkg, ok := loaded[dir]; ok {
+			a.Package = pkg
+			continue
+		}
+		pkg := l.pkg(dir, a.Package.declared, d)
+		loaded[dir] = pkg
+		a.Package = pkg
+	}
+}
+
+

@@ -1,0 +1,134 @@
+package manifest
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"path"
+	"strings"
+)
+
+// StandsDir holds the stands of a repository: every stand.yml under it is a stand.
+const (
+	StandsDir = "stands"
+	StandFile = "stand.yml"
+)
+
+// Discover lists every stands/**/stand.yml of a repository, sorted.
+func Discover(fsys fs.FS) ([]string, error) {
+	var files []string
+	err := fs.WalkDir(fsys, StandsDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == StandsDir && errors.Is(err, fs.ErrNotExist) {
+				return fs.SkipAll
+			}
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != StandsDir {
+			return fs.SkipDir
+		}
+		if !d.IsDir() && d.Name() == StandFile {
+			files = append(files, p)
+		}
+		return nil
+	})
+	return files, err
+}
+
+// IsBase reports whether p is a base manifest (bases/*.yml): used only through from_dep_manifest.
+func IsBase(p string) bool {
+	return strings.HasPrefix(p, "bases/") && path.Ext(p) == ".yml"
+}
+
+// PreflightOptions configure Preflight.
+type PreflightOptions struct {
+	LoadOptions
+	// Secrets resolves !secret references; validation renders with the real values to catch escaping
+	// mistakes, as the seed engine did.
+	Secrets SecretSource
+}
+
+// Result is the preflight outcome of one stand.
+type Result struct {
+	File     string
+	Stand    *Stand    // nil when the manifest could not be read at all
+	Rendered *Rendered // nil when the stand has errors
+	Secrets  Secrets
+}
+
+// Preflight runs every local check of one stand: load and merge, references, files, secrets, and a
+// render with reserved test addresses. It needs no cloud, no SSH and no Pulumi.
+func Preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptions) (*Result, error) {
+	results, err := PreflightAll(ctx, fsys, []string{file}, opts)
+	if len(results) == 0 {
+		return nil, err
+	}
+	return results[0], err
+}
+
+// PreflightAll checks several stands and the rules that span them (unique ids), gathering every
+// independent problem into one *Report. Any other error (a secret source that is down) is returned
+// as is and stops the run: it says nothing about the stands.
+func PreflightAll(ctx context.Context, fsys fs.FS, files []string, opts PreflightOptions) ([]*Result, error) {
+	rep := &Report{}
+	red := &redactor{}
+	var results []*Result
+	ids := map[string]*Stand{}
+	for _, file := range files {
+		if err := ctx.Err(); err != nil {
+			return results, err
+		}
+		res, err := preflight(ctx, fsys, file, opts, rep, red)
+		if err != nil {
+			return results, err
+		}
+		results = append(results, res)
+		if s := res.Stand; s != nil && s.Project != "" && s.Env != "" && s.Owner != "" {
+			if prev, dup := ids[s.ID]; dup {
+				rep.addf(s.Pos, RuleDuplicateID, "stand id %s is also declared by %s; owner, project and env together must be unique", s.ID, prev.Path)
+			} else {
+				ids[s.ID] = s
+			}
+		}
+	}
+	red.scrubReport(rep)
+	if err := rep.err(); err != nil {
+		for _, r := range results {
+			r.Rendered = nil
+		}
+		return results, err
+	}
+	return results, nil
+}
+
+func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptions, rep *Report, red *redactor) (*Result, error) {
+	res := &Result{File: file}
+	before := len(rep.Diags)
+	s := load(fsys, file, opts.LoadOptions, rep)
+	if s == nil {
+		return res, nil
+	}
+	res.Stand = s
+	src := opts.Secrets
+	if src == nil {
+		src = EnvSource{}
+	}
+	secrets, err := ResolveSecrets(ctx, s, src)
+	var srep *Report
+	switch {
+	case errors.As(err, &srep):
+		rep.add(srep.Diags...)
+		return res, nil
+	case err != nil:
+		return res, err
+	}
+	res.Secrets = secrets
+	for _, v := range secrets.values {
+		red.add(v)
+	}
+	rendered := render(fsys, s, secrets, PreflightAddresses(s), rep)
+	if len(rep.Diags) == before {
+		res.Rendered = rendered
+	}
+	return res, nil
+}

@@ -1,0 +1,649 @@
+package manifest
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/template"
+)
+
+// Addresses are the facts only known once servers exist. Preflight renders with reserved test
+// addresses (PreflightAddresses); the engine renders again with the real ones.
+type Addresses struct {
+	NetworkIPRange string                 // CIDR of the Hetzner network
+	SSHPublicKey   string                 // public half of the stand's key pair
+	Nodes          map[string]NodeAddress // by node name
+}
+
+// NodeAddress is a server's addresses.
+type NodeAddress struct {
+	PublicIPv4 string
+	PrivateIP  string
+}
+
+// PreflightAddresses gives every node addresses from the documentation ranges of RFC 5737, which
+// never route anywhere, so a rendered file that leaks from validation points nowhere real.
+func PreflightAddresses(s *Stand) Addresses {
+	a := Addresses{
+		NetworkIPRange: "192.0.2.0/24",
+		SSHPublicKey:   "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPreflightTestKeyNotARealKeyXXXXXXXXXXXXXXXXXX stands-preflight",
+		Nodes:          map[string]NodeAddress{},
+	}
+	for i, n := range s.Nodes {
+		a.Nodes[n.Name] = NodeAddress{PublicIPv4: fmt.Sprintf("203.0.113.%d", 10+i), PrivateIP: fmt.Sprintf("192.0.2.%d", 10+i)}
+	}
+	return a
+}
+
+// Rendered is everything a stand deploys, rendered for concrete addresses. It holds secret values:
+// never log it or write it anywhere but the node and the 0600 configset.
+type Rendered struct {
+	Stand     *Stand
+	Nodes     []*RenderedNode
+	Instances []*RenderedInstance // deploy order: apps order, then instances order
+}
+
+// RenderedNode is one server: its profile and cloud-init user data.
+type RenderedNode struct {
+	Name       string
+	ServerName string
+	Profile    *Profile
+	CloudInit  []byte
+}
+
+// RenderedInstance is one app instance ready to deploy.
+type RenderedInstance struct {
+	App            string
+	Instance       string
+	Node           string
+	ConnectionName string
+	Registry       string
+	Images         []string
+	Ports          []Port // role ports, waited for after start
+	HostPorts      []Port // hostPort claims of the Pod YAML
+	Files          []RenderedFile
+	Pod            []byte
+	Connection     json.RawMessage // a JSON object, or nil when the package has no connection template
+	PostStart      *RenderedFile
+	PostStartHook  *Hook
+
+	podSrc string // template the HostPorts came from, for conflict reports
+}
+
+// Port is a host port.
+type Port struct {
+	Number int
+	Proto  string // tcp or udp
+	Role   string
+	Zone   string
+}
+
+func (p Port) String() string { return fmt.Sprintf("%d/%s", p.Number, p.Proto) }
+
+// RenderedFile is a file to upload.
+type RenderedFile struct {
+	Src     string
+	Dest    string
+	Mode    fs.FileMode
+	Content []byte
+}
+
+// Render renders every template of the stand for the given addresses and checks what it produced:
+// cloud-init is a #cloud-config mapping, Pod YAML is a Pod, connection output is a JSON object,
+// destinations are absolute, ports are valid and no two instances on a node claim the same one.
+func Render(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses) (*Rendered, error) {
+	rep := &Report{}
+	out := render(fsys, s, secrets, addr, rep)
+	secrets.redactor().scrubReport(rep)
+	if err := rep.err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+type renderer struct {
+	fsys    fs.FS
+	s       *Stand
+	secrets Secrets
+	addr    Addresses
+	rep     *Report
+	cache   map[string]*template.Template
+}
+
+func render(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, rep *Report) *Rendered {
+	r := &renderer{fsys: fsys, s: s, secrets: secrets, addr: addr, rep: rep, cache: map[string]*template.Template{}}
+	out := &Rendered{Stand: s}
+	base := r.baseContext()
+	profiles := map[string]*Profile{}
+	for _, p := range s.Profiles {
+		profiles[p.Name] = p
+	}
+	for _, n := range s.Nodes {
+		p := profiles[n.Profile]
+		rn := &RenderedNode{Name: n.Name, ServerName: s.ServerName(n), Profile: p}
+		out.Nodes = append(out.Nodes, rn)
+		if p == nil || p.CloudInit == "" {
+			continue
+		}
+		ctx := clone(base)
+		ctx["node"] = r.nodeContext(n.Name)
+		data, ok := r.file(p.CloudInit, ctx)
+		if !ok {
+			continue
+		}
+		rn.CloudInit = data
+		r.checkCloudInit(p.CloudInit, data)
+	}
+	for _, a := range s.Apps {
+		for _, in := range a.Instances {
+			if ri := r.instance(base, a, in); ri != nil {
+				out.Instances = append(out.Instances, ri)
+			}
+		}
+	}
+	r.checkNodeClaims(out)
+	return out
+}
+
+func clone(m map[string]any) map[string]any {
+	c := make(map[string]any, len(m)+8)
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// baseContext holds the seed's context names and what every template may see about the stand.
+func (r *renderer) baseContext() map[string]any {
+	s := r.s
+	nodes := map[string]any{}
+	for _, n := range s.Nodes {
+		nodes[n.Name] = r.nodeContext(n.Name)
+	}
+	instances := map[string]any{}
+	for _, a := range s.Apps {
+		byName := map[string]any{}
+		for _, in := range a.Instances {
+			na := r.addr.Nodes[in.Node]
+			byName[in.Name] = map[string]any{
+				"node": in.Node, "private_ip": na.PrivateIP, "public_ip": na.PublicIPv4, "connection_name": in.ConnectionName,
+				"preferences": r.prefsValue(in.Preferences.node()),
+			}
+		}
+		instances[a.Name] = byName
+	}
+	return map[string]any{
+		"user_admin":       s.Users.Sudo,
+		"user_app":         s.Users.App,
+		"ssh_public_key":   r.addr.SSHPublicKey,
+		"network_ip_range": r.addr.NetworkIPRange,
+		"stand":            map[string]any{"id": s.ID, "project": s.Project, "env": s.Env, "owner": s.Owner},
+		"nodes":            nodes,
+		"instances":        instances,
+	}
+}
+
+func (r *renderer) nodeContext(name string) map[string]any {
+	na := r.addr.Nodes[name]
+	server := ""
+	for _, n := range r.s.Nodes {
+		if n.Name == name {
+			server = r.s.ServerName(n)
+		}
+	}
+	return map[string]any{"name": name, "server_name": server, "public_ip": na.PublicIPv4, "private_ip": na.PrivateIP}
+}
+
+func (r *renderer) instance(base map[string]any, a *App, in *Instance) *RenderedInstance {
+	pkg := a.Package
+	if pkg == nil || pkg.File == "" {
+		return nil
+	}
+	ri := &RenderedInstance{App: a.Name, Instance: in.Name, Node: in.Node, ConnectionName: in.ConnectionName, Registry: a.Registry, PostStartHook: pkg.PostStart}
+	ctx := clone(base)
+	ctx["app"] = a.Name
+	ctx["instance"] = in.Name
+	ctx["node"] = r.nodeContext(in.Node)
+	ctx["preferences"] = r.prefsValue(in.Preferences.node())
+	ctx["registry"] = r.registryContext(a.Registry)
+	label := fmt.Sprintf("rendered for %s/%s", a.Name, in.Name)
+
+	for _, img := range pkg.Images {
+		v, ok := r.inline(img, ctx)
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		if v == "" || strings.ContainsAny(v, " \t\n") || strings.Contains(v, "://") {
+			r.rep.addf(img.Pos, RuleImage, "image reference is empty or malformed when %s (a reference is host[:port]/path[:tag|@digest])", label)
+			continue
+		}
+		ri.Images = append(ri.Images, v)
+	}
+	roles := pkg.Roles
+	if len(in.Roles) > 0 {
+		roles = nil
+		for _, name := range in.Roles {
+			found := false
+			for _, ro := range pkg.Roles {
+				if ro.Name == name {
+					roles, found = append(roles, ro), true
+				}
+			}
+			if !found {
+				r.rep.addf(in.Pos, RuleRefApp, "instance %s/%s: app package %s has no role %q", a.Name, in.Name, pkg.Dir, name)
+			}
+		}
+	}
+	for _, ro := range roles {
+		for _, pt := range ro.Ports {
+			v, ok := r.inline(pt, ctx)
+			if !ok {
+				continue
+			}
+			p, err := parsePort(v)
+			if err != nil {
+				r.rep.addf(pt.Pos, RulePort, "role %s port %s when %s", ro.Name, err, label)
+				continue
+			}
+			p.Role, p.Zone = ro.Name, ro.Zone
+			ri.Ports = append(ri.Ports, p)
+		}
+	}
+	dests := map[string]bool{}
+	for _, f := range pkg.Files {
+		dest, ok := r.inline(f.Dest, ctx)
+		if !ok || f.Src == "" {
+			continue
+		}
+		dest = strings.TrimSpace(dest)
+		switch {
+		case !path.IsAbs(dest):
+			r.rep.addf(f.Dest.Pos, RuleUploadDest, "files[].dest must be an absolute path on the node when %s", label)
+			continue
+		case path.Clean(dest) != dest || strings.HasSuffix(dest, "/"):
+			r.rep.addf(f.Dest.Pos, RuleUploadDest, "files[].dest %q is not a clean file path when %s", dest, label)
+			continue
+		case dests[dest]:
+			r.rep.addf(f.Dest.Pos, RuleUploadDest, "files[].dest %q is used twice when %s", dest, label)
+			continue
+		}
+		dests[dest] = true
+		content, ok := r.fileOrRaw(f.Src, ctx)
+		if !ok {
+			continue
+		}
+		mode, _ := parseMode(f.Mode)
+		ri.Files = append(ri.Files, RenderedFile{Src: f.Src, Dest: dest, Mode: mode, Content: content})
+	}
+	if pkg.Pod != "" {
+		if data, ok := r.file(pkg.Pod, ctx); ok {
+			ri.Pod, ri.podSrc = data, pkg.Pod
+			ri.HostPorts = r.checkPod(pkg.Pod, data, label)
+			r.checkRolePortsPublished(pkg.Pod, ri, data, label)
+		}
+	}
+	if pkg.Connection != "" {
+		if data, ok := r.file(pkg.Connection, ctx); ok {
+			ri.Connection = r.checkConnection(pkg.Connection, data, label)
+		}
+	}
+	if h := pkg.PostStart; h != nil && h.Src != "" {
+		if data, ok := r.fileOrRaw(h.Src, ctx); ok {
+			ri.PostStart = &RenderedFile{Src: h.Src, Dest: "", Mode: 0o700, Content: data}
+		}
+	}
+	return ri
+}
+
+func (r *renderer) registryContext(name string) map[string]any {
+	for _, reg := range r.s.Registries {
+		if reg.Name == name {
+			url, _ := reg.URL.Resolve(r.secrets)
+			return map[string]any{"name": reg.Name, "url": url, "insecure": reg.Insecure}
+		}
+	}
+	return map[string]any{"name": "", "url": "", "insecure": false}
+}
+
+// prefsValue turns preferences into plain Go values for templates, with secrets resolved. Numbers
+// and booleans keep their YAML type so templates can do arithmetic and conditions.
+func (r *renderer) prefsValue(n *node) any {
+	if n == nil {
+		return nil
+	}
+	switch n.kind {
+	case kindMap:
+		m := make(map[string]any, len(n.fields))
+		for _, f := range n.fields {
+			m[f.key] = r.prefsValue(f.value)
+		}
+		return m
+	case kindSeq:
+		l := make([]any, len(n.items))
+		for i, it := range n.items {
+			l[i] = r.prefsValue(it)
+		}
+		return l
+	case kindSecret:
+		v, _ := r.secrets.Value(n.secret)
+		return v
+	case kindScalar:
+		switch n.tag {
+		case "!!int":
+			if i, err := strconv.ParseInt(strings.ReplaceAll(n.value, "_", ""), 0, 64); err == nil {
+				return i
+			}
+		case "!!float":
+			if f, err := strconv.ParseFloat(n.value, 64); err == nil {
+				return f
+			}
+		case "!!bool":
+			if b, err := strconv.ParseBool(strings.ToLower(n.value)); err == nil {
+				return b
+			}
+		}
+		return n.value
+	}
+	return nil
+}
+
+// funcs are the helpers every template gets. None of them puts a value into an error message.
+var funcs = template.FuncMap{
+	"json": func(v any) (string, error) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return "", fmt.Errorf("value cannot be written as JSON")
+		}
+		return string(b), nil
+	},
+	"shquote": func(v any) string { return "'" + strings.ReplaceAll(fmt.Sprint(v), "'", `'\''`) + "'" },
+	"b64enc":  func(v any) string { return base64.StdEncoding.EncodeToString([]byte(fmt.Sprint(v))) },
+	"indent": func(n int, v any) string {
+		pad := strings.Repeat(" ", n)
+		return pad + strings.ReplaceAll(fmt.Sprint(v), "\n", "\n"+pad)
+	},
+	"default": func(def, v any) any {
+		if v == nil || v == "" {
+			return def
+		}
+		return v
+	},
+}
+
+func newTemplate(name string) *template.Template {
+	return template.New(name).Option("missingkey=error").Funcs(funcs)
+}
+
+// file renders a repository template file.
+func (r *renderer) file(p string, ctx map[string]any) ([]byte, bool) {
+	t, ok := r.cache[p]
+	if !ok {
+		data, err := fs.ReadFile(r.fsys, p)
+		if err != nil {
+			r.rep.addf(Pos{File: p, Line: 1}, RuleFileMissing, "read template: %v", fsErr(err))
+			r.cache[p] = nil
+			return nil, false
+		}
+		t, err = newTemplate(p).Parse(string(data))
+		if err != nil {
+			r.templateErr(Pos{File: p}, err)
+			t = nil
+		}
+		r.cache[p] = t
+	}
+	if t == nil {
+		return nil, false
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, ctx); err != nil {
+		r.templateErr(Pos{File: p}, err)
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+// fileOrRaw renders a *.tmpl file and reads any other file as it is.
+func (r *renderer) fileOrRaw(p string, ctx map[string]any) ([]byte, bool) {
+	if strings.HasSuffix(p, ".tmpl") {
+		return r.file(p, ctx)
+	}
+	data, err := fs.ReadFile(r.fsys, p)
+	if err != nil {
+		r.rep.addf(Pos{File: p, Line: 1}, RuleFileMissing, "read file: %v", fsErr(err))
+		return nil, false
+	}
+	return data, true
+}
+
+// inline renders a template string from app.yml.
+func (r *renderer) inline(t Tmpl, ctx map[string]any) (string, bool) {
+	if !strings.Contains(t.Text, "{{") {
+		return t.Text, true
+	}
+	tt, err := newTemplate(t.Pos.File).Parse(t.Text)
+	if err == nil {
+		var buf bytes.Buffer
+		if err = tt.Execute(&buf, ctx); err == nil {
+			return buf.String(), true
+		}
+	}
+	r.templateErr(t.Pos, err)
+	return "", false
+}
+
+// templateErrRE splits text/template's "template: NAME:LINE[:COL]: MSG" errors.
+var templateErrRE = regexp.MustCompile(`^template: (.*?):(\d+)(?::(\d+))?: (?:executing "[^"]*" at <([^>]*)>: )?(.*)$`)
+
+// templateErr reports a parse or execution error at its line. For an inline template (at.Line > 0)
+// the line inside the template is added to the line of the YAML value that holds it.
+func (r *renderer) templateErr(at Pos, err error) {
+	msg := err.Error()
+	pos := at
+	if m := templateErrRE.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[2])
+		col, _ := strconv.Atoi(m[3])
+		if at.Line > 0 {
+			pos.Line = at.Line + line - 1
+			pos.Col = 0
+		} else {
+			pos.Line, pos.Col = line, col
+		}
+		msg = m[5]
+		if m[4] != "" {
+			msg = "at " + m[4] + ": " + msg
+		}
+	}
+	if pos.Line == 0 {
+		pos.Line = 1
+	}
+	r.rep.addf(pos, RuleRender, "template: %s", msg)
+}
+
+// checkCloudInit: cloud-init ignores user data that does not start with #cloud-config, silently.
+func (r *renderer) checkCloudInit(p string, data []byte) {
+	first, _, _ := bytes.Cut(data, []byte("\n"))
+	if string(bytes.TrimRight(first, " \r")) != "#cloud-config" {
+		r.rep.addf(Pos{File: p, Line: 1}, RuleCloudInit, "rendered cloud-init must start with the line #cloud-config")
+	}
+	n, diags := parseYAML(p, data, false)
+	for _, d := range diags {
+		r.rep.addf(d.Pos, RuleCloudInit, "rendered cloud-init, line %d of the output: %s", d.Pos.Line, d.Msg)
+	}
+	if n != nil && n.kind != kindMap {
+		r.rep.addf(Pos{File: p, Line: 1}, RuleCloudInit, "rendered cloud-init must be a YAML mapping")
+	}
+}
+
+// checkPod checks the Pod YAML shape the engine relies on and returns its hostPort claims.
+func (r *renderer) checkPod(p string, data []byte, label string) []Port {
+	n, diags := parseYAML(p, data, false)
+	for _, d := range diags {
+		r.rep.addf(d.Pos, RulePodYAML, "Pod YAML %s, line %d of the output: %s", label, d.Pos.Line, d.Msg)
+	}
+	if n == nil {
+		return nil
+	}
+	bad := func(at *node, format string, args ...any) {
+		r.rep.addf(posOf(at, Pos{File: p, Line: 1}), RulePodYAML, "Pod YAML %s: "+format, append([]any{label}, args...)...)
+	}
+	if k := n.get("kind"); k == nil || k.value != "Pod" {
+		bad(k, "kind must be Pod")
+	}
+	if v := n.get("apiVersion"); v == nil || v.value != "v1" {
+		bad(v, "apiVersion must be v1")
+	}
+	if name := n.get("metadata").get("name"); name == nil || name.kind != kindScalar || name.value == "" {
+		bad(n.get("metadata"), "metadata.name is required")
+	}
+	containers := n.get("spec").get("containers")
+	if containers == nil || containers.kind != kindSeq || len(containers.items) == 0 {
+		bad(n.get("spec"), "spec.containers must list at least one container")
+		return nil
+	}
+	var claims []Port
+	for _, c := range containers.items {
+		if img := c.get("image"); img == nil || img.kind != kindScalar || img.value == "" {
+			bad(c, "every container needs an image")
+		}
+		ports := c.get("ports")
+		if ports == nil {
+			continue
+		}
+		if ports.kind != kindSeq {
+			bad(ports, "containers[].ports must be a list")
+			continue
+		}
+		for _, pt := range ports.items {
+			hp := pt.get("hostPort")
+			if hp == nil {
+				continue
+			}
+			num, err := strconv.Atoi(hp.value)
+			if hp.kind != kindScalar || err != nil || num < 1 || num > 65535 {
+				bad(hp, "hostPort must be a number from 1 to 65535")
+				continue
+			}
+			proto := "tcp"
+			if pr := pt.get("protocol"); pr != nil {
+				proto = strings.ToLower(pr.value)
+			}
+			claims = append(claims, Port{Number: num, Proto: proto})
+		}
+	}
+	return claims
+}
+
+// checkRolePortsPublished: the engine waits for role ports to listen on the node, which only happens
+// for ports the Pod publishes with hostPort (or a pod on the host network).
+func (r *renderer) checkRolePortsPublished(p string, ri *RenderedInstance, data []byte, label string) {
+	n, _ := parseYAML(p, data, false)
+	if hn := n.get("spec").get("hostNetwork"); hn != nil && hn.value == "true" {
+		return
+	}
+	for _, rp := range ri.Ports {
+		found := false
+		for _, hp := range ri.HostPorts {
+			if hp.Number == rp.Number && hp.Proto == rp.Proto {
+				found = true
+			}
+		}
+		if !found {
+			r.rep.addf(Pos{File: p, Line: 1}, RulePort, "role %s port %s is not published as a hostPort by the Pod YAML %s", rp.Role, rp, label)
+		}
+	}
+}
+
+// checkConnection returns the compact JSON object, keeping the template's key order.
+func (r *renderer) checkConnection(p string, data []byte, label string) json.RawMessage {
+	trimmed := bytes.TrimSpace(data)
+	if !json.Valid(trimmed) {
+		var v any
+		err := json.Unmarshal(trimmed, &v)
+		line := 1
+		var se *json.SyntaxError
+		if ok := asSyntax(err, &se); ok {
+			line = 1 + bytes.Count(trimmed[:min(int(se.Offset), len(trimmed))], []byte("\n"))
+		}
+		r.rep.addf(Pos{File: p, Line: line}, RuleConnection, "connection %s is not valid JSON (line %d of the output); use the json function for values", label, line)
+		return nil
+	}
+	if trimmed[0] != '{' {
+		r.rep.addf(Pos{File: p, Line: 1}, RuleConnection, "connection %s must be a JSON object", label)
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, trimmed); err != nil {
+		return nil
+	}
+	return buf.Bytes()
+}
+
+func asSyntax(err error, target **json.SyntaxError) bool {
+	se, ok := err.(*json.SyntaxError)
+	if ok {
+		*target = se
+	}
+	return ok
+}
+
+// checkNodeClaims refuses two instances on one node that claim the same host port or upload to the
+// same path: the second would fail on the node, or silently overwrite the first one's file.
+func (r *renderer) checkNodeClaims(out *Rendered) {
+	type claim struct{ node, key string }
+	ports := map[claim]*RenderedInstance{}
+	files := map[claim]*RenderedInstance{}
+	for _, ri := range out.Instances {
+		if ri.Node == "" {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, p := range ri.HostPorts {
+			k := claim{ri.Node, p.String()}
+			if seen[k.key] {
+				continue
+			}
+			seen[k.key] = true
+			if prev, dup := ports[k]; dup {
+				r.rep.addf(Pos{File: ri.podSrc, Line: 1}, RulePortConflict, "node %s: host port %s is claimed by %s/%s and %s/%s", ri.Node, p, prev.App, prev.Instance, ri.App, ri.Instance)
+				continue
+			}
+			ports[k] = ri
+		}
+		for _, f := range ri.Files {
+			k := claim{ri.Node, f.Dest}
+			if prev, dup := files[k]; dup {
+				r.rep.addf(Pos{File: f.Src, Line: 1}, RuleUploadDest, "node %s: %s is uploaded by %s/%s and %s/%s", ri.Node, f.Dest, prev.App, prev.Instance, ri.App, ri.Instance)
+				continue
+			}
+			files[k] = ri
+		}
+	}
+}
+
+func parsePort(s string) (Port, error) {
+	s = strings.TrimSpace(s)
+	num, proto, hasProto := strings.Cut(s, "/")
+	p := Port{Proto: "tcp"}
+	if hasProto {
+		p.Proto = strings.ToLower(proto)
+		if p.Proto != "tcp" && p.Proto != "udp" {
+			return Port{}, fmt.Errorf("protocol must be tcp or udp")
+		}
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 1 || n > 65535 {
+		return Port{}, fmt.Errorf("must be a number from 1 to 65535, optionally with /tcp or /udp")
+	}
+	p.Number = n
+	return p, nil
+}
+
+// PodSrc is the Pod YAML template the instance was rendered from.
+func (ri *RenderedInstance) PodSrc() string { return ri.podSrc }

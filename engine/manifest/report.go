@@ -1,0 +1,127 @@
+package manifest
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Rule names the check a diagnostic comes from, so tests and tools can tell problems apart without
+// matching message text.
+const (
+	RuleSyntax       = "syntax"        // not YAML, wrong shape, unknown or duplicate key
+	RuleRequired     = "required"      // a required field is missing or empty
+	RuleType         = "type"          // a field has the wrong type
+	RuleIDPart       = "id-part"       // owner/project/env/node name not [a-z0-9-]+
+	RuleDuplicateID  = "duplicate-id"  // two stands with the same id
+	RuleBase         = "base"          // from_dep_manifest missing, cyclic or outside the repository
+	RuleRefProfile   = "ref-profile"   // node names an unknown profile
+	RuleRefApp       = "ref-app"       // placement names an unknown app or instance
+	RuleRefRegistry  = "ref-registry"  // app names an unknown registry
+	RulePlacement    = "placement"     // instance placed on no node or on several
+	RuleFileMissing  = "file-missing"  // a referenced file or package does not exist
+	RuleSecret       = "secret"        // secret misuse or a secret that cannot be resolved
+	RuleSecretPath   = "secret-path"   // a secret path that escapes the prefix
+	RuleRender       = "render"        // a template fails to render
+	RuleCloudInit    = "cloud-init"    // rendered cloud-init is not a #cloud-config YAML mapping
+	RulePodYAML      = "pod-yaml"      // rendered Pod YAML does not parse or is not a Pod
+	RuleConnection   = "connection"    // connection template does not render to a JSON object
+	RuleConnName     = "connection-name"
+	RuleUploadDest   = "upload-dest"   // upload destination not absolute or clashing
+	RuleUploadMode   = "upload-mode"   // upload mode not an octal permission
+	RulePortConflict = "port-conflict" // two instances on one node claim a host port
+	RulePort         = "port"          // a role port is invalid or not published
+	RuleImage        = "image"         // an image reference is empty or malformed
+)
+
+// Diagnostic is one problem found in a stand, with the place that caused it.
+type Diagnostic struct {
+	Pos  Pos
+	Rule string
+	Msg  string
+}
+
+func (d Diagnostic) String() string {
+	return fmt.Sprintf("%s: %s [%s]", d.Pos, d.Msg, d.Rule)
+}
+
+// Report collects every independent problem so the user fixes them in one round. It is an error; its
+// text never holds a secret value (see redactor).
+type Report struct {
+	Diags []Diagnostic
+}
+
+func (r *Report) Error() string {
+	lines := make([]string, len(r.Diags))
+	for i, d := range r.Diags {
+		lines[i] = d.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Has reports whether a diagnostic of the given rule exists.
+func (r *Report) Has(rule string) bool {
+	return slices.ContainsFunc(r.Diags, func(d Diagnostic) bool { return d.Rule == rule })
+}
+
+func (r *Report) add(d ...Diagnostic) { r.Diags = append(r.Diags, d...) }
+
+func (r *Report) addf(pos Pos, rule, format string, args ...any) {
+	r.Diags = append(r.Diags, Diagnostic{Pos: pos, Rule: rule, Msg: fmt.Sprintf(format, args...)})
+}
+
+// err returns the report as an error, or nil when it is empty. Diagnostics are sorted by place and
+// de-duplicated (a base shared by many stands reports its problem once per stand, not once per use).
+func (r *Report) err() error {
+	if r == nil || len(r.Diags) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(r.Diags, func(a, b Diagnostic) int {
+		return cmp.Or(cmp.Compare(a.Pos.File, b.Pos.File), cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
+	})
+	r.Diags = slices.Compact(r.Diags)
+	return r
+}
+
+// redactor removes secret values from text that might echo them: parser errors of rendered content
+// quote the offending value, and yaml.v3 quotes its first seven characters. Every message built from
+// rendered content passes through it, as a second line of defence behind messages that name places,
+// never values.
+type redactor struct {
+	values []string
+}
+
+// minRedact is the shortest secret replaced wherever it appears; shorter ones would blank out line
+// numbers and words. Long secrets are also cut at every 7-character window, which defeats truncation.
+const (
+	minRedact = 4
+	window    = 7
+)
+
+func (r *redactor) add(v string) {
+	if len(v) >= minRedact {
+		r.values = append(r.values, v)
+	}
+}
+
+func (r *redactor) scrub(s string) string {
+	if r == nil {
+		return s
+	}
+	for _, v := range r.values {
+		s = strings.ReplaceAll(s, v, "***")
+		if len(v) > window {
+			for i := 0; i+window <= len(v); i++ {
+				s = strings.ReplaceAll(s, v[i:i+window], "***")
+			}
+		}
+	}
+	return s
+}
+
+func (r *redactor) scrubReport(rep *Report) {
+	for i := range rep.Diags {
+		rep.Diags[i].Msg = r.scrub(rep.Diags[i].Msg)
+	}
+}

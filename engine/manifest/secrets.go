@@ -1,0 +1,152 @@
+package manifest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+)
+
+// SecretRef is a `!secret` reference: a path relative to the secrets prefix and a field. `!secret NAME`
+// means path NAME, field "value"; `!secret path#field` names the field.
+type SecretRef struct {
+	Path  string
+	Field string
+}
+
+const defaultSecretField = "value"
+
+func (r SecretRef) String() string {
+	if r.Field == defaultSecretField {
+		return r.Path
+	}
+	return r.Path + "#" + r.Field
+}
+
+var secretSegment = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+
+// ParseSecretRef parses the text after `!secret`. Paths stay inside the prefix: no absolute paths, no
+// `..`, no empty segments.
+func ParseSecretRef(s string) (SecretRef, error) {
+	s = strings.TrimSpace(s)
+	path, fieldName, hasField := strings.Cut(s, "#")
+	ref := SecretRef{Path: path, Field: defaultSecretField}
+	if hasField {
+		ref.Field = fieldName
+		if !secretSegment.MatchString(fieldName) {
+			return SecretRef{}, fmt.Errorf("secret %q: field must match [A-Za-z0-9_.-]+", s)
+		}
+	}
+	if path == "" {
+		return SecretRef{}, errors.New("!secret needs a name")
+	}
+	if strings.HasPrefix(path, "/") {
+		return SecretRef{}, fmt.Errorf("secret %q: absolute paths are refused; paths are relative to the secrets prefix", s)
+	}
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == ".." || seg == "." {
+			return SecretRef{}, fmt.Errorf("secret %q: %q segments are refused; paths stay inside the secrets prefix", s, seg)
+		}
+		if !secretSegment.MatchString(seg) {
+			return SecretRef{}, fmt.Errorf("secret %q: path segments must match [A-Za-z0-9_][A-Za-z0-9_.-]*", s)
+		}
+	}
+	return ref, nil
+}
+
+// SecretSource resolves secret references. Implementations: EnvSource here, Vault in package vault.
+type SecretSource interface {
+	// Secret returns the value, or an error wrapping ErrSecretNotFound when it does not exist. An
+	// error must never contain the value.
+	Secret(ctx context.Context, ref SecretRef) (string, error)
+}
+
+// ErrSecretNotFound marks a secret that does not exist, as opposed to a source that is unavailable.
+var ErrSecretNotFound = errors.New("secret not found")
+
+// EnvSource resolves secrets from the environment as the seed engine did: `!secret registry-password`
+// reads SECRET_REGISTRY_PASSWORD. A path's `/` and `.` become `_` too, and an explicit field other than
+// "value" is appended after a double underscore: `!secret db/main#user` reads SECRET_DB_MAIN__USER.
+type EnvSource struct {
+	// Lookup defaults to os.LookupEnv; tests set it to read from a map.
+	Lookup func(string) (string, bool)
+}
+
+// EnvName is the variable EnvSource reads for ref.
+func EnvName(ref SecretRef) string {
+	name := "SECRET_" + envReplacer.Replace(strings.ToUpper(ref.Path))
+	if ref.Field != defaultSecretField {
+		name += "__" + envReplacer.Replace(strings.ToUpper(ref.Field))
+	}
+	return name
+}
+
+var envReplacer = strings.NewReplacer("-", "_", "/", "_", ".", "_")
+
+func (e EnvSource) Secret(_ context.Context, ref SecretRef) (string, error) {
+	lookup := e.Lookup
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	v, ok := lookup(EnvName(ref))
+	if !ok {
+		return "", fmt.Errorf("%w: environment variable %s is not set", ErrSecretNotFound, EnvName(ref))
+	}
+	return v, nil
+}
+
+// Secrets holds resolved secret values. Its String never shows them.
+type Secrets struct {
+	values map[SecretRef]string
+}
+
+// NewSecrets builds a set of resolved values, e.g. for tests and the engine.
+func NewSecrets(values map[SecretRef]string) Secrets {
+	return Secrets{values: values}
+}
+
+func (s Secrets) String() string { return fmt.Sprintf("Secrets(%d values)", len(s.values)) }
+
+// Value returns a resolved value.
+func (s Secrets) Value(ref SecretRef) (string, bool) {
+	v, ok := s.values[ref]
+	return v, ok
+}
+
+func (s Secrets) redactor() *redactor {
+	r := &redactor{}
+	for _, v := range s.values {
+		r.add(v)
+	}
+	return r
+}
+
+// ResolveSecrets looks up every secret the stand references. Missing secrets are reported together,
+// each with the place that references it; a source error that is not "not found" (a Vault that is
+// down) is returned as is so the caller can wait and retry instead of failing the stand.
+func ResolveSecrets(ctx context.Context, s *Stand, src SecretSource) (Secrets, error) {
+	out := Secrets{values: map[SecretRef]string{}}
+	rep := &Report{}
+	missing := map[SecretRef]bool{}
+	for _, use := range s.SecretUses() {
+		if _, done := out.values[use.Ref]; done || missing[use.Ref] {
+			continue
+		}
+		v, err := src.Secret(ctx, use.Ref)
+		switch {
+		case err == nil:
+			out.values[use.Ref] = v
+		case errors.Is(err, ErrSecretNotFound):
+			missing[use.Ref] = true
+			rep.addf(use.Pos, RuleSecret, "secret %s (%s) cannot be resolved: %v", use.Ref, use.Where, err)
+		default:
+			return Secrets{}, fmt.Errorf("resolve secret %s: %w", use.Ref, err)
+		}
+	}
+	if err := rep.err(); err != nil {
+		return out, err
+	}
+	return out, nil
+}
