@@ -171,4 +171,3 @@ func childPath(parent, key string, parentOrdered bool) string {
 	}
 	return parent + "." + key
 }
-

@@ -167,8 +167,8 @@ func (l *loader) exists(declared Pos, p, what string) bool {
 // packages loads each app's package and checks the files the stand references.
 func (l *loader) packages(s *Stand, d *decoder) {
 	for _, p := range s.Profiles {
-		if p.CloudInit != "" {
-			l.exists(p.Pos, p.CloudInit, "cloud-init template")
+		if p.CloudInit != "" && !l.exists(p.Pos, p.CloudInit, "cloud-init template") {
+			p.CloudInit = ""
 		}
 	}
 	loaded := map[string]*Package{}
@@ -186,5 +186,3 @@ func (l *loader) packages(s *Stand, d *decoder) {
 		a.Package = pkg
 	}
 }
-
-

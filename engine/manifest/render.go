@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -73,7 +74,8 @@ type RenderedInstance struct {
 	PostStart      *RenderedFile
 	PostStartHook  *Hook
 
-	podSrc string // template the HostPorts came from, for conflict reports
+	podSrc string // template the HostPorts came from
+	pos    Pos    // the instance in the manifest, for conflicts between instances
 }
 
 // Port is a host port.
@@ -205,7 +207,7 @@ func (r *renderer) instance(base map[string]any, a *App, in *Instance) *Rendered
 	if pkg == nil || pkg.File == "" {
 		return nil
 	}
-	ri := &RenderedInstance{App: a.Name, Instance: in.Name, Node: in.Node, ConnectionName: in.ConnectionName, Registry: a.Registry, PostStartHook: pkg.PostStart}
+	ri := &RenderedInstance{App: a.Name, Instance: in.Name, Node: in.Node, ConnectionName: in.ConnectionName, Registry: a.Registry, PostStartHook: pkg.PostStart, pos: in.Pos}
 	ctx := clone(base)
 	ctx["app"] = a.Name
 	ctx["instance"] = in.Name
@@ -220,7 +222,7 @@ func (r *renderer) instance(base map[string]any, a *App, in *Instance) *Rendered
 			continue
 		}
 		v = strings.TrimSpace(v)
-		if v == "" || strings.ContainsAny(v, " \t\n") || strings.Contains(v, "://") {
+		if !imageRef.MatchString(v) {
 			r.rep.addf(img.Pos, RuleImage, "image reference is empty or malformed when %s (a reference is host[:port]/path[:tag|@digest])", label)
 			continue
 		}
@@ -438,6 +440,13 @@ func (r *renderer) inline(t Tmpl, ctx map[string]any) (string, bool) {
 	return "", false
 }
 
+// imageRef is the shape of a container image reference: [host[:port]/]name[/name...][:tag][@digest].
+var imageRef = regexp.MustCompile(`^` +
+	`(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?` +
+	`[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*` +
+	`(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?` +
+	`(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$`)
+
 // templateErrRE splits text/template's "template: NAME:LINE[:COL]: MSG" errors.
 var templateErrRE = regexp.MustCompile(`^template: (.*?):(\d+)(?::(\d+))?: (?:executing "[^"]*" at <([^>]*)>: )?(.*)$`)
 
@@ -568,7 +577,7 @@ func (r *renderer) checkConnection(p string, data []byte, label string) json.Raw
 		err := json.Unmarshal(trimmed, &v)
 		line := 1
 		var se *json.SyntaxError
-		if ok := asSyntax(err, &se); ok {
+		if errors.As(err, &se) {
 			line = 1 + bytes.Count(trimmed[:min(int(se.Offset), len(trimmed))], []byte("\n"))
 		}
 		r.rep.addf(Pos{File: p, Line: line}, RuleConnection, "connection %s is not valid JSON (line %d of the output); use the json function for values", label, line)
@@ -583,14 +592,6 @@ func (r *renderer) checkConnection(p string, data []byte, label string) json.Raw
 		return nil
 	}
 	return buf.Bytes()
-}
-
-func asSyntax(err error, target **json.SyntaxError) bool {
-	se, ok := err.(*json.SyntaxError)
-	if ok {
-		*target = se
-	}
-	return ok
 }
 
 // checkNodeClaims refuses two instances on one node that claim the same host port or upload to the
@@ -611,7 +612,7 @@ func (r *renderer) checkNodeClaims(out *Rendered) {
 			}
 			seen[k.key] = true
 			if prev, dup := ports[k]; dup {
-				r.rep.addf(Pos{File: ri.podSrc, Line: 1}, RulePortConflict, "node %s: host port %s is claimed by %s/%s and %s/%s", ri.Node, p, prev.App, prev.Instance, ri.App, ri.Instance)
+				r.rep.addf(ri.pos, RulePortConflict, "node %s: host port %s is claimed by %s/%s and %s/%s", ri.Node, p, prev.App, prev.Instance, ri.App, ri.Instance)
 				continue
 			}
 			ports[k] = ri
@@ -619,7 +620,7 @@ func (r *renderer) checkNodeClaims(out *Rendered) {
 		for _, f := range ri.Files {
 			k := claim{ri.Node, f.Dest}
 			if prev, dup := files[k]; dup {
-				r.rep.addf(Pos{File: f.Src, Line: 1}, RuleUploadDest, "node %s: %s is uploaded by %s/%s and %s/%s", ri.Node, f.Dest, prev.App, prev.Instance, ri.App, ri.Instance)
+				r.rep.addf(ri.pos, RuleUploadDest, "node %s: %s is uploaded by %s/%s and %s/%s", ri.Node, f.Dest, prev.App, prev.Instance, ri.App, ri.Instance)
 				continue
 			}
 			files[k] = ri

@@ -2,31 +2,33 @@ package manifest
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
 // Rule names the check a diagnostic comes from, so tests and tools can tell problems apart without
 // matching message text.
 const (
-	RuleSyntax       = "syntax"        // not YAML, wrong shape, unknown or duplicate key
-	RuleRequired     = "required"      // a required field is missing or empty
-	RuleType         = "type"          // a field has the wrong type
-	RuleIDPart       = "id-part"       // owner/project/env/node name not [a-z0-9-]+
-	RuleDuplicateID  = "duplicate-id"  // two stands with the same id
-	RuleBase         = "base"          // from_dep_manifest missing, cyclic or outside the repository
-	RuleRefProfile   = "ref-profile"   // node names an unknown profile
-	RuleRefApp       = "ref-app"       // placement names an unknown app or instance
-	RuleRefRegistry  = "ref-registry"  // app names an unknown registry
-	RulePlacement    = "placement"     // instance placed on no node or on several
-	RuleFileMissing  = "file-missing"  // a referenced file or package does not exist
-	RuleSecret       = "secret"        // secret misuse or a secret that cannot be resolved
-	RuleSecretPath   = "secret-path"   // a secret path that escapes the prefix
-	RuleRender       = "render"        // a template fails to render
-	RuleCloudInit    = "cloud-init"    // rendered cloud-init is not a #cloud-config YAML mapping
-	RulePodYAML      = "pod-yaml"      // rendered Pod YAML does not parse or is not a Pod
-	RuleConnection   = "connection"    // connection template does not render to a JSON object
+	RuleSyntax       = "syntax"       // not YAML, wrong shape, unknown or duplicate key
+	RuleRequired     = "required"     // a required field is missing or empty
+	RuleType         = "type"         // a field has the wrong type
+	RuleIDPart       = "id-part"      // owner/project/env/node name not [a-z0-9-]+
+	RuleDuplicateID  = "duplicate-id" // two stands with the same id
+	RuleBase         = "base"         // from_dep_manifest missing, cyclic or outside the repository
+	RuleRefProfile   = "ref-profile"  // node names an unknown profile
+	RuleRefApp       = "ref-app"      // placement names an unknown app or instance
+	RuleRefRegistry  = "ref-registry" // app names an unknown registry
+	RulePlacement    = "placement"    // instance placed on no node or on several
+	RuleFileMissing  = "file-missing" // a referenced file or package does not exist
+	RuleSecret       = "secret"       // secret misuse or a secret that cannot be resolved
+	RuleSecretPath   = "secret-path"  // a secret path that escapes the prefix
+	RuleRender       = "render"       // a template fails to render
+	RuleCloudInit    = "cloud-init"   // rendered cloud-init is not a #cloud-config YAML mapping
+	RulePodYAML      = "pod-yaml"     // rendered Pod YAML does not parse or is not a Pod
+	RuleConnection   = "connection"   // connection template does not render to a JSON object
 	RuleConnName     = "connection-name"
 	RuleUploadDest   = "upload-dest"   // upload destination not absolute or clashing
 	RuleUploadMode   = "upload-mode"   // upload mode not an octal permission
@@ -34,6 +36,14 @@ const (
 	RulePort         = "port"          // a role port is invalid or not published
 	RuleImage        = "image"         // an image reference is empty or malformed
 )
+
+// Rules lists every rule; each has a fixture in testdata/rules.
+var Rules = []string{
+	RuleSyntax, RuleRequired, RuleType, RuleIDPart, RuleDuplicateID, RuleBase, RuleRefProfile, RuleRefApp,
+	RuleRefRegistry, RulePlacement, RuleFileMissing, RuleSecret, RuleSecretPath, RuleRender, RuleCloudInit,
+	RulePodYAML, RuleConnection, RuleConnName, RuleUploadDest, RuleUploadMode, RulePortConflict, RulePort,
+	RuleImage,
+}
 
 // Diagnostic is one problem found in a stand, with the place that caused it.
 type Diagnostic struct {
@@ -85,23 +95,32 @@ func (r *Report) err() error {
 }
 
 // redactor removes secret values from text that might echo them: parser errors of rendered content
-// quote the offending value, and yaml.v3 quotes its first seven characters. Every message built from
-// rendered content passes through it, as a second line of defence behind messages that name places,
-// never values.
+// may quote the offending value, and yaml.v3 quotes long values as their first seven characters
+// followed by "...". Every report built from rendered content passes through it, as a second line of
+// defence behind messages that name places, never values.
 type redactor struct {
 	values []string
 }
 
 // minRedact is the shortest secret replaced wherever it appears; shorter ones would blank out line
-// numbers and words. Long secrets are also cut at every 7-character window, which defeats truncation.
+// numbers and words. truncated is yaml.v3's cut-off for values it quotes in errors.
 const (
 	minRedact = 4
-	window    = 7
+	truncated = 7
 )
 
+// add registers a secret value together with the forms a message may quote it in: Go's %q and JSON
+// escape quotes, backslashes and control characters.
 func (r *redactor) add(v string) {
-	if len(v) >= minRedact {
-		r.values = append(r.values, v)
+	if len(v) < minRedact {
+		return
+	}
+	r.values = append(r.values, v)
+	if q := strconv.Quote(v); q[1:len(q)-1] != v {
+		r.values = append(r.values, q[1:len(q)-1])
+	}
+	if j, err := json.Marshal(v); err == nil && string(j[1:len(j)-1]) != v {
+		r.values = append(r.values, string(j[1:len(j)-1]))
 	}
 }
 
@@ -111,10 +130,8 @@ func (r *redactor) scrub(s string) string {
 	}
 	for _, v := range r.values {
 		s = strings.ReplaceAll(s, v, "***")
-		if len(v) > window {
-			for i := 0; i+window <= len(v); i++ {
-				s = strings.ReplaceAll(s, v[i:i+window], "***")
-			}
+		if len(v) > truncated {
+			s = strings.ReplaceAll(s, v[:truncated]+"...", "***")
 		}
 	}
 	return s

@@ -83,7 +83,7 @@ func parseYAML(file string, data []byte, allowSecrets bool) (*node, []Diagnostic
 		if errors.Is(err, io.EOF) {
 			return &node{kind: kindMap, pos: Pos{File: file, Line: 1}}, nil
 		}
-		return nil, []Diagnostic{{Pos: Pos{File: file, Line: yamlErrLine(err)}, Rule: RuleSyntax, Msg: yamlErrText(err)}}
+		return nil, []Diagnostic{{Pos: Pos{File: file, Line: yamlErrLine(err, data)}, Rule: RuleSyntax, Msg: yamlErrText(err)}}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
@@ -101,16 +101,20 @@ func parseYAML(file string, data []byte, allowSecrets bool) (*node, []Diagnostic
 	return n, c.diags
 }
 
-func yamlErrLine(err error) int {
+// yamlErrLine finds the line of a yaml.v3 error. yaml.v3 reports parser errors ("did not find
+// expected ...") at the 0-based line of the construct they are in, and scanner errors 1-based; the
+// result is clamped to the document so a position always exists.
+func yamlErrLine(err error, data []byte) int {
 	var line int
 	msg := err.Error()
 	if i := strings.Index(msg, "line "); i >= 0 {
 		fmt.Sscanf(msg[i:], "line %d", &line)
 	}
-	if line <= 0 {
-		line = 1
+	if strings.Contains(msg, "did not find expected") {
+		line++
 	}
-	return line
+	lines := bytes.Count(bytes.TrimRight(data, "\n"), []byte("\n")) + 1
+	return max(1, min(line, lines))
 }
 
 // yamlErrText drops yaml.v3's "yaml: line N:" prefix; the line is already in the position.

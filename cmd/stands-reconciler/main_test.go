@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stands-engine/stands-reconciler/internal/testfs"
+)
+
+// exampleEnv resolves the example repository's secrets.
+var exampleEnv = map[string]string{
+	"SECRET_REGISTRY_PASSWORD": "example-registry-password",
+	"SECRET_KV_PASSWORD":       "example-kv-password",
+	// the mini repository's
+	"SECRET_REG_PASS": "registry-pass-value",
+	"SECRET_KV_PASS":  "kv-pass-value",
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// recorder is an environment that remembers which variables were read.
+type recorder struct {
+	mu   sync.Mutex
+	vars map[string]string
+	read map[string]bool
+}
+
+func newRecorder(vars map[string]string) *recorder {
+	return &recorder{vars: vars, read: map[string]bool{}}
+}
+
+func (r *recorder) getenv(k string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.read[k] = true
+	return r.vars[k]
+}
+
+func runCLI(t *testing.T, ctx context.Context, env *recorder, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if env == nil {
+		env = newRecorder(exampleEnv)
+	}
+	code := run(ctx, args, &out, &errb, env.getenv)
+	return result{code, out.String(), errb.String()}
+}
+
+// repoFromArchive writes the mini repository with an archive applied to a temporary folder.
+func repoFromArchive(t *testing.T, archive string) string {
+	t.Helper()
+	base, err := testfs.Dir("../../engine/manifest/testdata/minirepo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys, err := testfs.Overlay(base, testfs.Parse(archive))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := testfs.WriteDir(dir, fsys); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestCommandLine(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name       string
+		args       []string
+		code       int
+		stdoutHas  string
+		stderrHas  string
+		stdoutNone bool
+	}{
+		{name: "version", args: []string{"--version"}, code: 0, stdoutHas: "stands-reconciler "},
+		{name: "help", args: []string{"--help"}, code: 0, stdoutHas: "Commands:"},
+		{name: "validate help", args: []string{"validate", "--help"}, code: 0, stdoutHas: "-owner"},
+		{name: "no command", args: nil, code: 2, stderrHas: "Usage:", stdoutNone: true},
+		{name: "unknown command", args: []string{"deploy"}, code: 2, stderrHas: `unknown command "deploy"`, stdoutNone: true},
+		{name: "unknown flag", args: []string{"--nope"}, code: 2, stderrHas: "flag provided but not defined", stdoutNone: true},
+		{name: "validate unknown flag", args: []string{"validate", "--nope", "x"}, code: 2, stdoutNone: true},
+		{name: "validate without path", args: []string{"validate"}, code: 2, stderrHas: "at least one PATH", stdoutNone: true},
+		{name: "validate missing path", args: []string{"validate", "does/not/exist"}, code: 1, stderrHas: "does/not/exist", stdoutNone: true},
+		{name: "validate repository", args: []string{"validate", "../../examples/stands-repo"}, code: 0},
+		{name: "validate one stand.yml", args: []string{"validate", "../../examples/stands-repo/stands/two-node/stand.yml"}, code: 0},
+		{name: "validate a stand folder", args: []string{"validate", "../../examples/stands-repo/stands/staging"}, code: 0},
+		{name: "validate several paths", args: []string{"validate", "../../examples/stands-repo/stands/single", "../../examples/stands-repo/stands/staging/stand.yml"}, code: 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runCLI(t, ctx, nil, c.args...)
+			if r.code != c.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, c.code, r.stdout, r.stderr)
+			}
+			if !strings.Contains(r.stdout, c.stdoutHas) {
+				t.Errorf("stdout lacks %q:\n%s", c.stdoutHas, r.stdout)
+			}
+			if !strings.Contains(r.stderr, c.stderrHas) {
+				t.Errorf("stderr lacks %q:\n%s", c.stderrHas, r.stderr)
+			}
+			if c.stdoutNone && r.stdout != "" {
+				t.Errorf("stdout must stay empty on failure, got %q", r.stdout)
+			}
+			if c.code == 0 && len(c.args) > 0 && c.args[0] == "validate" && !strings.HasPrefix(c.args[1], "-") {
+				if r.stdout != `{"operation":"validate","status":"success"}`+"\n" {
+					t.Errorf("stdout = %q, want the one success record", r.stdout)
+				}
+				if r.stderr != "" {
+					t.Errorf("stderr on success: %q", r.stderr)
+				}
+			}
+		})
+	}
+}
+
+// TestValidateReportsEveryMistake: several independent mistakes in several files come out in one
+// report, each with file:line, exit 1 and nothing on stdout.
+func TestValidateReportsEveryMistake(t *testing.T) {
+	data, err := os.ReadFile("testdata/multi.txtar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := repoFromArchive(t, string(data))
+	r := runCLI(t, context.Background(), nil, "validate", dir)
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", r.code, r.stderr)
+	}
+	if r.stdout != "" {
+		t.Errorf("stdout = %q, want nothing", r.stdout)
+	}
+	want := strings.Split(strings.TrimSpace(testfs.Parse(string(data))["want"]), "\n")
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	for _, w := range want {
+		loc, rule, _ := strings.Cut(w, " ")
+		prefix := filepath.Join(dir, filepath.FromSlash(loc)) + ":"
+		found := false
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix) && strings.HasSuffix(l, "["+rule+"]") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no %s [%s] in the report:\n%s", loc, rule, r.stderr)
+		}
+	}
+	if got, wantN := len(lines), len(want)+1; got != wantN {
+		t.Errorf("report has %d lines, want %d (one per mistake and a summary):\n%s", got, wantN, r.stderr)
+	}
+	if !strings.Contains(lines[len(lines)-1], "problem(s) in 3 stand(s)") {
+		t.Errorf("summary line = %q", lines[len(lines)-1])
+	}
+}
+
+// TestSecretNeverPrinted puts a sentinel secret where naive error messages would echo it: in values
+// that fail to render or fail the checks of rendered output. The report names the problem, never the
+// value; the control case proves the value was read and reaches the rendered files.
+func TestSecretNeverPrinted(t *testing.T) {
+	const sentinel = `s3nt1nel-Q7wz"{[:`
+	app := "apps/kv/app.yml"
+	appYML, err := os.ReadFile("../../engine/manifest/testdata/minirepo/" + app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withApp := func(old, new string) string {
+		if !strings.Contains(string(appYML), old) {
+			t.Fatalf("app.yml has no %q", old)
+		}
+		return "-- " + app + " --\n" + strings.Replace(string(appYML), old, new, 1)
+	}
+	cases := []struct {
+		name    string
+		archive string
+		rule    string
+	}{
+		{"upload destination that echoes itself", withApp(`dest: "/home/{{ .user_app }}/{{ .instance }}/kv.conf"`, `dest: "/home/../{{ .preferences.password }}"`), "upload-dest"},
+		{"role port", withApp(`ports: ["{{ .preferences.port }}"]`, `ports: ["{{ .preferences.password }}"]`), "port"},
+		{"image reference", withApp(`"registry.test/kv:{{ .preferences.port }}"`, `"registry.test/kv:{{ .preferences.password }}"`), "image"},
+		{"hostPort in Pod YAML", "-- apps/kv/pod.yaml.tmpl --\napiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n    - {name: kv, image: i, ports: [{hostPort: {{ json .preferences.password }}}]}\n", "pod-yaml"},
+		{"Pod YAML broken by the value", "-- apps/kv/pod.yaml.tmpl --\napiVersion: v1\nkind: Pod\nmetadata: {name: {{ .preferences.password }}}\n", "pod-yaml"},
+		{"connection JSON broken by the value", "-- apps/kv/connection.json.tmpl --\n{\"password\": \"{{ .preferences.password }}\"}\n", "connection"},
+		{"template function given the value", "-- apps/kv/kv.conf.tmpl --\n{{ index .preferences.password 99 }}\n", "render"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := repoFromArchive(t, c.archive)
+			env := newRecorder(map[string]string{"SECRET_REG_PASS": "registry-pass-value", "SECRET_KV_PASS": sentinel})
+			r := runCLI(t, context.Background(), env, "validate", dir)
+			if r.code != 1 || !strings.Contains(r.stderr, "["+c.rule+"]") {
+				t.Fatalf("exit %d, want 1 with a [%s] diagnostic:\n%s", r.code, c.rule, r.stderr)
+			}
+			if !env.read["SECRET_KV_PASS"] {
+				t.Fatal("the secret was never read")
+			}
+			for _, leak := range []string{sentinel, sentinel[:7]} {
+				if strings.Contains(r.stdout+r.stderr, leak) {
+					t.Errorf("output shows the secret (%q):\n%s", leak, r.stderr)
+				}
+			}
+		})
+	}
+	t.Run("control: the value reaches the rendered files", func(t *testing.T) {
+		dir := repoFromArchive(t, "")
+		out := t.TempDir()
+		env := newRecorder(map[string]string{"SECRET_REG_PASS": "registry-pass-value", "SECRET_KV_PASS": sentinel})
+		r := runCLI(t, context.Background(), env, "render", "--out", out, dir)
+		if r.code != 0 {
+			t.Fatalf("render: exit %d\n%s", r.code, r.stderr)
+		}
+		conf, err := os.ReadFile(filepath.Join(out, "t_mini_a", "kv--one", "files", "home", "app", "one", "kv.conf"))
+		if err != nil || !strings.Contains(string(conf), "pass "+sentinel+"\n") {
+			t.Fatalf("rendered kv.conf does not carry the secret: %v\n%s", err, conf)
+		}
+		if strings.Contains(r.stdout+r.stderr, sentinel) {
+			t.Errorf("render printed the secret")
+		}
+	})
+}
+
+func TestRenderExamples(t *testing.T) {
+	out := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "render", "--out", out, "../../examples/stands-repo")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want 3 records, got:\n%s", r.stdout)
+	}
+	for _, l := range lines {
+		var rec struct{ Operation, Status, IDStand, Path string }
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatal(err)
+		}
+		var full map[string]string
+		_ = json.Unmarshal([]byte(l), &full)
+		if full["operation"] != "render" || full["status"] != "success" || full["id_stand"] == "" {
+			t.Errorf("record %s", l)
+		}
+		if _, err := os.Stat(filepath.Join(full["path"], "nodes")); err != nil {
+			t.Errorf("%s: %v", full["id_stand"], err)
+		}
+	}
+}
+
+func TestInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := runCLI(t, ctx, nil, "validate", "../../examples/stands-repo")
+	if r.code != 130 {
+		t.Fatalf("exit %d, want 130\n%s", r.code, r.stderr)
+	}
+	if r.stdout != "" {
+		t.Errorf("stdout = %q", r.stdout)
+	}
+}

@@ -1,0 +1,54 @@
+package manifest
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stands-engine/stands-reconciler/internal/testfs"
+)
+
+// testSecrets are the values the fixtures' secrets resolve to.
+var testSecrets = map[string]string{
+	"SECRET_REG_PASS": "registry-pass-value",
+	"SECRET_KV_PASS":  "kv-pass-value",
+}
+
+func mapSource(m map[string]string) EnvSource {
+	return EnvSource{Lookup: func(k string) (string, bool) { v, ok := m[k]; return v, ok }}
+}
+
+func miniRepo(t testing.TB) fstest.MapFS {
+	t.Helper()
+	fsys, err := testfs.Dir("testdata/minirepo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fsys
+}
+
+// fixture overlays the archive at path on the mini repository.
+func fixture(t testing.TB, path string) (fstest.MapFS, testfs.Archive) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := testfs.Parse(string(data))
+	fsys, err := testfs.Overlay(miniRepo(t), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fsys, a
+}
+
+func preflightFS(t testing.TB, fsys fs.FS, secrets map[string]string) ([]*Result, error) {
+	t.Helper()
+	files, err := Discover(fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return PreflightAll(context.Background(), fsys, files, PreflightOptions{Secrets: mapSource(secrets)})
+}
