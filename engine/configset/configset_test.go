@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/internal/testfs"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
@@ -197,5 +198,54 @@ func TestExamplesParse(t *testing.T) {
 	}
 	if !strings.Contains(env, "BACKEND_ADDR="+dbIP+":6379\n") {
 		t.Errorf("web.env does not point at db's private address %s:\n%s", dbIP, env)
+	}
+}
+
+// TestExampleOverlay: tests and the local demo point the example stands at another registry with a
+// small overlay manifest, without editing the examples: images and the registry come from
+// preferences and registries, which a dependent manifest overrides.
+func TestExampleOverlay(t *testing.T) {
+	base, err := testfs.Dir("../../examples/stands-repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys, err := testfs.Overlay(base, testfs.Parse(`-- stands/two-node-local/stand.yml --
+from_dep_manifest: ../two-node/stand.yml
+stand:
+  env: two-node-local
+registries:
+  local:
+    url: 10.0.2.100:5000
+    insecure: true
+apps:
+  kv:
+    preferences:
+      image: 10.0.2.100:5000/stands/kv:test
+  web:
+    instances:
+      front:
+        preferences:
+          image: 10.0.2.100:5000/stands/web:test
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := manifest.Preflight(context.Background(), fsys, "stands/two-node-local/stand.yml", manifest.PreflightOptions{
+		LoadOptions: manifest.LoadOptions{DefaultOwner: "demo"},
+		Secrets:     manifest.EnvSource{Lookup: func(k string) (string, bool) { v, ok := exampleSecrets[k]; return v, ok }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Stand
+	if len(s.Nodes) != 2 || s.Registries[0].URL.Text != "10.0.2.100:5000" || !s.Registries[0].Insecure || s.Registries[0].Username.Text != "robot" {
+		t.Errorf("overlay not merged: nodes %d, registry %+v", len(s.Nodes), s.Registries[0])
+	}
+	var images []string
+	for _, in := range res.Rendered.Instances {
+		images = append(images, in.Images...)
+	}
+	if strings.Join(images, " ") != "10.0.2.100:5000/stands/kv:test 10.0.2.100:5000/stands/web:test" {
+		t.Errorf("images = %v", images)
 	}
 }

@@ -48,12 +48,14 @@ type PreflightOptions struct {
 	Secrets SecretSource
 }
 
-// Result is the preflight outcome of one stand.
+// Result is the preflight outcome of one stand. A broken stand fails alone: its Err says why, and the
+// other stands' results are usable.
 type Result struct {
 	File     string
 	Stand    *Stand    // nil when the manifest could not be read at all
 	Rendered *Rendered // nil when the stand has errors
 	Secrets  Secrets
+	Err      *Report // this stand's problems, nil when there are none
 }
 
 // Preflight runs every local check of one stand: load and merge, references, files, secrets, and a
@@ -66,44 +68,65 @@ func Preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 	return results[0], err
 }
 
-// PreflightAll checks several stands and the rules that span them (unique ids), gathering every
-// independent problem into one *Report. Any other error (a secret source that is down) is returned
-// as is and stops the run: it says nothing about the stands.
+// PreflightAll checks several stands and the rules that span them (unique ids). It returns one result
+// per stand and, when any stand has problems, a *Report of all of them, sorted by place. Any other
+// error (a secret source that is down, a cancelled context) is returned as is and stops the run: it
+// says nothing about the stands.
 func PreflightAll(ctx context.Context, fsys fs.FS, files []string, opts PreflightOptions) ([]*Result, error) {
-	rep := &Report{}
 	red := &redactor{}
 	var results []*Result
-	ids := map[string]*Stand{}
+	ids := map[string]*Result{}
 	for _, file := range files {
 		if err := ctx.Err(); err != nil {
 			return results, err
 		}
-		res, err := preflight(ctx, fsys, file, opts, rep, red)
+		res, err := preflight(ctx, fsys, file, opts, red)
 		if err != nil {
 			return results, err
 		}
 		results = append(results, res)
-		if s := res.Stand; s != nil && s.Project != "" && s.Env != "" && s.Owner != "" {
-			if prev, dup := ids[s.ID]; dup {
-				rep.addf(s.Pos, RuleDuplicateID, "stand id %s is also declared by %s; owner, project and env together must be unique", s.ID, prev.Path)
-			} else {
-				ids[s.ID] = s
+		s := res.Stand
+		if s == nil || s.Project == "" || s.Env == "" || s.Owner == "" {
+			continue
+		}
+		prev, dup := ids[s.ID]
+		if !dup {
+			ids[s.ID] = res
+			continue
+		}
+		// Neither stand is applied: which one the repository means is for a human to say.
+		for _, pair := range [][2]*Result{{res, prev}, {prev, res}} {
+			r, other := pair[0], pair[1]
+			if r.Err == nil {
+				r.Err = &Report{}
 			}
+			r.Err.addf(r.Stand.Pos, RuleDuplicateID, "stand id %s is also declared by %s; owner, project and env together must be unique", s.ID, other.Stand.Path)
 		}
 	}
-	red.scrubReport(rep)
-	if err := rep.err(); err != nil {
-		for _, r := range results {
-			r.Rendered = nil
+	all := &Report{}
+	for _, r := range results {
+		if r.Err == nil {
+			continue
 		}
+		red.scrubReport(r.Err)
+		r.Err.normalize()
+		r.Rendered = nil
+		all.add(r.Err.Diags...)
+	}
+	if err := all.err(); err != nil {
 		return results, err
 	}
 	return results, nil
 }
 
-func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptions, rep *Report, red *redactor) (*Result, error) {
+func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptions, red *redactor) (*Result, error) {
 	res := &Result{File: file}
-	before := len(rep.Diags)
+	rep := &Report{}
+	defer func() {
+		if len(rep.Diags) > 0 {
+			res.Err = rep
+		}
+	}()
 	s := load(fsys, file, opts.LoadOptions, rep)
 	if s == nil {
 		return res, nil
@@ -126,9 +149,6 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 	for _, v := range secrets.values {
 		red.add(v)
 	}
-	rendered := render(fsys, s, secrets, PreflightAddresses(s), rep)
-	if len(rep.Diags) == before {
-		res.Rendered = rendered
-	}
+	res.Rendered = render(fsys, s, secrets, PreflightAddresses(s), rep)
 	return res, nil
 }

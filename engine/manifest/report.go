@@ -81,17 +81,22 @@ func (r *Report) addf(pos Pos, rule, format string, args ...any) {
 	r.Diags = append(r.Diags, Diagnostic{Pos: pos, Rule: rule, Msg: fmt.Sprintf(format, args...)})
 }
 
-// err returns the report as an error, or nil when it is empty. Diagnostics are sorted by place and
-// de-duplicated (a base shared by many stands reports its problem once per stand, not once per use).
+// err returns the report as an error, or nil when it is empty.
 func (r *Report) err() error {
 	if r == nil || len(r.Diags) == 0 {
 		return nil
 	}
+	r.normalize()
+	return r
+}
+
+// normalize sorts diagnostics by place and drops repeats (a base shared by several instances reports
+// its problem once, not once per use).
+func (r *Report) normalize() {
 	slices.SortStableFunc(r.Diags, func(a, b Diagnostic) int {
 		return cmp.Or(cmp.Compare(a.Pos.File, b.Pos.File), cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
 	})
 	r.Diags = slices.Compact(r.Diags)
-	return r
 }
 
 // redactor removes secret values from text that might echo them: parser errors of rendered content
