@@ -8,7 +8,13 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: all build test unit fuzz lint demo clean
+.PHONY: all build test unit fuzz lint demo clean tools deps
+
+# Tools the tests run for real, each built from the Go module proxy in a module of its own under
+# tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
+PULUMI_VERSION := $(shell awk '$$1 == "github.com/pulumi/pulumi/sdk/v3" {print $$2}' tools/pulumi/go.mod)
+GITEA_VERSION  := $(shell awk '$$1 == "code.gitea.io/gitea" {print $$2}' tools/gitea/go.mod)
+TOOLS          := $(BIN)/pulumi $(BIN)/gitea
 
 all: lint test build
 
@@ -18,6 +24,23 @@ build: $(BIN)/stands-reconciler
 .PHONY: $(BIN)/stands-reconciler
 $(BIN)/stands-reconciler:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd/stands-reconciler
+
+tools: $(TOOLS)
+
+# Without the version stamp `pulumi version` prints nothing and the Automation API refuses the CLI.
+$(BIN)/pulumi: tools/pulumi/go.mod tools/pulumi/go.sum
+	cd tools/pulumi && $(GO) build -trimpath \
+	  -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$(PULUMI_VERSION)" \
+	  -o ../../$@ github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
+
+$(BIN)/gitea: tools/gitea/go.mod tools/gitea/go.sum
+	cd tools/gitea && CGO_ENABLED=1 $(GO) build -trimpath -tags "sqlite sqlite_unlock_notify" \
+	  -ldflags "-X main.Version=$(GITEA_VERSION:v%=%)" -o ../../$@ code.gitea.io/gitea
+	cd tools/gitea && $(GO) list -m -f '{{.Dir}}' code.gitea.io/gitea > ../../$(BIN)/gitea.static-root
+
+# Debian packages the tests need (idempotent; installs only what is missing).
+deps:
+	scripts/install-deps.sh
 
 # The test command (README, .ci/run): a short fuzz of the manifest parser, then every test with -race.
 test: fuzz unit

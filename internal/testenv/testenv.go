@@ -1,0 +1,71 @@
+// Package testenv starts the real servers integration tests talk to — Gitea and the Pulumi CLI built by
+// `make tools` — on 127.0.0.1 with ephemeral ports and temporary folders, waits until they answer, and
+// stops them when the test ends.
+//
+// Under CI=true a missing binary fails the test with the command that builds it; elsewhere the test is
+// skipped, so `go test ./...` stays usable before `make tools` has run.
+package testenv
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+)
+
+// RepoRoot is the repository's top folder (where go.mod and bin/ are).
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// InCI reports whether tests run in CI, where nothing may be skipped for want of a tool.
+func InCI() bool {
+	ci, _ := strconv.ParseBool(os.Getenv("CI"))
+	return ci
+}
+
+// Missing stops a test that cannot find what it needs: a failure in CI, a skip elsewhere.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// Binary finds a tool built by `make tools`: $STANDS_<NAME>_BIN, then bin/<name> in the repository,
+// then PATH.
+func Binary(t testing.TB, name, envVar string) string {
+	t.Helper()
+	if p := os.Getenv(envVar); p != "" {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		Missing(t, "%s=%s does not exist; run `make tools`", envVar, p)
+	}
+	p := filepath.Join(RepoRoot(), "bin", name)
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	Missing(t, "%s not found in bin/ or PATH: run `make tools` (it builds bin/%s from tools/%s)", name, name, name)
+	return ""
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for servers that cannot be
+// handed a listener.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}

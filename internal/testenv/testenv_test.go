@@ -1,0 +1,174 @@
+package testenv
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"code.gitea.io/sdk/gitea"
+	"github.com/go-git/go-billy/v5/memfs"
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"github.com/go-git/go-git/v5/storage/memory"
+	"golang.org/x/crypto/ssh"
+)
+
+// TestGitea starts Gitea, creates a repository through the Gitea SDK, pushes a commit with go-git over
+// HTTP with the token and another over SSH with a key, and reads both back.
+func TestGitea(t *testing.T) {
+	g := StartGitea(t)
+	api, err := gitea.NewClient(strings.TrimSuffix(g.URL, "/"), gitea.SetToken(g.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, _, err := api.CreateRepo(gitea.CreateRepoOption{Name: "stands", DefaultBranch: "main", Private: true})
+	if err != nil {
+		t.Fatalf("create repository: %v", err)
+	}
+
+	// An SSH key for the user, through the SDK too.
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := api.CreatePublicKey(gitea.CreateKeyOption{Title: "tests", Key: string(ssh.MarshalAuthorizedKey(sshPub))}); err != nil {
+		t.Fatalf("add SSH key: %v", err)
+	}
+
+	httpAuth := &githttp.BasicAuth{Username: g.User, Password: g.Token}
+	sshAuth := &gitssh.PublicKeys{User: "git", Signer: signer}
+	sshAuth.HostKeyCallback = g.HostKeyCallback()
+	sshURL := "ssh://git@" + g.SSHAddr + "/" + g.User + "/stands.git"
+
+	// Commit 1 over HTTP.
+	local, err := git.Init(memory.NewStorage(), memfs.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{repo.CloneURL}}); err != nil {
+		t.Fatal(err)
+	}
+	commitFile(t, local, "stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add stand a")
+	if err := local.Push(&git.PushOptions{RemoteName: "origin", Auth: httpAuth, RefSpecs: refSpecs("master:main")}); err != nil {
+		t.Fatalf("push over HTTP: %v", err)
+	}
+
+	// Commit 2 over SSH, from a clone made over SSH.
+	clone, err := git.Clone(memory.NewStorage(), memfs.New(), &git.CloneOptions{URL: sshURL, Auth: sshAuth, ReferenceName: "refs/heads/main"})
+	if err != nil {
+		t.Fatalf("clone over SSH: %v", err)
+	}
+	commitFile(t, clone, "stands/b/stand.yml", "stand: {project: b, env: dev}\n", "add stand b")
+	if err := clone.Push(&git.PushOptions{Auth: sshAuth, RefSpecs: refSpecs("main:main")}); err != nil {
+		t.Fatalf("push over SSH: %v", err)
+	}
+
+	// Both read back: through the API, and by a fresh clone over HTTP.
+	for path, want := range map[string]string{"stands/a/stand.yml": "project: a", "stands/b/stand.yml": "project: b"} {
+		data, _, err := api.GetFile(g.User, "stands", "main", path)
+		if err != nil || !strings.Contains(string(data), want) {
+			t.Errorf("API read of %s: %q %v", path, data, err)
+		}
+	}
+	commits, _, err := api.ListRepoCommits(g.User, "stands", gitea.ListCommitOptions{SHA: "main"})
+	if err != nil || len(commits) != 2 || !strings.HasPrefix(commits[0].RepoCommit.Message, "add stand b") {
+		t.Fatalf("commits: %d %v", len(commits), err)
+	}
+	fresh, err := git.Clone(memory.NewStorage(), memfs.New(), &git.CloneOptions{URL: repo.CloneURL, Auth: httpAuth, ReferenceName: "refs/heads/main"})
+	if err != nil {
+		t.Fatalf("clone over HTTP: %v", err)
+	}
+	head, _ := fresh.Head()
+	c, err := fresh.CommitObject(head.Hash())
+	if err != nil || c.Hash.String() != commits[0].SHA {
+		t.Fatalf("HTTP clone head %v, API head %s: %v", c, commits[0].SHA, err)
+	}
+	if _, err := c.File("stands/a/stand.yml"); err != nil {
+		t.Errorf("stand a missing from the HTTP clone: %v", err)
+	}
+
+	// A wrong token is refused, not ignored.
+	bad := &githttp.BasicAuth{Username: g.User, Password: "wrong"}
+	if _, err := git.Clone(memory.NewStorage(), memfs.New(), &git.CloneOptions{URL: repo.CloneURL, Auth: bad}); err == nil {
+		t.Error("clone with a wrong token succeeded")
+	}
+}
+
+// refSpecs pushes local branches to remote ones: "src:dst" means refs/heads/src to refs/heads/dst.
+func refSpecs(pairs ...string) []config.RefSpec {
+	var out []config.RefSpec
+	for _, p := range pairs {
+		src, dst, _ := strings.Cut(p, ":")
+		out = append(out, config.RefSpec("refs/heads/"+src+":refs/heads/"+dst))
+	}
+	return out
+}
+
+func commitFile(t *testing.T, r *git.Repository, path, content, msg string) {
+	t.Helper()
+	wt, err := r.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wt.Filesystem.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := wt.Filesystem.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte(content)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := wt.Add(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wt.Commit(msg, &git.CommitOptions{Author: &object.Signature{Name: "test", Email: "test@example.test", When: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPulumi runs the CLI built by make tools against a file:// backend: it reports the version it
+// was stamped with, and a stack created in the backend is listed back as JSON.
+func TestPulumi(t *testing.T) {
+	p := NewPulumi(t)
+	if v := strings.TrimSpace(p.Run(t, t.TempDir(), "version")); !strings.HasPrefix(v, "v3.") {
+		t.Fatalf("pulumi version = %q, want v3.x (is the binary stamped with -X ...version.Version?)", v)
+	}
+	proj := t.TempDir()
+	if err := os.WriteFile(filepath.Join(proj, "Pulumi.yaml"), []byte("name: testenv\nruntime: yaml\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.Run(t, proj, "login", p.BackendURL)
+	p.Run(t, proj, "stack", "init", "organization/testenv/dev")
+	var stacks []struct {
+		Name string `json:"name"`
+	}
+	out := p.Run(t, proj, "stack", "ls", "--all", "--json")
+	if err := json.Unmarshal([]byte(out), &stacks); err != nil {
+		t.Fatalf("stack ls: %v\n%s", err, out)
+	}
+	if len(stacks) != 1 || !strings.HasSuffix(stacks[0].Name, "dev") {
+		t.Fatalf("stacks = %+v", stacks)
+	}
+	if _, err := os.Stat(filepath.Join(strings.TrimPrefix(p.BackendURL, "file://"), ".pulumi", "stacks", "testenv", "dev.json")); err != nil {
+		t.Errorf("stack not in the file backend: %v", err)
+	}
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests and the VM-backed end-to-end tests need. Idempotent: only
+# missing packages are installed, and apt-get update runs only when something is missing.
+set -euo pipefail
+
+packages=(
+  git                 # Gitea shells out to git
+  openssh-client      # ssh-keygen and manual debugging of test servers
+  docker-registry     # a login-protected container registry for end-to-end tests
+  apache2-utils       # htpasswd for that registry
+  qemu-system-x86     # VMs behind the hcloudsim VM backend
+  qemu-utils
+  debootstrap
+  cloud-image-utils   # cloud-localds (NoCloud seeds)
+  genisoimage
+  e2fsprogs
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo=sudo
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The registry package enables a system service; tests start their own registries on ephemeral ports.
+if systemctl is-enabled docker-registry >/dev/null 2>&1; then
+  $sudo systemctl disable --now docker-registry >/dev/null 2>&1 || true
+fi
