@@ -1,0 +1,97 @@
+// Command hcloudsim serves the Hetzner Cloud API simulator (package hcloudsim) for the local demo and
+// for tests that run the reconciler as a separate process.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/hcloudsim"
+	"github.com/stands-engine/stands-reconciler/internal/logging"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hcloudsim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8086", "address to serve on (loopback by default)")
+	token := fs.String("token", "", "bearer token clients must send (default $HCLOUDSIM_TOKEN, or the contents of $HCLOUDSIM_TOKEN_FILE, or test-token)")
+	state := fs.String("state", "", "state file: keep servers, networks and keys across restarts")
+	delay := fs.Duration("action-delay", 2*time.Second, "how long actions run before they succeed")
+	machine := fs.String("machine", "record", "machine backend: record (servers are records)")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error ($LOG_LEVEL wins)")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	log := logging.New(stderr, *level)
+	tok, err := resolveToken(*token)
+	if err != nil {
+		log.Error("read token", "err", err)
+		return 1
+	}
+	var m hcloudsim.Machine
+	switch *machine {
+	case "record":
+		m = &hcloudsim.RecordMachine{}
+	default:
+		fmt.Fprintf(stderr, "hcloudsim: unknown machine backend %q\n", *machine)
+		return 2
+	}
+	sim, err := hcloudsim.New(ctx, hcloudsim.WithToken(tok), hcloudsim.WithStateFile(*state), hcloudsim.WithActionDelay(*delay),
+		hcloudsim.WithMachine(m), hcloudsim.WithLogger(log))
+	if err != nil {
+		log.Error("start simulator", "err", err)
+		return 1
+	}
+	l, err := hcloudsim.Listen(sim, *listen)
+	if err != nil {
+		log.Error("listen", "addr", *listen, "err", err)
+		return 1
+	}
+	// The endpoint on stdout, alone on its line, for scripts that start the simulator on port 0.
+	fmt.Fprintln(stdout, l.Endpoint)
+	log.Info("serving the Hetzner Cloud API simulator", "endpoint", l.Endpoint, "state", *state, "machine", *machine, "action_delay", *delay)
+	<-ctx.Done()
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Close(shutdown); err != nil {
+		log.Error("shut down", "err", err)
+		return 1
+	}
+	log.Info("stopped")
+	return 0
+}
+
+// resolveToken follows the *_FILE convention: secrets come from files (systemd credentials), not flags.
+func resolveToken(flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	if v := os.Getenv("HCLOUDSIM_TOKEN"); v != "" {
+		return v, nil
+	}
+	if f := os.Getenv("HCLOUDSIM_TOKEN_FILE"); f != "" {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(data)), nil
+	}
+	return "test-token", nil
+}
