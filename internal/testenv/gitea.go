@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,6 +69,7 @@ START_SSH_SERVER = true
 SSH_LISTEN_HOST = 127.0.0.1
 SSH_PORT = %[5]d
 SSH_LISTEN_PORT = %[5]d
+BUILTIN_SSH_SERVER_USER = git
 OFFLINE_MODE = true
 STATIC_ROOT_PATH = %[6]s
 APP_DATA_PATH = %[2]s/data
@@ -135,10 +137,10 @@ ROOT_PATH = %[2]s/log
 	run("migrate")
 	run("admin", "user", "create", "--admin", "--username", g.User, "--password", g.Password,
 		"--email", g.User+"@example.test", "--must-change-password=false")
-	g.Token = strings.TrimSpace(run("admin", "user", "generate-access-token", "--username", g.User,
-		"--token-name", "tests", "--scopes", "all", "--raw"))
-	if g.Token == "" {
-		t.Fatal("gitea generate-access-token printed no token")
+	out := run("admin", "user", "generate-access-token", "--username", g.User, "--token-name", "tests", "--scopes", "all", "--raw")
+	g.Token = lastLine(out)
+	if !tokenRE.MatchString(g.Token) {
+		t.Fatalf("gitea generate-access-token printed no token:\n%s", out)
 	}
 
 	logFile, err := os.Create(filepath.Join(dir, "web.log"))
@@ -252,6 +254,15 @@ func giteaStaticRoot(t testing.TB) string {
 		Missing(t, "gitea static root %s has no options/locale: run `make tools`", p)
 	}
 	return p
+}
+
+// tokenRE is the shape of a Gitea access token: 40 hex digits.
+var tokenRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// lastLine is the last non-empty line: Gitea may log to stdout before it prints the token.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 func currentUser() string {

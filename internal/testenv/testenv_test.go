@@ -79,7 +79,19 @@ func TestGitea(t *testing.T) {
 		t.Fatalf("push over SSH: %v", err)
 	}
 
-	// Both read back: through the API, and by a fresh clone over HTTP.
+	// Both read back: through the API, and by a fresh clone over HTTP. Gitea updates its view of a
+	// repository from a queue after each push, so the API may lag the push by a moment.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		commits, _, err := api.ListRepoCommits(g.User, "stands", gitea.ListCommitOptions{SHA: "main"})
+		if err == nil && len(commits) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the API never showed both commits: %d, %v", len(commits), err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	for path, want := range map[string]string{"stands/a/stand.yml": "project: a", "stands/b/stand.yml": "project: b"} {
 		data, _, err := api.GetFile(g.User, "stands", "main", path)
 		if err != nil || !strings.Contains(string(data), want) {
@@ -88,7 +100,7 @@ func TestGitea(t *testing.T) {
 	}
 	commits, _, err := api.ListRepoCommits(g.User, "stands", gitea.ListCommitOptions{SHA: "main"})
 	if err != nil || len(commits) != 2 || !strings.HasPrefix(commits[0].RepoCommit.Message, "add stand b") {
-		t.Fatalf("commits: %d %v", len(commits), err)
+		t.Fatalf("commits: %d %v\n%s", len(commits), err, tail(filepath.Join(g.Dir, "log", "gitea.log")))
 	}
 	fresh, err := git.Clone(memory.NewStorage(), memfs.New(), &git.CloneOptions{URL: repo.CloneURL, Auth: httpAuth, ReferenceName: "refs/heads/main"})
 	if err != nil {
