@@ -118,4 +118,3 @@ func nonNil[T any](l []T) []T {
 	}
 	return l
 }
-

@@ -30,8 +30,8 @@ type Sim struct {
 	stateFile   string
 	log         *slog.Logger
 
-	mu     sync.Mutex
-	st     state
+	mu          sync.Mutex
+	st          state
 	faults      []*Fault
 	failActions []actionFailure
 	calls       []Call
@@ -280,4 +280,3 @@ func filterLabels(q map[string][]string) (selector, *Error) {
 	}
 	return sel, nil
 }
-

@@ -2,10 +2,10 @@ package hcloudsim
 
 import (
 	"context"
-	"errors"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"

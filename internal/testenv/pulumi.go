@@ -42,13 +42,13 @@ func NewPulumi(t testing.TB) *Pulumi {
 // Env is the environment every Pulumi invocation of the test gets, the Automation API's included.
 func (p *Pulumi) Env() map[string]string {
 	return map[string]string{
-		"PULUMI_BACKEND_URL":                         p.BackendURL,
-		"PULUMI_HOME":                                p.Home,
-		"PULUMI_CONFIG_PASSPHRASE":                   p.Passphrase,
+		"PULUMI_BACKEND_URL":                          p.BackendURL,
+		"PULUMI_HOME":                                 p.Home,
+		"PULUMI_CONFIG_PASSPHRASE":                    p.Passphrase,
 		"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-		"PULUMI_SKIP_UPDATE_CHECK":                   "true",
-		"PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK":   "false",
-		"PATH":                                       filepath.Dir(p.Bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"PULUMI_SKIP_UPDATE_CHECK":                    "true",
+		"PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK":    "false",
+		"PATH": filepath.Dir(p.Bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
 	}
 }
 

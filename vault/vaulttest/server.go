@@ -35,11 +35,11 @@ type Server struct {
 	now func() time.Time
 
 	mu       sync.Mutex
-	tokens   map[string]*token  // by id
+	tokens   map[string]*token   // by id
 	mounts   map[string]*kvMount // by path without slashes
-	auths    map[string]string  // auth mount path → type
+	auths    map[string]string   // auth mount path → type
 	roles    map[string]*appRole // by name
-	secretID map[string]string  // secret id → role name
+	secretID map[string]string   // secret id → role name
 }
 
 type token struct {
