@@ -60,8 +60,7 @@ const vat = 1.19
 
 func (t serverTypeInfo) schema() schema.ServerType {
 	st := schema.ServerType{ID: t.id, Name: t.name, Description: t.desc, Category: category(t), Cores: t.cores,
-		Memory: t.memory, Disk: t.disk, StorageType: "local", CPUType: t.cpuType, Architecture: t.arch,
-		IncludedTraffic: 21990232555520}
+		Memory: t.memory, Disk: t.disk, StorageType: "local", CPUType: t.cpuType, Architecture: t.arch}
 	for _, l := range locations {
 		if t.euOnly && l.zone != "eu-central" {
 			continue

@@ -216,7 +216,7 @@ func TestErrorCodes(t *testing.T) {
 			return err
 		}},
 		{"unknown server", hcloud.ErrorCodeNotFound, func() error {
-			_, err := noRetry.Server.Delete(ctx, &hcloud.Server{ID: 424242})
+			_, _, err := noRetry.Server.DeleteWithResult(ctx, &hcloud.Server{ID: 424242})
 			return err
 		}},
 		{"wrong token", hcloud.ErrorCodeUnauthorized, func() error {

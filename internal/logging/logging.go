@@ -37,7 +37,7 @@ func New(w io.Writer, level string) *slog.Logger {
 		return a
 	}
 	if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
-		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, ReplaceAttr: replace}))
+		return slog.New(tint.NewTextHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, ReplaceAttr: replace}))
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: replace}))
 }
