@@ -25,6 +25,20 @@ func (s *Sim) routeServers(m string, parts []string, q map[string][]string, body
 	case len(parts) == 0 && m == http.MethodPost:
 		return s.createServer(body)
 	}
+	if parts[0] == "actions" && m == http.MethodGet {
+		// /servers/actions[/{id}]: actions of any server.
+		isServer := func(a *action) bool {
+			return slices.ContainsFunc(a.Resources, func(r schema.ActionResourceReference) bool { return r.Type == "server" })
+		}
+		if len(parts) == 2 {
+			aid, ok := parseID(parts[1])
+			if a := s.st.Actions[aid]; ok && a != nil && isServer(a) {
+				return schema.ActionGetResponse{Action: a.schema()}, nil
+			}
+			return nil, notFound("action", parts[1])
+		}
+		return s.listActions(q, isServer)
+	}
 	id, ok := parseID(parts[0])
 	srv := s.st.Servers[id]
 	if !ok || srv == nil {

@@ -450,3 +450,86 @@ func TestSelector(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherEndpoints covers the rest of the surface: SSH key lookup, update and delete; network
+// update and delete (which detaches servers); catalog and action lookups by id; a server's action
+// list; reboot, reset and shutdown.
+func TestOtherEndpoints(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+	key, nw := e.fixture(t)
+	if k := must(e.client.SSHKey.GetByFingerprint(ctx, key.Fingerprint)); k == nil || k.ID != key.ID {
+		t.Errorf("key by fingerprint: %+v", k)
+	}
+	if _, _, err := e.client.SSHKey.Create(ctx, hcloud.SSHKeyCreateOpts{Name: "stands-admin", PublicKey: sshPublicKey(t)}); !hcloud.IsError(err, hcloud.ErrorCodeUniquenessError) {
+		t.Errorf("duplicate key name: %v", err)
+	}
+	if _, _, err := e.client.SSHKey.Create(ctx, hcloud.SSHKeyCreateOpts{Name: "bad", PublicKey: "ssh-ed25519 not-a-key"}); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
+		t.Errorf("invalid key: %v", err)
+	}
+	if k := must(e.client.SSHKey.Update(ctx, key, hcloud.SSHKeyUpdateOpts{Labels: map[string]string{"a": "b"}})); k.Labels["a"] != "b" {
+		t.Errorf("key labels: %v", k.Labels)
+	}
+	if _, err := e.client.SSHKey.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if k := must(e.client.SSHKey.GetByID(ctx, key.ID)); k != nil {
+		t.Errorf("deleted key still there")
+	}
+
+	res := e.createServer(t, "n1", nil, nw)
+	if err := e.client.Action.WaitFor(ctx, append([]*hcloud.Action{res.Action}, res.NextActions...)...); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func(context.Context, *hcloud.Server) (*hcloud.Action, *hcloud.Response, error){
+		"reboot_server": e.client.Server.Reboot, "reset_server": e.client.Server.Reset, "shutdown_server": e.client.Server.Shutdown,
+	} {
+		a := must(call(ctx, res.Server))
+		if a.Command != name {
+			t.Errorf("action command %q, want %q", a.Command, name)
+		}
+		if err := e.client.Action.WaitFor(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if got := must(e.client.Action.GetByID(ctx, a.ID)); got.Status != hcloud.ActionStatusSuccess || got.Progress != 100 || got.Finished.IsZero() {
+			t.Errorf("action by id: %+v", got)
+		}
+	}
+	acts, err := e.client.Server.Action.AllFor(ctx, res.Server, hcloud.ActionListOpts{})
+	if err != nil || len(acts) != 6 { // create, start, attach, reboot, reset, shutdown
+		t.Errorf("actions of the server: %d, %v", len(acts), err)
+	}
+	if all, err := e.client.Server.Action.All(ctx, hcloud.ActionListOpts{Status: []hcloud.ActionStatus{hcloud.ActionStatusSuccess}}); err != nil || len(all) != 6 {
+		t.Errorf("actions of all servers: %d, %v", len(all), err)
+	}
+	if a := must(e.client.Server.Action.GetByID(ctx, acts[0].ID)); a == nil || a.Command != "create_server" {
+		t.Errorf("server action by id: %+v", a)
+	}
+
+	if n := must(e.client.Network.Update(ctx, nw, hcloud.NetworkUpdateOpts{Name: "renamed", Labels: map[string]string{"x": "y"}})); n.Name != "renamed" || n.Labels["x"] != "y" {
+		t.Errorf("network update: %+v", n)
+	}
+	if _, err := e.client.Network.Delete(ctx, nw); err != nil {
+		t.Fatal(err)
+	}
+	if n := must(e.client.Network.GetByID(ctx, nw.ID)); n != nil {
+		t.Error("deleted network still there")
+	}
+	if s := must(e.client.Server.GetByID(ctx, res.Server.ID)); len(s.PrivateNet) != 0 {
+		t.Errorf("server still attached to a deleted network: %+v", s.PrivateNet)
+	}
+
+	if st := must(e.client.ServerType.GetByID(ctx, 104)); st == nil || st.Name != "cx22" {
+		t.Errorf("server type 104: %+v", st)
+	}
+	if img := must(e.client.Image.GetByID(ctx, 114690387)); img == nil || img.Name != "debian-12" || img.Architecture != hcloud.ArchitectureX86 {
+		t.Errorf("image by id: %+v", img)
+	}
+	if loc := must(e.client.Location.GetByID(ctx, 3)); loc == nil || loc.Name != "hel1" || loc.NetworkZone != hcloud.NetworkZoneEUCentral {
+		t.Errorf("location 3: %+v", loc)
+	}
+	if _, _, err := e.client.Server.Create(ctx, hcloud.ServerCreateOpts{Name: "us", ServerType: &hcloud.ServerType{Name: "cx22"},
+		Image: &hcloud.Image{Name: "debian-12"}, Location: &hcloud.Location{Name: "ash"}}); !hcloud.IsError(err, hcloud.ErrorCode("unsupported_location_for_server_type")) {
+		t.Errorf("cx22 in ash: %v", err)
+	}
+}
