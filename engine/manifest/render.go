@@ -133,8 +133,12 @@ func render(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, rep *Report) 
 		if p == nil || p.CloudInit == "" {
 			continue
 		}
-		ctx := clone(base)
-		ctx["node"] = r.nodeContext(n.Name)
+		// Cloud-init is rendered before the server exists: no addresses, only names (seed §4).
+		ctx := map[string]any{
+			"user_admin": base["user_admin"], "user_app": base["user_app"], "ssh_public_key": base["ssh_public_key"],
+			"network_ip_range": base["network_ip_range"], "stand": base["stand"],
+			"node": map[string]any{"name": n.Name, "server_name": s.ServerName(n)},
+		}
 		data, ok := r.file(p.CloudInit, ctx)
 		if !ok {
 			continue

@@ -150,3 +150,12 @@ func ResolveSecrets(ctx context.Context, s *Stand, src SecretSource) (Secrets, e
 	}
 	return out, nil
 }
+
+// Values lists the resolved values, for masking them wherever they might be shown.
+func (s Secrets) Values() []string {
+	out := make([]string, 0, len(s.values))
+	for _, v := range s.values {
+		out = append(out, v)
+	}
+	return out
+}

@@ -1,0 +1,332 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/engine/provider"
+)
+
+// Stand is what Apply and Preview take: a validated stand, the repository it came from, its resolved
+// secrets and its spec hash.
+type Stand struct {
+	FS       fs.FS
+	Stand    *manifest.Stand
+	Secrets  manifest.Secrets
+	SpecHash string
+}
+
+// Result is the outcome of an operation on a stand.
+type Result struct {
+	StandID    string         `json:"id_stand"`
+	Operation  string         `json:"operation"` // apply, preview, destroy
+	Changed    bool           `json:"changed"`   // false: nothing to do (no-op)
+	Changes    map[string]int `json:"changes,omitempty"`
+	Nodes      []Node         `json:"nodes,omitempty"`
+	SpecHash   string         `json:"specHash,omitempty"`
+	NodesMode  string         `json:"nodesMode,omitempty"`
+	Connection json.RawMessage `json:"-"` // full values: secret
+	Masked     json.RawMessage `json:"connection,omitempty"`
+}
+
+// Node is a server of the stand as its stack records it.
+type Node struct {
+	Name       string `json:"name"`
+	ServerName string `json:"serverName"`
+	ServerID   int64  `json:"serverId"`
+	PublicIPv4 string `json:"publicIPv4"`
+	PrivateIP  string `json:"privateIP"`
+}
+
+// ErrNotOwned marks a stack without the reconciler's ownership mark: it is never changed or destroyed.
+var ErrNotOwned = errors.New("stack is not owned by stands-reconciler")
+
+// NodesSkipped is the only node mode so far: servers are provisioned, nothing is done over SSH.
+const NodesSkipped = "skipped"
+
+type serverRes struct {
+	pulumi.CustomResourceState
+	ServerID   pulumi.IntOutput    `pulumi:"serverId"`
+	PublicIPv4 pulumi.StringOutput `pulumi:"publicIPv4"`
+	PrivateIP  pulumi.StringOutput `pulumi:"privateIP"`
+}
+
+// plan is what the program needs; it is filled in after the stack is opened (the key pair and the
+// network's range come from the stack and from Hetzner).
+type plan struct {
+	in         Stand
+	rendered   *manifest.Rendered
+	ipRange    string
+	privateKey string
+	publicKey  string
+}
+
+func (p *plan) program(ctx *pulumi.Context) error {
+	s := p.in.Stand
+	profiles := map[string]*manifest.Profile{}
+	for _, pr := range s.Profiles {
+		profiles[pr.Name] = pr
+	}
+	type node struct {
+		n   *manifest.RenderedNode
+		res *serverRes
+	}
+	var nodes []node
+	for _, n := range p.rendered.Nodes {
+		pr := profiles[s.Nodes[indexNode(s, n.Name)].Profile]
+		args := pulumi.Map{
+			"name":       pulumi.String(n.ServerName),
+			"serverType": pulumi.String(pr.ServerType),
+			"image":      pulumi.String(pr.Image),
+			"location":   pulumi.String(pr.Location),
+			"network":    pulumi.String(pr.Network),
+			"sshKeyName": pulumi.String(s.SSH.KeyNameAdmin),
+			"labels": pulumi.StringMap{
+				provider.LabelManagedBy: pulumi.String(provider.ManagedByValue),
+				provider.LabelStand:     pulumi.String(s.ID),
+				"stands.dev/owner":      pulumi.String(s.Owner),
+				"stands.dev/node":       pulumi.String(n.Name),
+			},
+			"userData": pulumi.ToSecret(pulumi.String(string(n.CloudInit))),
+		}
+		res := &serverRes{}
+		if err := ctx.RegisterResource(provider.ServerType, n.Name, args, res); err != nil {
+			return err
+		}
+		nodes = append(nodes, node{n, res})
+	}
+	out := pulumi.Map{}
+	var addrs []any
+	for _, n := range nodes {
+		out[n.n.Name] = pulumi.Map{"serverName": pulumi.String(n.n.ServerName), "serverId": n.res.ServerID,
+			"publicIPv4": n.res.PublicIPv4, "privateIP": n.res.PrivateIP}
+		addrs = append(addrs, n.res.PublicIPv4, n.res.PrivateIP)
+	}
+	ctx.Export(OutNodes, out)
+	ctx.Export(OutOwnedBy, pulumi.String(provider.ManagedByValue))
+	ctx.Export(OutStandID, pulumi.String(s.ID))
+	ctx.Export(OutSpecHash, pulumi.String(p.in.SpecHash))
+	ctx.Export(OutNodesMode, pulumi.String(NodesSkipped))
+	ctx.Export(OutSSHPrivateKey, pulumi.ToSecret(pulumi.String(p.privateKey)))
+	ctx.Export(OutSSHPublicKey, pulumi.String(p.publicKey))
+	// Connection templates need the servers' addresses: render once they are known.
+	conn := pulumi.All(addrs...).ApplyT(func(vals []any) (string, error) {
+		a := manifest.Addresses{NetworkIPRange: p.ipRange, SSHPublicKey: p.publicKey, Nodes: map[string]manifest.NodeAddress{}}
+		for i, n := range nodes {
+			a.Nodes[n.n.Name] = manifest.NodeAddress{PublicIPv4: vals[2*i].(string), PrivateIP: vals[2*i+1].(string)}
+		}
+		r, err := manifest.Render(p.in.FS, s, p.in.Secrets, a)
+		if err != nil {
+			return "", fmt.Errorf("render connection output: %w", err)
+		}
+		rec, err := ConnectionRecord(s.ID, r)
+		return string(rec), err
+	}).(pulumi.StringOutput)
+	ctx.Export(OutConnection, pulumi.ToSecret(conn))
+	return nil
+}
+
+// isChange reports whether any step other than "same" ran.
+func isChange(changes map[string]int) bool {
+	for op, n := range changes {
+		if op != "same" && n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func indexNode(s *manifest.Stand, name string) int {
+	for i, n := range s.Nodes {
+		if n.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func (e *Engine) hcloud() *hcloud.Client {
+	opts := []hcloud.ClientOption{hcloud.WithToken(e.cfg.HcloudToken), hcloud.WithApplication("stands-reconciler", provider.Version)}
+	if e.cfg.HcloudEndpoint != "" {
+		opts = append(opts, hcloud.WithEndpoint(e.cfg.HcloudEndpoint))
+	}
+	return hcloud.NewClient(opts...)
+}
+
+// prepare opens the stand's stack, checks ownership, and fills the plan.
+func (e *Engine) prepare(ctx context.Context, in Stand) (auto.Stack, *plan, auto.OutputMap, error) {
+	s := in.Stand
+	p := &plan{in: in}
+	st, err := e.stack(ctx, StackRef{s.Project, s.Env}, p.program, true)
+	if err != nil {
+		return auto.Stack{}, nil, nil, fmt.Errorf("open stack %s/%s: %w", s.Project, s.Env, err)
+	}
+	outs, err := st.Outputs(ctx)
+	if err != nil {
+		return auto.Stack{}, nil, nil, fmt.Errorf("read outputs of %s/%s: %w", s.Project, s.Env, err)
+	}
+	if err := e.checkOwned(ctx, st, outs); err != nil {
+		return auto.Stack{}, nil, nil, err
+	}
+	if p.privateKey, p.publicKey, err = keyPair(outs); err != nil {
+		return auto.Stack{}, nil, nil, err
+	}
+	net, _, err := e.hcloud().Network.GetByName(ctx, s.Profiles[0].Network)
+	if err != nil {
+		return auto.Stack{}, nil, nil, fmt.Errorf("look up network %s: %w", s.Profiles[0].Network, err)
+	}
+	if net == nil {
+		return auto.Stack{}, nil, nil, fmt.Errorf("network %q does not exist in the Hetzner project", s.Profiles[0].Network)
+	}
+	p.ipRange = net.IPRange.String()
+	// Cloud-init is all the program takes from this render; addresses are not known yet.
+	p.rendered, err = manifest.Render(in.FS, s, in.Secrets, manifest.Addresses{NetworkIPRange: p.ipRange, SSHPublicKey: p.publicKey})
+	if err != nil {
+		return auto.Stack{}, nil, nil, fmt.Errorf("render %s: %w", s.ID, err)
+	}
+	return st, p, outs, nil
+}
+
+// checkOwned refuses a stack that holds resources but not our mark (made by another tool).
+func (e *Engine) checkOwned(ctx context.Context, st auto.Stack, outs auto.OutputMap) error {
+	if v, ok := outs[OutOwnedBy]; ok && v.Value == provider.ManagedByValue {
+		return nil
+	}
+	dep, err := st.Export(ctx)
+	if err != nil {
+		return fmt.Errorf("export stack %s: %w", st.Name(), err)
+	}
+	var d struct {
+		Resources []json.RawMessage `json:"resources"`
+	}
+	if len(dep.Deployment) > 0 {
+		if err := json.Unmarshal(dep.Deployment, &d); err != nil {
+			return fmt.Errorf("read deployment of %s: %w", st.Name(), err)
+		}
+	}
+	if len(d.Resources) > 0 {
+		return fmt.Errorf("%s: %w (it has %d resources and no %q output)", st.Name(), ErrNotOwned, len(d.Resources), OutOwnedBy)
+	}
+	return nil
+}
+
+// Apply makes the stand's servers match its manifest. When the stack's recorded spec hash equals
+// in.SpecHash and force is false, nothing runs: the result says so.
+func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, error) {
+	log := e.log.With("stand", in.Stand.ID)
+	st, p, outs, err := e.prepare(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	if v, ok := outs[OutSpecHash]; ok && v.Value == in.SpecHash && !force {
+		log.Info("stand is up to date", "spec_hash", in.SpecHash)
+		return e.result(in, "apply", false, nil, outs, p)
+	}
+	ch, wait := e.progress(log)
+	log.Info("applying stand", "spec_hash", in.SpecHash, "nodes", len(in.Stand.Nodes))
+	res, err := st.Up(ctx, optup.EventStreams(ch), optup.SuppressProgress())
+	changes := wait()
+	if err != nil {
+		return nil, fmt.Errorf("pulumi up %s: %w", in.Stand.ID, err)
+	}
+	log.Info("stand applied", "changes", changes)
+	return e.result(in, "apply", isChange(changes), changes, res.Outputs, p)
+}
+
+// Preview reports what Apply would change, without changing anything.
+func (e *Engine) Preview(ctx context.Context, in Stand) (*Result, error) {
+	st, p, outs, err := e.prepare(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	ch, wait := e.progress(e.log.With("stand", in.Stand.ID, "preview", true))
+	_, err = st.Preview(ctx, optpreview.EventStreams(ch), optpreview.SuppressProgress())
+	changes := wait()
+	if err != nil {
+		return nil, fmt.Errorf("pulumi preview %s: %w", in.Stand.ID, err)
+	}
+	return e.result(in, "preview", isChange(changes), changes, outs, p)
+}
+
+func (e *Engine) result(in Stand, op string, changed bool, changes map[string]int, outs auto.OutputMap, p *plan) (*Result, error) {
+	r := &Result{StandID: in.Stand.ID, Operation: op, Changed: changed, Changes: changes, SpecHash: in.SpecHash, NodesMode: NodesSkipped}
+	r.Nodes = nodesFrom(outs)
+	if v, ok := outs[OutConnection]; ok {
+		if s, ok := v.Value.(string); ok && s != "" {
+			r.Connection = json.RawMessage(s)
+			masked, err := MaskConnection(r.Connection, in.Secrets.Values())
+			if err != nil {
+				return nil, err
+			}
+			r.Masked = masked
+		}
+	}
+	return r, nil
+}
+
+func nodesFrom(outs auto.OutputMap) []Node {
+	raw, ok := outs[OutNodes].Value.(map[string]any)
+	if !ok {
+		return nil
+	}
+	var nodes []Node
+	for name, v := range raw {
+		m, _ := v.(map[string]any)
+		n := Node{Name: name}
+		n.ServerName, _ = m["serverName"].(string)
+		n.PublicIPv4, _ = m["publicIPv4"].(string)
+		n.PrivateIP, _ = m["privateIP"].(string)
+		if f, ok := m["serverId"].(float64); ok {
+			n.ServerID = int64(f)
+		}
+		nodes = append(nodes, n)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	return nodes
+}
+
+// Destroy deletes a stand's servers and removes its stack. It needs only the stack's name — never the
+// manifest, never SSH (seed §3/§9). A stack that does not exist is already destroyed.
+func (e *Engine) Destroy(ctx context.Context, ref StackRef) (*Result, error) {
+	id := ref.Project + "/" + ref.Env
+	log := e.log.With("stack", id)
+	st, err := e.stack(ctx, ref, func(*pulumi.Context) error { return nil }, false)
+	if auto.IsSelectStack404Error(err) {
+		log.Info("stack does not exist: nothing to destroy")
+		return &Result{Operation: "destroy"}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open stack %s: %w", id, err)
+	}
+	outs, err := st.Outputs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read outputs of %s: %w", id, err)
+	}
+	if err := e.checkOwned(ctx, st, outs); err != nil {
+		return nil, err
+	}
+	standID, _ := outs[OutStandID].Value.(string)
+	ch, wait := e.progress(log)
+	_, err = st.Destroy(ctx, optdestroy.EventStreams(ch), optdestroy.SuppressProgress())
+	changes := wait()
+	if err != nil {
+		return nil, fmt.Errorf("pulumi destroy %s: %w", id, err)
+	}
+	if err := st.Workspace().RemoveStack(ctx, st.Name()); err != nil {
+		return nil, fmt.Errorf("remove stack %s: %w", id, err)
+	}
+	log.Info("stand destroyed", "changes", changes)
+	return &Result{StandID: standID, Operation: "destroy", Changed: true, Changes: changes}, nil
+}

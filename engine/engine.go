@@ -1,0 +1,225 @@
+// Package engine drives one stand's infrastructure through the Pulumi Automation API: an inline
+// program per stand, the `stands` provider (package engine/provider) served by our own binary, a
+// diy backend (file:// by default, s3:// in production) with the passphrase secrets provider.
+package engine
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/stands-engine/stands-reconciler/engine/provider"
+)
+
+// Config is what the engine needs to reach Pulumi, its backend and Hetzner.
+type Config struct {
+	PulumiBin      string // the pulumi CLI; its folder is handed to the Automation API
+	BackendURL     string // file://<state-dir>/pulumi/<owner> or s3://bucket/owner?region=…
+	Passphrase     string // secrets provider passphrase (also keys the spec hash)
+	HcloudToken    string
+	HcloudEndpoint string // empty: Hetzner's own
+	ProviderBin    string // executable that serves the provider when run as pulumi-resource-stands
+	WorkDir        string // plugin link and Pulumi home live here
+	Env            map[string]string
+	Log            *slog.Logger
+}
+
+// Engine applies and destroys stands.
+type Engine struct {
+	cfg       Config
+	cmd       auto.PulumiCommand
+	pluginDir string
+	home      string
+	log       *slog.Logger
+}
+
+// New checks the configuration and prepares the plugin folder: a link named pulumi-resource-stands
+// to the provider executable, declared to the engine as a local plugin (no download, no PATH lookup).
+func New(cfg Config) (*Engine, error) {
+	if cfg.PulumiBin == "" || cfg.BackendURL == "" || cfg.Passphrase == "" || cfg.WorkDir == "" {
+		return nil, errors.New("engine: PulumiBin, BackendURL, Passphrase and WorkDir are required")
+	}
+	if cfg.ProviderBin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own executable: %w", err)
+		}
+		cfg.ProviderBin = exe
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{cfg: cfg, pluginDir: filepath.Join(cfg.WorkDir, "plugins"), home: filepath.Join(cfg.WorkDir, "pulumi-home"), log: cfg.Log}
+	for _, d := range []string{e.pluginDir, e.home} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	link := filepath.Join(e.pluginDir, provider.BinaryName)
+	if cur, err := os.Readlink(link); err != nil || cur != cfg.ProviderBin {
+		_ = os.Remove(link)
+		if err := os.Symlink(cfg.ProviderBin, link); err != nil {
+			return nil, fmt.Errorf("link provider: %w", err)
+		}
+	}
+	// The Automation API runs <root>/bin/pulumi and checks its version.
+	if filepath.Base(filepath.Dir(cfg.PulumiBin)) != "bin" || filepath.Base(cfg.PulumiBin) != "pulumi" {
+		return nil, fmt.Errorf("engine: the Pulumi CLI must be at <root>/bin/pulumi, not %s", cfg.PulumiBin)
+	}
+	cmd, err := auto.NewPulumiCommand(&auto.PulumiCommandOptions{Root: filepath.Dir(filepath.Dir(cfg.PulumiBin))})
+	if err != nil {
+		return nil, fmt.Errorf("pulumi CLI %s: %w", cfg.PulumiBin, err)
+	}
+	e.cmd = cmd
+	return e, nil
+}
+
+// StackRef names a stand's stack: project = stand.project, stack = stand.env (seed §2).
+type StackRef struct {
+	Project string
+	Env     string
+}
+
+func (r StackRef) fqn() string { return auto.FullyQualifiedStackName("organization", r.Project, r.Env) }
+
+// Output names the program exports.
+const (
+	OutOwnedBy       = "ownedBy" // the ownership mark: provider.ManagedByValue
+	OutStandID       = "standId"
+	OutSpecHash      = "specHash"
+	OutNodes         = "nodes"
+	OutConnection    = "connection" // secret
+	OutSSHPrivateKey = "sshPrivateKey"
+	OutSSHPublicKey  = "sshPublicKey"
+	OutNodesMode     = "nodesMode"
+)
+
+func (e *Engine) envVars() map[string]string {
+	env := map[string]string{
+		"PULUMI_CONFIG_PASSPHRASE":                    e.cfg.Passphrase,
+		"PULUMI_HOME":                                 e.home,
+		"PULUMI_SKIP_UPDATE_CHECK":                    "true",
+		"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+		"PULUMI_BACKEND_URL":                          e.cfg.BackendURL,
+	}
+	for k, v := range e.cfg.Env {
+		env[k] = v
+	}
+	return env
+}
+
+// stack opens (or, with create, creates) a stand's stack with an inline program and sets the
+// provider's configuration.
+func (e *Engine) stack(ctx context.Context, ref StackRef, run pulumi.RunFunc, create bool) (auto.Stack, error) {
+	proj := workspace.Project{
+		Name:    tokens.PackageName(ref.Project),
+		Runtime: workspace.NewProjectRuntimeInfo("go", nil),
+		Backend: &workspace.ProjectBackend{URL: e.cfg.BackendURL},
+		Plugins: &workspace.Plugins{Providers: []workspace.PluginOptions{{Name: provider.Name, Path: e.pluginDir}}},
+	}
+	opts := []auto.LocalWorkspaceOption{auto.Project(proj), auto.SecretsProvider("passphrase"), auto.EnvVars(e.envVars()),
+		auto.Pulumi(e.cmd), auto.PulumiHome(e.home)}
+	var st auto.Stack
+	var err error
+	if create {
+		st, err = auto.UpsertStackInlineSource(ctx, ref.fqn(), ref.Project, run, opts...)
+	} else {
+		st, err = auto.SelectStackInlineSource(ctx, ref.fqn(), ref.Project, run, opts...)
+	}
+	if err != nil {
+		return auto.Stack{}, err
+	}
+	cfg := auto.ConfigMap{provider.Name + ":" + provider.ConfigToken: {Value: e.cfg.HcloudToken, Secret: true}}
+	if e.cfg.HcloudEndpoint != "" {
+		cfg[provider.Name+":"+provider.ConfigEndpoint] = auto.ConfigValue{Value: e.cfg.HcloudEndpoint}
+	}
+	if err := st.SetAllConfig(ctx, cfg); err != nil {
+		return auto.Stack{}, fmt.Errorf("set provider config: %w", err)
+	}
+	return st, nil
+}
+
+// progress turns engine events into log records — one per resource step, plus warnings and errors —
+// and counts the steps on the stand's own resources (not the stack or provider bookkeeping) by
+// operation: the change summary.
+func (e *Engine) progress(log *slog.Logger) (chan events.EngineEvent, func() map[string]int) {
+	ch := make(chan events.EngineEvent)
+	done := make(chan struct{})
+	changes := map[string]int{}
+	go func() {
+		defer close(done)
+		for ev := range ch {
+			switch {
+			case ev.ResourcePreEvent != nil:
+				m := ev.ResourcePreEvent.Metadata
+				if !strings.HasPrefix(m.Type, provider.Name+":") {
+					continue
+				}
+				// A replace also emits create-replacement and delete-replaced steps; count it once.
+				if m.Op != "create-replacement" && m.Op != "delete-replaced" {
+					changes[string(m.Op)]++
+				}
+				if m.Op != "same" {
+					log.Info("resource step", "op", string(m.Op), "type", m.Type, "name", lastURNPart(m.URN), "planning", ev.ResourcePreEvent.Planning)
+				}
+			case ev.ResOpFailedEvent != nil:
+				m := ev.ResOpFailedEvent.Metadata
+				log.Warn("resource step failed", "op", string(m.Op), "name", lastURNPart(m.URN))
+			case ev.DiagnosticEvent != nil:
+				d := ev.DiagnosticEvent
+				if d.Severity == "error" || d.Severity == "warning" {
+					log.Warn("pulumi "+d.Severity, "name", lastURNPart(d.URN), "message", strings.TrimSpace(d.Message))
+				}
+			}
+		}
+	}()
+	return ch, func() map[string]int { <-done; return changes }
+}
+
+func lastURNPart(urn string) string {
+	if i := strings.LastIndex(urn, "::"); i >= 0 {
+		return urn[i+2:]
+	}
+	return urn
+}
+
+// keyPair returns the stand's SSH key pair: the one kept (as a secret output) in its stack, or a new
+// ed25519 pair for a new stand.
+func keyPair(outs auto.OutputMap) (private, public string, err error) {
+	if v, ok := outs[OutSSHPrivateKey]; ok {
+		if s, ok := v.Value.(string); ok && s != "" {
+			signer, err := ssh.ParsePrivateKey([]byte(s))
+			if err != nil {
+				return "", "", fmt.Errorf("parse the stand's SSH key from its stack: %w", err)
+			}
+			return s, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))), nil
+		}
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "stands-reconciler")
+	if err != nil {
+		return "", "", err
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		return "", "", err
+	}
+	return string(pem.EncodeToMemory(block)), strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))), nil
+}

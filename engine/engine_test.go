@@ -1,0 +1,312 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+
+	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/hcloudsim"
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/internal/testfs"
+)
+
+// TestMain lets the test binary serve the provider: the engine runs it through the
+// pulumi-resource-stands link, exactly as it runs the reconciler's own binary in production.
+func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == provider.BinaryName {
+		if err := provider.Serve(); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+const hcloudToken = "hc-token-SENTINEL-7d2e"
+
+var exampleSecrets = map[string]string{
+	"SECRET_REGISTRY_PASSWORD": "reg-SENTINEL-pass",
+	"SECRET_KV_PASSWORD":       "kv-SENTINEL-pass",
+}
+
+// syncBuffer is a log sink shared by the engine's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type fixture struct {
+	sim     *hcloudsim.Sim
+	machine *hcloudsim.RecordMachine
+	client  *hcloud.Client
+	eng     *Engine
+	backend string
+	logs    *syncBuffer
+}
+
+// newFixture: the real Pulumi CLI with a file:// backend, hcloudsim with the network and SSH key a
+// Hetzner project has before any stand, and an engine serving the provider from this test binary.
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	pl := testenv.NewPulumi(t)
+	m := &hcloudsim.RecordMachine{}
+	sim, err := hcloudsim.New(context.Background(), hcloudsim.WithToken(hcloudToken), hcloudsim.WithActionDelay(20*time.Millisecond), hcloudsim.WithMachine(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := hcloudsim.Listen(sim, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	c := hcloud.NewClient(hcloud.WithEndpoint(l.Endpoint), hcloud.WithToken(hcloudToken))
+	ctx := context.Background()
+	_, rng, _ := net.ParseCIDR("10.0.0.0/16")
+	_, sub, _ := net.ParseCIDR("10.0.1.0/24")
+	if _, _, err := c.Network.Create(ctx, hcloud.NetworkCreateOpts{Name: "stands-net", IPRange: rng,
+		Subnets: []hcloud.NetworkSubnet{{Type: hcloud.NetworkSubnetTypeCloud, IPRange: sub, NetworkZone: hcloud.NetworkZoneEUCentral}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.SSHKey.Create(ctx, hcloud.SSHKeyCreateOpts{Name: "stands-admin",
+		PublicKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHk7bbrL7xNWSKbN5I2aE9UFLcB0dKlYuOXl4d9q0KZb admin"}); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	eng, err := New(Config{PulumiBin: pl.Bin, BackendURL: pl.BackendURL, Passphrase: pl.Passphrase, HcloudToken: hcloudToken,
+		HcloudEndpoint: l.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{sim: sim, machine: m, client: c, eng: eng, backend: strings.TrimPrefix(pl.BackendURL, "file://"), logs: logs}
+}
+
+// load validates a stand of the example repository (optionally overlaid) and computes its hash.
+func load(t *testing.T, fsys fs.FS, file string) Stand {
+	t.Helper()
+	res, err := manifest.Preflight(context.Background(), fsys, file, manifest.PreflightOptions{
+		LoadOptions: manifest.LoadOptions{DefaultOwner: "demo"},
+		Secrets:     manifest.EnvSource{Lookup: func(k string) (string, bool) { v, ok := exampleSecrets[k]; return v, ok }},
+	})
+	if err != nil {
+		t.Fatalf("preflight: %v", err)
+	}
+	h, err := manifest.SpecHash(fsys, res.Stand, res.Secrets, "stands-test-passphrase")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Stand{FS: fsys, Stand: res.Stand, Secrets: res.Secrets, SpecHash: h}
+}
+
+func examples(t *testing.T, archive string) fs.FS {
+	t.Helper()
+	base, err := testfs.Dir("../examples/stands-repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys, err := testfs.Overlay(base, testfs.Parse(archive))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fsys
+}
+
+func (f *fixture) servers(t *testing.T) map[string]*hcloud.Server {
+	t.Helper()
+	all, err := f.client.Server.All(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*hcloud.Server{}
+	for _, s := range all {
+		out[s.Name] = s
+	}
+	return out
+}
+
+// TestApplyDestroyTwoNode is the engine's end-to-end story on the two-node example.
+func TestApplyDestroyTwoNode(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	stand := load(t, examples(t, ""), "stands/two-node/stand.yml")
+
+	// 1. Apply: two servers, named, labelled, in the network, with their cloud-init.
+	res, err := f.eng.Apply(ctx, stand, false)
+	if err != nil {
+		t.Fatalf("apply: %v\nlogs:\n%s", err, f.logs)
+	}
+	if !res.Changed || res.Changes["create"] != 2 {
+		t.Fatalf("first apply: changed %v, changes %v", res.Changed, res.Changes)
+	}
+	srvs := f.servers(t)
+	if len(srvs) != 2 {
+		t.Fatalf("%d servers, want 2: %v", len(srvs), srvs)
+	}
+	for _, node := range []string{"db", "web"} {
+		s := srvs["demo-demo-two-node-"+node]
+		if s == nil {
+			t.Fatalf("no server for node %s: %v", node, srvs)
+		}
+		if s.Labels[provider.LabelManagedBy] != provider.ManagedByValue || s.Labels[provider.LabelStand] != "demo_demo_two-node" || s.Labels["stands.dev/node"] != node {
+			t.Errorf("%s labels %v", s.Name, s.Labels)
+		}
+		if len(s.PrivateNet) != 1 || s.ServerType.Name != "cx22" || s.Location.Name != "hel1" {
+			t.Errorf("%s: nets %v type %s location %s", s.Name, s.PrivateNet, s.ServerType.Name, s.Location.Name)
+		}
+		ud := f.machine.Servers()[s.ID].UserData
+		if !strings.HasPrefix(ud, "#cloud-config\n") || !strings.Contains(ud, "hostname: "+s.Name) || !strings.Contains(ud, "10.0.0.0/16") {
+			t.Errorf("%s user data:\n%s", s.Name, ud)
+		}
+	}
+	if len(res.Nodes) != 2 || res.Nodes[0].PrivateIP == "" || res.Nodes[0].PublicIPv4 == "" {
+		t.Errorf("nodes %+v", res.Nodes)
+	}
+	if !strings.Contains(string(res.Connection), `"id_stand":"demo_demo_two-node"`) || !strings.Contains(string(res.Connection), exampleSecrets["SECRET_KV_PASSWORD"]) {
+		t.Errorf("connection record %s", res.Connection)
+	}
+	if strings.Contains(string(res.Masked), "SENTINEL") || !strings.Contains(string(res.Masked), `"password":"***"`) {
+		t.Errorf("masked connection %s", res.Masked)
+	}
+
+	// 2. Unchanged spec: no Pulumi run at all; forced: an up with zero changes and no Hetzner write.
+	if res, err := f.eng.Apply(ctx, stand, false); err != nil || res.Changed {
+		t.Fatalf("no-op apply: %v %+v", err, res)
+	}
+	writes := f.sim.Writes("")
+	res, err = f.eng.Apply(ctx, stand, true)
+	if err != nil {
+		t.Fatalf("forced apply: %v", err)
+	}
+	if res.Changed || res.Changes["same"] == 0 || res.Changes["create"]+res.Changes["update"]+res.Changes["replace"]+res.Changes["delete"] != 0 {
+		t.Errorf("forced apply of an unchanged stand: %+v", res.Changes)
+	}
+	if got := f.sim.Writes(""); got != writes {
+		t.Errorf("forced apply made %d Hetzner write calls", got-writes)
+	}
+
+	// 3. One node on a bigger server type: exactly that server changes.
+	bigger := load(t, examples(t, `-- stands/two-node/stand.yml --
+from_dep_manifest: ../../bases/common.yml
+stand:
+  project: demo
+  env: two-node
+node_profiles:
+  big:
+    location: hel1
+    type_serv: cx32
+    image: debian-12
+    network: stands-net
+    cloud-init: ../../bases/cloud-init.yaml.tmpl
+nodes:
+  db:
+    profile: small
+    apps: [kv/cache]
+  web:
+    profile: big
+    apps: [web/front]
+apps:
+  kv:
+    instances:
+      cache: {}
+  web:
+    package: ../../apps/web
+    registry: local
+    instances:
+      front:
+        preferences:
+          image: registry.example.test/stands/web:1.4
+          port: 8080
+          backend_app: kv
+          backend_instance: cache
+          greeting: "Hello from the two-node stand"
+`), "stands/two-node/stand.yml")
+	res, err = f.eng.Apply(ctx, bigger, false)
+	if err != nil {
+		t.Fatalf("apply with a bigger web server: %v\n%s", err, f.logs)
+	}
+	if res.Changes["replace"] != 1 || res.Changes["same"] != 1 || len(res.Changes) != 2 {
+		t.Errorf("changes %v, want exactly one server replaced", res.Changes)
+	}
+	after := f.servers(t)
+	if after["demo-demo-two-node-db"].ID != srvs["demo-demo-two-node-db"].ID {
+		t.Error("the db server changed")
+	}
+	if w := after["demo-demo-two-node-web"]; w == nil || w.ServerType.Name != "cx32" {
+		t.Errorf("web server %+v", w)
+	}
+
+	// 4. Destroy: no servers, no stack; again: nothing to do.
+	ref := StackRef{Project: "demo", Env: "two-node"}
+	res, err = f.eng.Destroy(ctx, ref)
+	if err != nil || res.StandID != "demo_demo_two-node" || res.Changes["delete"] != 2 {
+		t.Fatalf("destroy: %v %+v", err, res)
+	}
+	if n := len(f.servers(t)); n != 0 {
+		t.Errorf("%d servers left after destroy", n)
+	}
+	if _, err := os.Stat(filepath.Join(f.backend, ".pulumi", "stacks", "demo", "two-node.json")); !os.IsNotExist(err) {
+		t.Errorf("stack file still there: %v", err)
+	}
+	if res, err := f.eng.Destroy(ctx, ref); err != nil || res.Changed {
+		t.Fatalf("second destroy: %v %+v", err, res)
+	}
+
+	// 5. Secrets: the token, the user data and the private key never in logs or in plain text in
+	// the backend.
+	state := readTree(t, f.backend)
+	for what, s := range map[string]string{"token": hcloudToken, "user data": "network-pre ordering removed", "private key": "OPENSSH PRIVATE KEY", "kv password": exampleSecrets["SECRET_KV_PASSWORD"]} {
+		if strings.Contains(state, s) {
+			t.Errorf("the %s is in the state files in plain text", what)
+		}
+		if strings.Contains(f.logs.String(), s) {
+			t.Errorf("the %s is in the logs", what)
+		}
+	}
+	if !strings.Contains(f.logs.String(), "resource step") {
+		t.Errorf("no progress in the logs:\n%s", f.logs)
+	}
+}
+
+func readTree(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		b.Write(data)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}

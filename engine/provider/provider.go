@@ -1,0 +1,343 @@
+// Package provider is the `stands` Pulumi resource provider, written on Pulumi's raw gRPC interface:
+// the engine starts our own binary as `pulumi-resource-stands` and calls Check/Diff/Create/Read/
+// Update/Delete for each resource. A small typed layer (resource) keeps each resource a Go struct.
+//
+// Resources: stands:index:Server — a Hetzner Cloud server, through hcloud-go.
+package provider
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+	pprovider "github.com/pulumi/pulumi/sdk/v3/go/pulumi/provider"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
+	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Name is the provider's package name; the engine runs it as pulumi-resource-<Name>.
+const Name = "stands"
+
+// BinaryName is the executable name the engine looks for in the plugin folder.
+const BinaryName = "pulumi-resource-" + Name
+
+// Version is reported to the engine.
+var Version = "0.1.0"
+
+// Config keys the provider reads (stack config "stands:<key>").
+const (
+	ConfigToken    = "token"    // Hetzner API token (secret)
+	ConfigEndpoint = "endpoint" // Hetzner API endpoint, e.g. hcloudsim's http://127.0.0.1:PORT/v1
+)
+
+// Serve runs the provider for the engine; it returns when the engine is done with it.
+func Serve() error {
+	return pprovider.Main(Name, func(*pprovider.HostClient) (pulumirpc.ResourceProviderServer, error) {
+		return New(), nil
+	})
+}
+
+// resource is the typed layer: one implementation per resource type.
+type resourceType interface {
+	check(ctx context.Context, news resource.PropertyMap) (resource.PropertyMap, []*pulumirpc.CheckFailure)
+	diff(ctx context.Context, id string, oldInputs, news resource.PropertyMap) (*pulumirpc.DiffResponse, error)
+	create(ctx context.Context, c *hcloud.Client, inputs resource.PropertyMap, preview bool) (string, resource.PropertyMap, error)
+	read(ctx context.Context, c *hcloud.Client, id string, state resource.PropertyMap) (string, resource.PropertyMap, error)
+	update(ctx context.Context, c *hcloud.Client, id string, olds, news resource.PropertyMap, preview bool) (resource.PropertyMap, error)
+	delete(ctx context.Context, c *hcloud.Client, id string, state resource.PropertyMap) error
+}
+
+// Provider implements pulumirpc.ResourceProviderServer.
+type Provider struct {
+	pulumirpc.UnimplementedResourceProviderServer
+
+	mu       sync.Mutex
+	client   *hcloud.Client
+	types    map[string]resourceType
+	cancel   context.CancelFunc
+	ctx      context.Context
+	newHTTP  func(token, endpoint string) *hcloud.Client
+}
+
+// New returns a provider; Configure gives it its Hetzner client.
+func New() *Provider {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Provider{
+		types:   map[string]resourceType{ServerType: serverResource{}},
+		ctx:     ctx,
+		cancel:  cancel,
+		newHTTP: newClient,
+	}
+}
+
+func newClient(token, endpoint string) *hcloud.Client {
+	opts := []hcloud.ClientOption{hcloud.WithToken(token), hcloud.WithApplication("stands-reconciler", Version)}
+	if endpoint != "" {
+		opts = append(opts, hcloud.WithEndpoint(endpoint))
+	}
+	return hcloud.NewClient(opts...)
+}
+
+var marshal = plugin.MarshalOptions{KeepSecrets: true, KeepUnknowns: true, SkipNulls: true}
+
+func unmarshal(s *structpb.Struct) (resource.PropertyMap, error) {
+	if s == nil {
+		return resource.PropertyMap{}, nil
+	}
+	return plugin.UnmarshalProperties(s, marshal)
+}
+
+func (p *Provider) typ(urn string) (resourceType, error) {
+	t := resource.URN(urn).Type().String()
+	rt, ok := p.types[t]
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "unknown resource type %q", t)
+	}
+	return rt, nil
+}
+
+// hc returns the configured client or an error saying the provider was not configured.
+func (p *Provider) hc() (*hcloud.Client, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.client == nil {
+		return nil, status.Error(codes.FailedPrecondition, "the stands provider is not configured: set stands:token")
+	}
+	return p.client, nil
+}
+
+// opCtx is cancelled when the engine cancels the provider or the call.
+func (p *Provider) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(p.ctx, cancel)
+	return c, func() { stop(); cancel() }
+}
+
+func (p *Provider) GetPluginInfo(context.Context, *emptypb.Empty) (*pulumirpc.PluginInfo, error) {
+	return &pulumirpc.PluginInfo{Version: Version}, nil
+}
+
+func (p *Provider) Attach(context.Context, *pulumirpc.PluginAttach) (*emptypb.Empty, error) {
+	return &emptypb.Empty{}, nil
+}
+
+func (p *Provider) Cancel(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
+	p.cancel()
+	return &emptypb.Empty{}, nil
+}
+
+func (p *Provider) CheckConfig(_ context.Context, req *pulumirpc.CheckRequest) (*pulumirpc.CheckResponse, error) {
+	return &pulumirpc.CheckResponse{Inputs: req.GetNews()}, nil
+}
+
+// DiffConfig: a new token or endpoint never replaces servers.
+func (p *Provider) DiffConfig(context.Context, *pulumirpc.DiffRequest) (*pulumirpc.DiffResponse, error) {
+	return &pulumirpc.DiffResponse{Changes: pulumirpc.DiffResponse_DIFF_NONE}, nil
+}
+
+func (p *Provider) Configure(_ context.Context, req *pulumirpc.ConfigureRequest) (*pulumirpc.ConfigureResponse, error) {
+	args, err := unmarshal(req.GetArgs())
+	if err != nil {
+		return nil, fmt.Errorf("configure: %w", err)
+	}
+	token := stringProp(args, ConfigToken)
+	endpoint := stringProp(args, ConfigEndpoint)
+	if v := req.GetVariables(); token == "" && v != nil {
+		token, endpoint = v[Name+":config:"+ConfigToken], v[Name+":config:"+ConfigEndpoint]
+	}
+	if token != "" {
+		p.mu.Lock()
+		p.client = p.newHTTP(token, endpoint)
+		p.mu.Unlock()
+	}
+	return &pulumirpc.ConfigureResponse{AcceptSecrets: true, SupportsPreview: true}, nil
+}
+
+func (p *Provider) Check(ctx context.Context, req *pulumirpc.CheckRequest) (*pulumirpc.CheckResponse, error) {
+	rt, err := p.typ(req.GetUrn())
+	if err != nil {
+		return nil, err
+	}
+	news, err := unmarshal(req.GetNews())
+	if err != nil {
+		return nil, err
+	}
+	inputs, failures := rt.check(ctx, news)
+	out, err := plugin.MarshalProperties(inputs, marshal)
+	if err != nil {
+		return nil, err
+	}
+	return &pulumirpc.CheckResponse{Inputs: out, Failures: failures}, nil
+}
+
+func (p *Provider) Diff(ctx context.Context, req *pulumirpc.DiffRequest) (*pulumirpc.DiffResponse, error) {
+	rt, err := p.typ(req.GetUrn())
+	if err != nil {
+		return nil, err
+	}
+	// Compare old INPUTS with new inputs: outputs carry server-side values (ids, addresses) that are
+	// not in the program.
+	olds, err := unmarshal(req.GetOldInputs())
+	if err != nil {
+		return nil, err
+	}
+	if len(olds) == 0 {
+		if olds, err = unmarshal(req.GetOlds()); err != nil {
+			return nil, err
+		}
+	}
+	news, err := unmarshal(req.GetNews())
+	if err != nil {
+		return nil, err
+	}
+	return rt.diff(ctx, req.GetId(), olds, news)
+}
+
+func (p *Provider) Create(ctx context.Context, req *pulumirpc.CreateRequest) (*pulumirpc.CreateResponse, error) {
+	rt, err := p.typ(req.GetUrn())
+	if err != nil {
+		return nil, err
+	}
+	inputs, err := unmarshal(req.GetProperties())
+	if err != nil {
+		return nil, err
+	}
+	var c *hcloud.Client
+	if !req.GetPreview() {
+		if c, err = p.hc(); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	id, outs, err := rt.create(ctx, c, inputs, req.GetPreview())
+	if err != nil {
+		return nil, err
+	}
+	props, err := plugin.MarshalProperties(outs, marshal)
+	if err != nil {
+		return nil, err
+	}
+	return &pulumirpc.CreateResponse{Id: id, Properties: props}, nil
+}
+
+func (p *Provider) Read(ctx context.Context, req *pulumirpc.ReadRequest) (*pulumirpc.ReadResponse, error) {
+	rt, err := p.typ(req.GetUrn())
+	if err != nil {
+		return nil, err
+	}
+	state, err := unmarshal(req.GetProperties())
+	if err != nil {
+		return nil, err
+	}
+	c, err := p.hc()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	id, outs, err := rt.read(ctx, c, req.GetId(), state)
+	if err != nil {
+		return nil, err
+	}
+	if id == "" {
+		// Deleted out of band: an empty id tells the engine the resource is gone.
+		return &pulumirpc.ReadResponse{}, nil
+	}
+	props, err := plugin.MarshalProperties(outs, marshal)
+	if err != nil {
+		return nil, err
+	}
+	return &pulumirpc.ReadResponse{Id: id, Properties: props, Inputs: req.GetInputs()}, nil
+}
+
+func (p *Provider) Update(ctx context.Context, req *pulumirpc.UpdateRequest) (*pulumirpc.UpdateResponse, error) {
+	rt, err := p.typ(req.GetUrn())
+	if err != nil {
+		return nil, err
+	}
+	olds, err := unmarshal(req.GetOlds())
+	if err != nil {
+		return nil, err
+	}
+	news, err := unmarshal(req.GetNews())
+	if err != nil {
+		return nil, err
+	}
+	var c *hcloud.Client
+	if !req.GetPreview() {
+		if c, err = p.hc(); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	outs, err := rt.update(ctx, c, req.GetId(), olds, news, req.GetPreview())
+	if err != nil {
+		return nil, err
+	}
+	props, err := plugin.MarshalProperties(outs, marshal)
+	if err != nil {
+		return nil, err
+	}
+	return &pulumirpc.UpdateResponse{Properties: props}, nil
+}
+
+func (p *Provider) Delete(ctx context.Context, req *pulumirpc.DeleteRequest) (*emptypb.Empty, error) {
+	rt, err := p.typ(req.GetUrn())
+	if err != nil {
+		return nil, err
+	}
+	state, err := unmarshal(req.GetProperties())
+	if err != nil {
+		return nil, err
+	}
+	c, err := p.hc()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := p.opCtx(ctx)
+	defer cancel()
+	return &emptypb.Empty{}, rt.delete(ctx, c, req.GetId(), state)
+}
+
+// stringProp reads a string property, looking through secrets.
+func stringProp(m resource.PropertyMap, key string) string {
+	v, ok := m[resource.PropertyKey(key)]
+	if !ok {
+		return ""
+	}
+	if v.IsSecret() {
+		v = v.SecretValue().Element
+	}
+	if v.IsString() {
+		return v.StringValue()
+	}
+	return ""
+}
+
+func isSecret(m resource.PropertyMap, key string) bool {
+	v, ok := m[resource.PropertyKey(key)]
+	return ok && v.IsSecret()
+}
+
+func stringMapProp(m resource.PropertyMap, key string) map[string]string {
+	v, ok := m[resource.PropertyKey(key)]
+	if !ok || !v.IsObject() {
+		return nil
+	}
+	out := map[string]string{}
+	for k, e := range v.ObjectValue() {
+		if e.IsString() {
+			out[string(k)] = e.StringValue()
+		}
+	}
+	return out
+}
+
