@@ -30,13 +30,13 @@ type Stand struct {
 
 // Result is the outcome of an operation on a stand.
 type Result struct {
-	StandID    string         `json:"id_stand"`
-	Operation  string         `json:"operation"` // apply, preview, destroy
-	Changed    bool           `json:"changed"`   // false: nothing to do (no-op)
-	Changes    map[string]int `json:"changes,omitempty"`
-	Nodes      []Node         `json:"nodes,omitempty"`
-	SpecHash   string         `json:"specHash,omitempty"`
-	NodesMode  string         `json:"nodesMode,omitempty"`
+	StandID    string          `json:"id_stand"`
+	Operation  string          `json:"operation"` // apply, preview, destroy
+	Changed    bool            `json:"changed"`   // false: nothing to do (no-op)
+	Changes    map[string]int  `json:"changes,omitempty"`
+	Nodes      []Node          `json:"nodes,omitempty"`
+	SpecHash   string          `json:"specHash,omitempty"`
+	NodesMode  string          `json:"nodesMode,omitempty"`
 	Connection json.RawMessage `json:"-"` // full values: secret
 	Masked     json.RawMessage `json:"connection,omitempty"`
 }

@@ -128,4 +128,3 @@ func isSecret(s string, secrets []string) bool {
 	}
 	return false
 }
-

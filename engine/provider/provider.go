@@ -11,9 +11,9 @@ import (
 	"sync"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
-	pprovider "github.com/pulumi/pulumi/sdk/v3/go/pulumi/provider"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
+	pprovider "github.com/pulumi/pulumi/sdk/v3/go/pulumi/provider"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -57,12 +57,12 @@ type resourceType interface {
 type Provider struct {
 	pulumirpc.UnimplementedResourceProviderServer
 
-	mu       sync.Mutex
-	client   *hcloud.Client
-	types    map[string]resourceType
-	cancel   context.CancelFunc
-	ctx      context.Context
-	newHTTP  func(token, endpoint string) *hcloud.Client
+	mu      sync.Mutex
+	client  *hcloud.Client
+	types   map[string]resourceType
+	cancel  context.CancelFunc
+	ctx     context.Context
+	newHTTP func(token, endpoint string) *hcloud.Client
 }
 
 // New returns a provider; Configure gives it its Hetzner client.
@@ -340,4 +340,3 @@ func stringMapProp(m resource.PropertyMap, key string) map[string]string {
 	}
 	return out
 }
-
