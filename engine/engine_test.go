@@ -5,19 +5,14 @@ import (
 	"context"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 
 	"github.com/stands-engine/stands-reconciler/engine/manifest"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
-	"github.com/stands-engine/stands-reconciler/hcloudsim"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
 )
@@ -60,52 +55,29 @@ func (s *syncBuffer) String() string {
 }
 
 type fixture struct {
-	sim     *hcloudsim.Sim
-	machine *hcloudsim.RecordMachine
-	client  *hcloud.Client
+	*testenv.Hetzner
 	eng     *Engine
 	backend string
 	logs    *syncBuffer
 }
 
-// newFixture: the real Pulumi CLI with a file:// backend, hcloudsim with the network and SSH key a
-// Hetzner project has before any stand, and an engine serving the provider from this test binary.
+// newFixture: the real Pulumi CLI with a file:// backend, a simulated Hetzner project, and an engine
+// serving the provider from this test binary.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	pl := testenv.NewPulumi(t)
-	m := &hcloudsim.RecordMachine{}
-	sim, err := hcloudsim.New(context.Background(), hcloudsim.WithToken(hcloudToken), hcloudsim.WithActionDelay(20*time.Millisecond), hcloudsim.WithMachine(m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := hcloudsim.Listen(sim, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	c := hcloud.NewClient(hcloud.WithEndpoint(l.Endpoint), hcloud.WithToken(hcloudToken))
-	ctx := context.Background()
-	_, rng, _ := net.ParseCIDR("10.0.0.0/16")
-	_, sub, _ := net.ParseCIDR("10.0.1.0/24")
-	if _, _, err := c.Network.Create(ctx, hcloud.NetworkCreateOpts{Name: "stands-net", IPRange: rng,
-		Subnets: []hcloud.NetworkSubnet{{Type: hcloud.NetworkSubnetTypeCloud, IPRange: sub, NetworkZone: hcloud.NetworkZoneEUCentral}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := c.SSHKey.Create(ctx, hcloud.SSHKeyCreateOpts{Name: "stands-admin",
-		PublicKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHk7bbrL7xNWSKbN5I2aE9UFLcB0dKlYuOXl4d9q0KZb admin"}); err != nil {
-		t.Fatal(err)
-	}
+	h := testenv.StartHetzner(t, hcloudToken)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
 	eng, err := New(Config{PulumiBin: pl.Bin, BackendURL: pl.BackendURL, Passphrase: pl.Passphrase, HcloudToken: hcloudToken,
-		HcloudEndpoint: l.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil))})
+		HcloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{sim: sim, machine: m, client: c, eng: eng, backend: strings.TrimPrefix(pl.BackendURL, "file://"), logs: logs}
+	return &fixture{Hetzner: h, eng: eng, backend: strings.TrimPrefix(pl.BackendURL, "file://"), logs: logs}
 }
 
 // load validates a stand of the example repository (optionally overlaid) and computes its hash.
@@ -138,19 +110,6 @@ func examples(t *testing.T, archive string) fs.FS {
 	return fsys
 }
 
-func (f *fixture) servers(t *testing.T) map[string]*hcloud.Server {
-	t.Helper()
-	all, err := f.client.Server.All(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]*hcloud.Server{}
-	for _, s := range all {
-		out[s.Name] = s
-	}
-	return out
-}
-
 // TestApplyDestroyTwoNode is the engine's end-to-end story on the two-node example.
 func TestApplyDestroyTwoNode(t *testing.T) {
 	f := newFixture(t)
@@ -165,7 +124,7 @@ func TestApplyDestroyTwoNode(t *testing.T) {
 	if !res.Changed || res.Changes["create"] != 2 {
 		t.Fatalf("first apply: changed %v, changes %v", res.Changed, res.Changes)
 	}
-	srvs := f.servers(t)
+	srvs := f.Servers(t)
 	if len(srvs) != 2 {
 		t.Fatalf("%d servers, want 2: %v", len(srvs), srvs)
 	}
@@ -180,7 +139,7 @@ func TestApplyDestroyTwoNode(t *testing.T) {
 		if len(s.PrivateNet) != 1 || s.ServerType.Name != "cx22" || s.Location.Name != "hel1" {
 			t.Errorf("%s: nets %v type %s location %s", s.Name, s.PrivateNet, s.ServerType.Name, s.Location.Name)
 		}
-		ud := f.machine.Servers()[s.ID].UserData
+		ud := f.Machine.Servers()[s.ID].UserData
 		if !strings.HasPrefix(ud, "#cloud-config\n") || !strings.Contains(ud, "hostname: "+s.Name) || !strings.Contains(ud, "10.0.0.0/16") {
 			t.Errorf("%s user data:\n%s", s.Name, ud)
 		}
@@ -199,7 +158,7 @@ func TestApplyDestroyTwoNode(t *testing.T) {
 	if res, err := f.eng.Apply(ctx, stand, false); err != nil || res.Changed {
 		t.Fatalf("no-op apply: %v %+v", err, res)
 	}
-	writes := f.sim.Writes("")
+	writes := f.Sim.Writes("")
 	res, err = f.eng.Apply(ctx, stand, true)
 	if err != nil {
 		t.Fatalf("forced apply: %v", err)
@@ -207,7 +166,7 @@ func TestApplyDestroyTwoNode(t *testing.T) {
 	if res.Changed || res.Changes["same"] == 0 || res.Changes["create"]+res.Changes["update"]+res.Changes["replace"]+res.Changes["delete"] != 0 {
 		t.Errorf("forced apply of an unchanged stand: %+v", res.Changes)
 	}
-	if got := f.sim.Writes(""); got != writes {
+	if got := f.Sim.Writes(""); got != writes {
 		t.Errorf("forced apply made %d Hetzner write calls", got-writes)
 	}
 
@@ -254,7 +213,7 @@ apps:
 	if res.Changes["replace"] != 1 || res.Changes["same"] != 1 || len(res.Changes) != 2 {
 		t.Errorf("changes %v, want exactly one server replaced", res.Changes)
 	}
-	after := f.servers(t)
+	after := f.Servers(t)
 	if after["demo-demo-two-node-db"].ID != srvs["demo-demo-two-node-db"].ID {
 		t.Error("the db server changed")
 	}
@@ -268,7 +227,7 @@ apps:
 	if err != nil || res.StandID != "demo_demo_two-node" || res.Changes["delete"] != 2 {
 		t.Fatalf("destroy: %v %+v", err, res)
 	}
-	if n := len(f.servers(t)); n != 0 {
+	if n := len(f.Servers(t)); n != 0 {
 		t.Errorf("%d servers left after destroy", n)
 	}
 	if _, err := os.Stat(filepath.Join(f.backend, ".pulumi", "stacks", "demo", "two-node.json")); !os.IsNotExist(err) {

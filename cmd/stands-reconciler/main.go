@@ -12,8 +12,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
+
+	"github.com/stands-engine/stands-reconciler/engine/provider"
 )
 
 const (
@@ -27,6 +30,15 @@ const (
 var version = ""
 
 func main() {
+	// The Pulumi engine runs this binary as pulumi-resource-stands (a link the engine package makes)
+	// to serve the stands provider.
+	if filepath.Base(os.Args[0]) == provider.BinaryName {
+		if err := provider.Serve(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", provider.BinaryName, err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
@@ -51,6 +63,9 @@ func commands() []command {
 	return []command{
 		{"validate", "check stands locally (references, files, secrets, templates) without any cloud call", runValidate},
 		{"render", "render stands with test addresses into a folder, to read what would be deployed", runRender},
+		{"preview", "show what apply would change for one stand (pulumi preview)", runPreview},
+		{"apply", "create or update one stand's servers and print its connection record", runApply},
+		{"destroy", "destroy one stand's servers and remove its stack (by id or path; no manifest needed)", runDestroy},
 	}
 }
 

@@ -186,3 +186,36 @@ func (l *loader) packages(s *Stand, d *decoder) {
 		a.Package = pkg
 	}
 }
+
+// Identity is what names a stand's stack: enough to destroy it without the rest of its manifest.
+type Identity struct {
+	Owner, Project, Env string
+}
+
+// ReadIdentity reads owner, project and env from a stand manifest and its bases, without resolving
+// secrets, app packages or templates.
+func ReadIdentity(fsys fs.FS, file string, opts LoadOptions) (Identity, error) {
+	rep := &Report{}
+	l := &loader{fsys: fsys, rep: rep, docs: map[string]*node{}}
+	root, _ := l.merged(file, nil, Pos{File: file})
+	if err := rep.err(); err != nil {
+		return Identity{}, err
+	}
+	d := &decoder{rep: rep}
+	meta := root.get("stand")
+	id := Identity{
+		Owner:   d.str(meta.get("owner"), "stand.owner", false, Pos{File: file, Line: 1}),
+		Project: d.str(meta.get("project"), "stand.project", true, Pos{File: file, Line: 1}),
+		Env:     d.str(meta.get("env"), "stand.env", true, Pos{File: file, Line: 1}),
+	}
+	if id.Owner == "" {
+		id.Owner = opts.DefaultOwner
+	}
+	for _, p := range []string{id.Owner, id.Project, id.Env} {
+		d.idPart(p, posOf(meta, Pos{File: file, Line: 1}), "stand id part")
+	}
+	if err := rep.err(); err != nil {
+		return Identity{}, err
+	}
+	return id, nil
+}

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/stands-engine/stands-reconciler/engine"
+	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/internal/logging"
+)
+
+// engineFlags are the settings every command that runs Pulumi needs. Secrets come from the
+// environment or from files named by *_FILE (systemd credentials), never from flags.
+type engineFlags struct {
+	owner, stateDir, backend, pulumi, endpoint, nodes, logLevel string
+}
+
+func (f *engineFlags) register(fs *flag.FlagSet, getenv env) {
+	def := func(k, d string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return d
+	}
+	ownerFlag(fs, &f.owner, getenv)
+	fs.StringVar(&f.stateDir, "state-dir", def("STANDS_STATE_DIR", ".stands"), "folder for local state: the default Pulumi backend, plugins ($STANDS_STATE_DIR)")
+	fs.StringVar(&f.backend, "backend", getenv("STANDS_BACKEND_URL"), "Pulumi backend URL; default file://<state-dir>/pulumi/<owner>; s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true ($STANDS_BACKEND_URL)")
+	fs.StringVar(&f.pulumi, "pulumi", getenv("STANDS_PULUMI_BIN"), "the Pulumi CLI, laid out as <root>/bin/pulumi (default: bin/pulumi next to this binary, then PATH) ($STANDS_PULUMI_BIN)")
+	fs.StringVar(&f.endpoint, "hcloud-endpoint", getenv("HCLOUD_ENDPOINT"), "Hetzner Cloud API endpoint, e.g. hcloudsim's ($HCLOUD_ENDPOINT)")
+	fs.StringVar(&f.nodes, "nodes", "skip", "node deployment: skip (servers only; SSH deployment is not implemented yet)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error ($LOG_LEVEL wins)")
+}
+
+// secretSetting reads KEY, or the file named by KEY_FILE.
+func secretSetting(getenv env, key string) (string, error) {
+	if v := getenv(key); v != "" {
+		return v, nil
+	}
+	if f := getenv(key + "_FILE"); f != "" {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("read %s_FILE: %w", key, err)
+		}
+		return strings.TrimSpace(string(data)), nil
+	}
+	return "", fmt.Errorf("%s (or %s_FILE) is not set", key, key)
+}
+
+func (f *engineFlags) engine(std stdio, getenv env, owner string) (*engine.Engine, string, error) {
+	if f.nodes != "skip" {
+		return nil, "", fmt.Errorf("--nodes=%s: node deployment over SSH is not implemented yet; use --nodes=skip", f.nodes)
+	}
+	pass, err := secretSetting(getenv, "STANDS_PASSPHRASE")
+	if err != nil {
+		return nil, "", err
+	}
+	token, err := secretSetting(getenv, "HCLOUD_TOKEN")
+	if err != nil {
+		return nil, "", err
+	}
+	bin, err := f.pulumiBin()
+	if err != nil {
+		return nil, "", err
+	}
+	stateDir, err := filepath.Abs(f.stateDir)
+	if err != nil {
+		return nil, "", err
+	}
+	backend := f.backend
+	if backend == "" {
+		dir := filepath.Join(stateDir, "pulumi", owner)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, "", fmt.Errorf("create backend folder: %w", err)
+		}
+		backend = "file://" + dir
+	}
+	e, err := engine.New(engine.Config{PulumiBin: bin, BackendURL: backend, Passphrase: pass, HcloudToken: token,
+		HcloudEndpoint: f.endpoint, WorkDir: stateDir, Log: logging.New(std.err, f.logLevel)})
+	return e, pass, err
+}
+
+func (f *engineFlags) pulumiBin() (string, error) {
+	if f.pulumi != "" {
+		return filepath.Abs(f.pulumi)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(exe), "pulumi"); exists(p) {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath("pulumi")
+	if err != nil {
+		return "", errors.New("no Pulumi CLI: build it with `make tools` (bin/pulumi) or pass --pulumi")
+	}
+	return p, nil
+}
+
+// loadOne validates the single stand a command works on.
+func loadOne(ctx context.Context, path, owner string, std stdio, getenv env) (*resultAt, int) {
+	results, code := preflightPaths(ctx, []string{path}, owner, std, getenv)
+	if code != exitOK {
+		return nil, code
+	}
+	if len(results) != 1 {
+		fmt.Fprintf(std.err, "%s holds %d stands; give one stand.yml or stand folder\n", path, len(results))
+		return nil, exitUsage
+	}
+	return results[0], exitOK
+}
+
+func runApply(ctx context.Context, args []string, std stdio, getenv env) int {
+	return applyOrPreview(ctx, "apply", args, std, getenv)
+}
+
+func runPreview(ctx context.Context, args []string, std stdio, getenv env) int {
+	return applyOrPreview(ctx, "preview", args, std, getenv)
+}
+
+func applyOrPreview(ctx context.Context, op string, args []string, std stdio, getenv env) int {
+	fs := newFlags(op, op+" [flags] PATH\n\nPATH is one stand: its stand.yml or its folder. Secrets: HCLOUD_TOKEN, STANDS_PASSPHRASE (or *_FILE),\nSECRET_<NAME> for the manifest's !secret references.", std)
+	var ef engineFlags
+	ef.register(fs, getenv)
+	force := fs.Bool("force", false, "run pulumi up even when the stand's spec hash is unchanged")
+	outDir := fs.String("output-dir", "", "also write the full connection record to DIR/<id_stand>.json (mode 0600)")
+	showSecrets := fs.Bool("show-secrets", getenv("OUTPUT__CONSOLE_SECRETS") == "true", "print the connection record unmasked ($OUTPUT__CONSOLE_SECRETS=true)")
+	if done, code := parseFlags(fs, args, std); done {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintf(std.err, "%s: give exactly one PATH\n", op)
+		return exitUsage
+	}
+	r, code := loadOne(ctx, fs.Arg(0), ef.owner, std, getenv)
+	if code != exitOK {
+		return code
+	}
+	eng, pass, err := ef.engine(std, getenv, r.Stand.Owner)
+	if err != nil {
+		fmt.Fprintf(std.err, "%s: %v\n", op, err)
+		return exitError
+	}
+	fsys := os.DirFS(r.root)
+	hash, err := manifest.SpecHash(fsys, r.Stand, r.Secrets, pass)
+	if err != nil {
+		fmt.Fprintf(std.err, "%s: %v\n", op, err)
+		return exitError
+	}
+	in := engine.Stand{FS: fsys, Stand: r.Stand, Secrets: r.Secrets, SpecHash: hash}
+	if op == "preview" {
+		res, err := eng.Preview(ctx, in)
+		if err != nil {
+			fmt.Fprintf(std.err, "preview: %v\n", err)
+			return exitError
+		}
+		return writeRecord(std, map[string]any{"id_stand": res.StandID, "operation": "preview", "changes": res.Changes})
+	}
+	res, err := eng.Apply(ctx, in, *force)
+	if err != nil {
+		fmt.Fprintf(std.err, "apply: %v\n", err)
+		return exitError
+	}
+	if *outDir != "" && res.Connection != nil {
+		if err := writeConnectionFile(*outDir, res); err != nil {
+			fmt.Fprintf(std.err, "apply: %v\n", err)
+			return exitError
+		}
+	}
+	record := res.Masked
+	if *showSecrets {
+		record = res.Connection
+	}
+	if record == nil {
+		record, _ = json.Marshal(map[string]string{"id_stand": res.StandID})
+	}
+	fmt.Fprintf(std.out, "%s\n", record)
+	return exitOK
+}
+
+// writeConnectionFile writes the full record, indented, readable by its owner only (seed §11).
+func writeConnectionFile(dir string, res *engine.Result) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create output folder: %w", err)
+	}
+	var buf strings.Builder
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(orderedRecord(res.Connection)); err != nil {
+		return err
+	}
+	p := filepath.Join(dir, res.StandID+".json")
+	if err := os.WriteFile(p, []byte(buf.String()), 0o600); err != nil {
+		return fmt.Errorf("write connection file: %w", err)
+	}
+	return os.Chmod(p, 0o600)
+}
+
+// orderedRecord keeps the record's key order when it is indented.
+type orderedRecord json.RawMessage
+
+func (o orderedRecord) MarshalJSON() ([]byte, error) { return o, nil }
+
+func runDestroy(ctx context.Context, args []string, std stdio, getenv env) int {
+	fs := newFlags("destroy", "destroy [flags] ID-or-PATH\n\nID is <owner>_<project>_<env>; a PATH (stand.yml or folder) is read only for its id.\nThe manifest's secrets are not needed, nor SSH access to the servers.", std)
+	var ef engineFlags
+	ef.register(fs, getenv)
+	if done, code := parseFlags(fs, args, std); done {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(std.err, "destroy: give exactly one stand id or PATH")
+		return exitUsage
+	}
+	owner, project, envName, err := destroyTarget(fs.Arg(0), ef.owner)
+	if err != nil {
+		fmt.Fprintf(std.err, "destroy: %v\n", err)
+		return exitUsage
+	}
+	eng, _, err := ef.engine(std, getenv, owner)
+	if err != nil {
+		fmt.Fprintf(std.err, "destroy: %v\n", err)
+		return exitError
+	}
+	res, err := eng.Destroy(ctx, engine.StackRef{Project: project, Env: envName})
+	if err != nil {
+		fmt.Fprintf(std.err, "destroy: %v\n", err)
+		return exitError
+	}
+	return writeRecord(std, map[string]any{"id_stand": owner + "_" + project + "_" + envName, "operation": "destroy", "status": "success", "changed": res.Changed})
+}
+
+// destroyTarget reads <owner>_<project>_<env>, or the identity of the stand.yml at a path without
+// resolving its secrets or files.
+func destroyTarget(arg, defaultOwner string) (owner, project, env string, err error) {
+	if st, statErr := os.Stat(arg); statErr == nil {
+		file := arg
+		if st.IsDir() {
+			file = filepath.Join(arg, manifest.StandFile)
+		}
+		abs, err := filepath.Abs(file)
+		if err != nil {
+			return "", "", "", err
+		}
+		root := findRoot(filepath.Dir(abs))
+		rel, err := filepath.Rel(root, abs)
+		if err != nil {
+			return "", "", "", err
+		}
+		id, err := manifest.ReadIdentity(os.DirFS(root), filepath.ToSlash(rel), manifest.LoadOptions{DefaultOwner: defaultOwner})
+		if err != nil {
+			return "", "", "", err
+		}
+		return id.Owner, id.Project, id.Env, nil
+	}
+	parts := strings.Split(arg, "_")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", "", "", fmt.Errorf("%q is neither a path nor a stand id <owner>_<project>_<env>", arg)
+	}
+	return parts[0], parts[1], parts[2], nil
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+)
+
+// TestMain lets the test binary serve the provider, as the real binary does when the Pulumi engine
+// runs it as pulumi-resource-stands.
+func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == provider.BinaryName {
+		if err := provider.Serve(); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestApplyPreviewDestroyCommands runs the one-shot commands against the real Pulumi CLI and a
+// simulated Hetzner project, and checks the seed's stdout contract.
+func TestApplyPreviewDestroyCommands(t *testing.T) {
+	pl := testenv.NewPulumi(t)
+	h := testenv.StartHetzner(t, "cli-token-SENTINEL")
+	vars := map[string]string{
+		"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase,
+		"STANDS_PULUMI_BIN": pl.Bin, "STANDS_STATE_DIR": t.TempDir(), "STANDS_OWNER": "demo",
+		"PULUMI_HOME": pl.Home,
+	}
+	for k, v := range exampleEnv {
+		vars[k] = v
+	}
+	ctx := context.Background()
+	stand := "../../examples/stands-repo/stands/two-node"
+	run := func(args ...string) result {
+		t.Helper()
+		return runCLI(t, ctx, newRecorder(vars), args...)
+	}
+
+	r := run("preview", stand)
+	if r.code != 0 || !strings.Contains(r.stdout, `"operation":"preview"`) || !strings.Contains(r.stdout, `"create":2`) {
+		t.Fatalf("preview: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if n := len(h.Servers(t)); n != 0 {
+		t.Fatalf("preview created %d servers", n)
+	}
+
+	out := t.TempDir()
+	r = run("apply", "--output-dir", out, stand)
+	if r.code != 0 {
+		t.Fatalf("apply: exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	srvs := h.Servers(t)
+	want, err := os.ReadFile("testdata/apply-two-node.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expected := strings.NewReplacer(
+		"{{db.private}}", srvs["demo-demo-two-node-db"].PrivateNet[0].IP.String(),
+		"{{web.public}}", srvs["demo-demo-two-node-web"].PublicNet.IPv4.IP.String(),
+	).Replace(string(want))
+	if r.stdout != expected {
+		t.Errorf("apply record\n got: %s want: %s", r.stdout, expected)
+	}
+	for _, leak := range []string{"SENTINEL", exampleEnv["SECRET_KV_PASSWORD"], "PRIVATE KEY"} {
+		if strings.Contains(r.stdout+r.stderr, leak) {
+			t.Errorf("output shows %q", leak)
+		}
+	}
+	file := filepath.Join(out, "demo_demo_two-node.json")
+	st, err := os.Stat(file)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("connection file: %v %v", st, err)
+	}
+	full, _ := os.ReadFile(file)
+	var rec map[string]map[string]any
+	_ = json.Unmarshal(full, &rec)
+	if rec["cache"]["credentials"].(map[string]any)["password"] != exampleEnv["SECRET_KV_PASSWORD"] {
+		t.Errorf("connection file lacks the real values:\n%s", full)
+	}
+
+	r = run("apply", "--show-secrets", stand)
+	if r.code != 0 || !strings.Contains(r.stdout, exampleEnv["SECRET_KV_PASSWORD"]) {
+		t.Errorf("--show-secrets: exit %d, stdout %s", r.code, r.stdout)
+	}
+
+	r = run("destroy", "demo_demo_two-node")
+	if r.code != 0 || r.stdout != `{"changed":true,"id_stand":"demo_demo_two-node","operation":"destroy","status":"success"}`+"\n" {
+		t.Fatalf("destroy: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if n := len(h.Servers(t)); n != 0 {
+		t.Errorf("%d servers after destroy", n)
+	}
+	// By path, without the manifest's secrets: nothing left to do, still success.
+	noSecrets := map[string]string{}
+	for k, v := range vars {
+		if !strings.HasPrefix(k, "SECRET_") {
+			noSecrets[k] = v
+		}
+	}
+	r = runCLI(t, ctx, newRecorder(noSecrets), "destroy", stand)
+	if r.code != 0 || !strings.Contains(r.stdout, `"changed":false`) {
+		t.Errorf("second destroy: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestEngineCommandErrors(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		vars map[string]string
+		args []string
+		code int
+		msg  string
+	}{
+		{"no token", map[string]string{"STANDS_PASSPHRASE": "p"}, []string{"destroy", "a_b_c"}, 1, "HCLOUD_TOKEN"},
+		{"no passphrase", map[string]string{"HCLOUD_TOKEN": "t"}, []string{"destroy", "a_b_c"}, 1, "STANDS_PASSPHRASE"},
+		{"bad id", nil, []string{"destroy", "not-an-id"}, 2, "neither a path nor a stand id"},
+		{"nodes mode", map[string]string{"HCLOUD_TOKEN": "t", "STANDS_PASSPHRASE": "p"}, []string{"destroy", "--nodes", "full", "a_b_c"}, 1, "not implemented"},
+		{"several stands", exampleEnv, []string{"apply", "../../examples/stands-repo"}, 2, "give one stand"},
+		{"no path", nil, []string{"apply"}, 2, "exactly one PATH"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runCLI(t, ctx, newRecorder(c.vars), c.args...)
+			if r.code != c.code || !strings.Contains(r.stderr, c.msg) || r.stdout != "" {
+				t.Errorf("exit %d (want %d), stdout %q, stderr: %s", r.code, c.code, r.stdout, r.stderr)
+			}
+		})
+	}
+}
