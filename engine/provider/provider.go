@@ -148,9 +148,6 @@ func (p *Provider) Configure(_ context.Context, req *pulumirpc.ConfigureRequest)
 	}
 	token := stringProp(args, ConfigToken)
 	endpoint := stringProp(args, ConfigEndpoint)
-	if v := req.GetVariables(); token == "" && v != nil {
-		token, endpoint = v[Name+":config:"+ConfigToken], v[Name+":config:"+ConfigEndpoint]
-	}
 	if token != "" {
 		p.mu.Lock()
 		p.client = p.newHTTP(token, endpoint)
@@ -320,11 +317,6 @@ func stringProp(m resource.PropertyMap, key string) string {
 		return v.StringValue()
 	}
 	return ""
-}
-
-func isSecret(m resource.PropertyMap, key string) bool {
-	v, ok := m[resource.PropertyKey(key)]
-	return ok && v.IsSecret()
 }
 
 func stringMapProp(m resource.PropertyMap, key string) map[string]string {
