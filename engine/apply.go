@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io/fs"
 	"sort"
+	"strings"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
@@ -199,7 +201,9 @@ func (e *Engine) prepare(ctx context.Context, in Stand) (auto.Stack, *plan, auto
 	return st, p, outs, nil
 }
 
-// checkOwned refuses a stack that holds resources but not our mark (made by another tool).
+// checkOwned refuses a stack made by another tool (e.g. the old engine under the same backend): one
+// without our mark that holds resources other than the stack itself and our own provider's. A stack
+// whose first run of ours failed before its outputs were written is still ours.
 func (e *Engine) checkOwned(ctx context.Context, st auto.Stack, outs auto.OutputMap) error {
 	if v, ok := outs[OutOwnedBy]; ok && v.Value == provider.ManagedByValue {
 		return nil
@@ -209,15 +213,21 @@ func (e *Engine) checkOwned(ctx context.Context, st auto.Stack, outs auto.Output
 		return fmt.Errorf("export stack %s: %w", st.Name(), err)
 	}
 	var d struct {
-		Resources []json.RawMessage `json:"resources"`
+		Resources []struct {
+			Type string `json:"type"`
+		} `json:"resources"`
 	}
 	if len(dep.Deployment) > 0 {
 		if err := json.Unmarshal(dep.Deployment, &d); err != nil {
 			return fmt.Errorf("read deployment of %s: %w", st.Name(), err)
 		}
 	}
-	if len(d.Resources) > 0 {
-		return fmt.Errorf("%s: %w (it has %d resources and no %q output)", st.Name(), ErrNotOwned, len(d.Resources), OutOwnedBy)
+	for _, r := range d.Resources {
+		switch {
+		case r.Type == "pulumi:pulumi:Stack", r.Type == "pulumi:providers:"+provider.Name, strings.HasPrefix(r.Type, provider.Name+":"):
+		default:
+			return fmt.Errorf("%s: %w (it holds a %s and no %q output)", st.Name(), ErrNotOwned, r.Type, OutOwnedBy)
+		}
 	}
 	return nil
 }
@@ -243,6 +253,26 @@ func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, erro
 	}
 	log.Info("stand applied", "changes", changes)
 	return e.result(in, "apply", isChange(changes), changes, res.Outputs, p)
+}
+
+// Refresh reads the stand's servers back from Hetzner into its stack: a server deleted out of band
+// leaves the state, so the next apply creates it again.
+func (e *Engine) Refresh(ctx context.Context, in Stand) (*Result, error) {
+	st, p, _, err := e.prepare(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	ch, wait := e.progress(e.log.With("stand", in.Stand.ID, "refresh", true))
+	_, err = st.Refresh(ctx, optrefresh.EventStreams(ch), optrefresh.SuppressProgress())
+	changes := wait()
+	if err != nil {
+		return nil, fmt.Errorf("pulumi refresh %s: %w", in.Stand.ID, err)
+	}
+	outs, err := st.Outputs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read outputs of %s: %w", in.Stand.ID, err)
+	}
+	return e.result(in, "refresh", isChange(changes), changes, outs, p)
 }
 
 // Preview reports what Apply would change, without changing anything.

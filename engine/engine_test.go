@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+
 	"github.com/stands-engine/stands-reconciler/engine/manifest"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
@@ -268,4 +270,58 @@ func readTree(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// TestAdoptAndRefresh: a server left by a run that died after Hetzner created it is adopted, not
+// duplicated; a server of someone else with the same name is refused; a server deleted out of band
+// leaves the state on refresh and comes back on the next apply.
+func TestAdoptAndRefresh(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	stand := load(t, examples(t, ""), "stands/single/stand.yml")
+	name := "demo-demo-single-main"
+	create := func(labels map[string]string) *hcloud.Server {
+		t.Helper()
+		res, _, err := f.Client.Server.Create(ctx, hcloud.ServerCreateOpts{Name: name, ServerType: &hcloud.ServerType{Name: "cx22"},
+			Image: &hcloud.Image{Name: "debian-12"}, Location: &hcloud.Location{Name: "hel1"}, Labels: labels})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Server
+	}
+
+	foreign := create(map[string]string{"team": "other"})
+	if _, err := f.eng.Apply(ctx, stand, false); err == nil || !strings.Contains(err.Error(), "not managed by stands-reconciler") {
+		t.Fatalf("apply over a foreign server: %v", err)
+	}
+	if _, _, err := f.Client.Server.DeleteWithResult(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+
+	orphan := create(map[string]string{provider.LabelManagedBy: provider.ManagedByValue, provider.LabelStand: "demo_demo_single"})
+	res, err := f.eng.Apply(ctx, stand, false)
+	if err != nil {
+		t.Fatalf("apply with an orphan of ours: %v", err)
+	}
+	srvs := f.Servers(t)
+	if len(srvs) != 1 || srvs[name].ID != orphan.ID || len(srvs[name].PrivateNet) != 1 {
+		t.Fatalf("adoption: %d servers, %+v", len(srvs), srvs[name])
+	}
+	if res.Nodes[0].ServerID != orphan.ID {
+		t.Errorf("stack records server %d, want the adopted %d", res.Nodes[0].ServerID, orphan.ID)
+	}
+
+	if _, _, err := f.Client.Server.DeleteWithResult(ctx, srvs[name]); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := f.eng.Refresh(ctx, stand); err != nil || res.Changes["refresh"] == 0 {
+		t.Fatalf("refresh: %v %+v", err, res)
+	}
+	res, err = f.eng.Apply(ctx, stand, true)
+	if err != nil || res.Changes["create"] != 1 {
+		t.Fatalf("apply after an out-of-band delete: %v %+v", err, res)
+	}
+	if srvs := f.Servers(t); len(srvs) != 1 || srvs[name].ID == orphan.ID {
+		t.Errorf("server not recreated: %+v", srvs)
+	}
 }

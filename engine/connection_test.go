@@ -1,0 +1,32 @@
+package engine
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stands-engine/stands-reconciler/engine/manifest"
+)
+
+func TestConnectionRecordAndMask(t *testing.T) {
+	r := &manifest.Rendered{Instances: []*manifest.RenderedInstance{
+		{ConnectionName: "redis", Connection: json.RawMessage(`{"endpoint":"10.0.1.1","port":6379,"credentials":{"user":"admin","password":"pw","nested":{"token":"t"}},"url":"redis://admin:pw@10.0.1.1"}`)},
+		{ConnectionName: "noconn"},
+		{ConnectionName: "web", Connection: json.RawMessage(`{"endpoint":"203.0.113.5","api_key":"s3cr3t-value","tags":["a","s3cr3t-value"],"URL":"http://x"}`)},
+	}}
+	rec, err := ConnectionRecord("o_p_e", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(rec) != `{"id_stand":"o_p_e","redis":{"endpoint":"10.0.1.1","port":6379,"credentials":{"user":"admin","password":"pw","nested":{"token":"t"}},"url":"redis://admin:pw@10.0.1.1"},"web":{"endpoint":"203.0.113.5","api_key":"s3cr3t-value","tags":["a","s3cr3t-value"],"URL":"http://x"}}` {
+		t.Errorf("record %s", rec)
+	}
+	masked, err := MaskConnection(rec, []string{"s3cr3t-value"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every value under credentials, every url (any case), any value equal to a secret; order kept.
+	want := `{"id_stand":"o_p_e","redis":{"endpoint":"10.0.1.1","port":6379,"credentials":{"user":"***","password":"***","nested":{"token":"***"}},"url":"***"},"web":{"endpoint":"203.0.113.5","api_key":"***","tags":["a","***"],"URL":"***"}}`
+	if string(masked) != want {
+		t.Errorf("masked\n got: %s\nwant: %s", masked, want)
+	}
+}

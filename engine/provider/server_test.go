@@ -1,0 +1,75 @@
+package provider
+
+import (
+	"context"
+	"testing"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+)
+
+func serverInputs(mod func(resource.PropertyMap)) resource.PropertyMap {
+	m := resource.PropertyMap{
+		pName: resource.NewStringProperty("o-p-e-n1"), pServerType: resource.NewStringProperty("cx22"),
+		pImage: resource.NewStringProperty("debian-12"), pLocation: resource.NewStringProperty("hel1"),
+		pNetwork: resource.NewStringProperty("net"), pSSHKey: resource.NewStringProperty("admin"),
+		pLabels: resource.NewObjectProperty(resource.PropertyMap{
+			LabelManagedBy: resource.NewStringProperty(ManagedByValue), LabelStand: resource.NewStringProperty("o_p_e"),
+		}),
+		pUserData: resource.MakeSecret(resource.NewStringProperty("#cloud-config\n")),
+	}
+	if mod != nil {
+		mod(m)
+	}
+	return m
+}
+
+func TestServerDiff(t *testing.T) {
+	cases := []struct {
+		name     string
+		mod      func(resource.PropertyMap)
+		changes  pulumirpc.DiffResponse_DiffChanges
+		replaces []string
+	}{
+		{"nothing", nil, pulumirpc.DiffResponse_DIFF_NONE, nil},
+		{"user data is ignored after create", func(m resource.PropertyMap) {
+			m[pUserData] = resource.MakeSecret(resource.NewStringProperty("#cloud-config\npackages: [x]\n"))
+		}, pulumirpc.DiffResponse_DIFF_NONE, nil},
+		{"server type replaces", func(m resource.PropertyMap) { m[pServerType] = resource.NewStringProperty("cx32") }, pulumirpc.DiffResponse_DIFF_SOME, []string{pServerType}},
+		{"network replaces", func(m resource.PropertyMap) { m[pNetwork] = resource.NewStringProperty("other") }, pulumirpc.DiffResponse_DIFF_SOME, []string{pNetwork}},
+		{"labels update in place", func(m resource.PropertyMap) {
+			l := m[pLabels].ObjectValue().Copy()
+			l["extra"] = resource.NewStringProperty("x")
+			m[pLabels] = resource.NewObjectProperty(l)
+		}, pulumirpc.DiffResponse_DIFF_SOME, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, err := serverResource{}.diff(context.Background(), "1", serverInputs(nil), serverInputs(c.mod))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Changes != c.changes || len(resp.Replaces) != len(c.replaces) || (len(c.replaces) > 0 && resp.Replaces[0] != c.replaces[0]) {
+				t.Errorf("changes %v replaces %v, want %v %v", resp.Changes, resp.Replaces, c.changes, c.replaces)
+			}
+			if len(resp.Replaces) > 0 && !resp.DeleteBeforeReplace {
+				t.Error("a replacement must delete first: server names are unique")
+			}
+		})
+	}
+}
+
+func TestServerCheck(t *testing.T) {
+	in := serverInputs(func(m resource.PropertyMap) {
+		delete(m, pImage)
+		m[pLabels] = resource.NewObjectProperty(resource.PropertyMap{})
+		m[pUserData] = resource.NewStringProperty("#cloud-config\n")
+	})
+	out, failures := serverResource{}.check(context.Background(), in)
+	if len(failures) != 2 {
+		t.Errorf("failures %v, want image and labels", failures)
+	}
+	if !out[pUserData].IsSecret() {
+		t.Error("user data not made secret")
+	}
+}
