@@ -8,7 +8,7 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: all build test unit fuzz lint demo clean tools deps
+.PHONY: all build test unit fuzz lint demo demo-apply clean tools deps
 
 # Tools the tests run for real, each built from the Go module proxy in a module of its own under
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
@@ -18,12 +18,14 @@ TOOLS          := $(BIN)/pulumi $(BIN)/gitea
 
 all: lint test build
 
-build: $(BIN)/stands-reconciler
+build: $(BIN)/stands-reconciler $(BIN)/hcloudsim
 
 # Always rebuilt: go's own cache makes this cheap and keeps -X version honest.
-.PHONY: $(BIN)/stands-reconciler
+.PHONY: $(BIN)/stands-reconciler $(BIN)/hcloudsim
 $(BIN)/stands-reconciler:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd/stands-reconciler
+$(BIN)/hcloudsim:
+	$(GO) build -trimpath -o $@ ./cmd/hcloudsim
 
 tools: $(TOOLS)
 
@@ -65,5 +67,9 @@ demo: build
 	  $(BIN)/stands-reconciler validate examples/stands-repo && \
 	  $(BIN)/stands-reconciler render --out $(DEMO_OUT) examples/stands-repo
 
+# The engine on the example: hcloudsim + the real Pulumi CLI; preview, apply, no-op apply, destroy.
+demo-apply: build tools
+	scripts/demo-apply.sh
+
 clean:
-	rm -rf $(BIN) $(DEMO_OUT)
+	rm -rf $(BIN) $(DEMO_OUT) _demo

@@ -176,6 +176,11 @@ func (e *Engine) progress(log *slog.Logger) (chan events.EngineEvent, func() map
 				if m.Op != "same" {
 					log.Info("resource step", "op", string(m.Op), "type", m.Type, "name", lastURNPart(m.URN), "planning", ev.ResourcePreEvent.Planning)
 				}
+			case ev.ResOutputsEvent != nil:
+				m := ev.ResOutputsEvent.Metadata
+				if strings.HasPrefix(m.Type, provider.Name+":") && m.Op != "same" && !ev.ResOutputsEvent.Planning {
+					log.Info("resource done", "op", string(m.Op), "type", m.Type, "name", lastURNPart(m.URN))
+				}
 			case ev.ResOpFailedEvent != nil:
 				m := ev.ResOpFailedEvent.Metadata
 				log.Warn("resource step failed", "op", string(m.Op), "name", lastURNPart(m.URN))

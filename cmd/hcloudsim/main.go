@@ -33,6 +33,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	delay := fs.Duration("action-delay", 2*time.Second, "how long actions run before they succeed")
 	machine := fs.String("machine", "record", "machine backend: record (servers are records)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error ($LOG_LEVEL wins)")
+	seed := fs.Bool("seed-example", false, "create the network stands-net and the SSH key stands-admin the example stands expect")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -59,6 +60,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("start simulator", "err", err)
 		return 1
 	}
+	if *seed {
+		if err := sim.SeedExampleProject(examplePublicKey); err != nil {
+			log.Error("seed the example project", "err", err)
+			return 1
+		}
+	}
 	l, err := hcloudsim.Listen(sim, *listen)
 	if err != nil {
 		log.Error("listen", "addr", *listen, "err", err)
@@ -77,6 +84,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log.Info("stopped")
 	return 0
 }
+
+// examplePublicKey is the admin key of the demo project; nobody holds its private half, as nobody can
+// log in to a simulated server.
+const examplePublicKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHk7bbrL7xNWSKbN5I2aE9UFLcB0dKlYuOXl4d9q0KZb stands-demo-admin"
 
 // resolveToken follows the *_FILE convention: secrets come from files (systemd credentials), not flags.
 func resolveToken(flagValue string) (string, error) {
