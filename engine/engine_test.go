@@ -325,3 +325,33 @@ func TestAdoptAndRefresh(t *testing.T) {
 		t.Errorf("server not recreated: %+v", srvs)
 	}
 }
+
+// TestOrphans: a server with our labels that no stack holds is reported; servers of applied stands
+// and servers without our labels are not.
+func TestOrphans(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.eng.Apply(ctx, load(t, examples(t, ""), "stands/single/stand.yml"), false); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name string, labels map[string]string) int64 {
+		res, _, err := f.Client.Server.Create(ctx, hcloud.ServerCreateOpts{Name: name, ServerType: &hcloud.ServerType{Name: "cx22"},
+			Image: &hcloud.Image{Name: "debian-12"}, Labels: labels})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Server.ID
+	}
+	orphan := mk("demo-gone-x-main", map[string]string{provider.LabelManagedBy: provider.ManagedByValue, provider.LabelStand: "demo_gone_x"})
+	mk("someone-elses", map[string]string{"team": "other"})
+	got, err := f.eng.Orphans(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ServerID != orphan || got[0].Stand != "demo_gone_x" {
+		t.Fatalf("orphans %+v, want only server %d", got, orphan)
+	}
+	if n := len(f.Servers(t)); n != 3 {
+		t.Errorf("%d servers: the report must delete nothing", n)
+	}
+}

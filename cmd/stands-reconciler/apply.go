@@ -156,14 +156,14 @@ func applyOrPreview(ctx context.Context, op string, args []string, std stdio, ge
 	if op == "preview" {
 		res, err := eng.Preview(ctx, in)
 		if err != nil {
-			fmt.Fprintf(std.err, "preview: %v\n", err)
+			fail(std, "preview", err)
 			return exitError
 		}
 		return writeRecord(std, map[string]any{"id_stand": res.StandID, "operation": "preview", "changes": res.Changes})
 	}
 	res, err := eng.Apply(ctx, in, *force)
 	if err != nil {
-		fmt.Fprintf(std.err, "apply: %v\n", err)
+		fail(std, "apply", err)
 		return exitError
 	}
 	if *outDir != "" && res.Connection != nil {
@@ -229,7 +229,7 @@ func runDestroy(ctx context.Context, args []string, std stdio, getenv env) int {
 	}
 	res, err := eng.Destroy(ctx, engine.StackRef{Project: project, Env: envName})
 	if err != nil {
-		fmt.Fprintf(std.err, "destroy: %v\n", err)
+		fail(std, "destroy", err)
 		return exitError
 	}
 	return writeRecord(std, map[string]any{"id_stand": owner + "_" + project + "_" + envName, "operation": "destroy", "status": "success", "changed": res.Changed})
@@ -263,4 +263,33 @@ func destroyTarget(arg, defaultOwner string) (owner, project, env string, err er
 		return "", "", "", fmt.Errorf("%q is neither a path nor a stand id <owner>_<project>_<env>", arg)
 	}
 	return parts[0], parts[1], parts[2], nil
+}
+
+func runOrphans(ctx context.Context, args []string, std stdio, getenv env) int {
+	fs := newFlags("orphans", "orphans [flags]\n\nLists servers that carry the reconciler's labels but belong to no stack of the owner's backend.\nNothing is deleted.", std)
+	var ef engineFlags
+	ef.register(fs, getenv)
+	if done, code := parseFlags(fs, args, std); done {
+		return code
+	}
+	eng, _, err := ef.engine(std, getenv, ef.owner)
+	if err != nil {
+		fmt.Fprintf(std.err, "orphans: %v\n", err)
+		return exitError
+	}
+	orphans, err := eng.Orphans(ctx)
+	if err != nil {
+		fail(std, "orphans", err)
+		return exitError
+	}
+	if orphans == nil {
+		orphans = []engine.Orphan{}
+	}
+	return writeRecord(std, map[string]any{"operation": "orphans", "status": "success", "orphans": orphans})
+}
+
+// fail reports an engine error with the reason the reconciler would record for it.
+func fail(std stdio, op string, err error) {
+	c := engine.Classify(err)
+	fmt.Fprintf(std.err, "%s: %v [%s, %s]\n", op, err, c.Reason, c.Kind)
 }

@@ -91,6 +91,11 @@ func TestApplyPreviewDestroyCommands(t *testing.T) {
 		t.Errorf("--show-secrets: exit %d, stdout %s", r.code, r.stdout)
 	}
 
+	r = run("orphans")
+	if r.code != 0 || r.stdout != `{"operation":"orphans","orphans":[],"status":"success"}`+"\n" {
+		t.Errorf("orphans: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+
 	r = run("destroy", "demo_demo_two-node")
 	if r.code != 0 || r.stdout != `{"changed":true,"id_stand":"demo_demo_two-node","operation":"destroy","status":"success"}`+"\n" {
 		t.Fatalf("destroy: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)

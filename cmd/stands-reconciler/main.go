@@ -66,6 +66,7 @@ func commands() []command {
 		{"preview", "show what apply would change for one stand (pulumi preview)", runPreview},
 		{"apply", "create or update one stand's servers and print its connection record", runApply},
 		{"destroy", "destroy one stand's servers and remove its stack (by id or path; no manifest needed)", runDestroy},
+		{"orphans", "list servers with the reconciler's labels that no stack holds (deletes nothing)", runOrphans},
 	}
 }
 
