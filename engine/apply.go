@@ -182,6 +182,9 @@ func (e *Engine) prepare(ctx context.Context, in Stand) (auto.Stack, *plan, auto
 	if err := e.checkOwned(ctx, st, outs); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
+	if err := e.recoverStack(ctx, st, StackRef{s.Project, s.Env}, e.log.With("stand", s.ID)); err != nil {
+		return auto.Stack{}, nil, nil, err
+	}
 	if p.privateKey, p.publicKey, err = keyPair(outs); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
@@ -345,6 +348,9 @@ func (e *Engine) Destroy(ctx context.Context, ref StackRef) (*Result, error) {
 		return nil, fmt.Errorf("read outputs of %s: %w", id, err)
 	}
 	if err := e.checkOwned(ctx, st, outs); err != nil {
+		return nil, err
+	}
+	if err := e.recoverStack(ctx, st, ref, log); err != nil {
 		return nil, err
 	}
 	standID, _ := outs[OutStandID].Value.(string)

@@ -23,10 +23,12 @@ type Hetzner struct {
 // StartHetzner serves hcloudsim with what a project holds before any stand exists, as the example
 // stands expect it: the network "stands-net" (10.0.0.0/16, subnet 10.0.1.0/24 in eu-central) and the
 // admin SSH key "stands-admin".
-func StartHetzner(t testing.TB, token string) *Hetzner {
+// Options are applied after the defaults (token, a 20 ms action delay, a RecordMachine).
+func StartHetzner(t testing.TB, token string, opts ...hcloudsim.Option) *Hetzner {
 	t.Helper()
 	m := &hcloudsim.RecordMachine{}
-	sim, err := hcloudsim.New(context.Background(), hcloudsim.WithToken(token), hcloudsim.WithActionDelay(20*time.Millisecond), hcloudsim.WithMachine(m))
+	opts = append([]hcloudsim.Option{hcloudsim.WithToken(token), hcloudsim.WithActionDelay(20 * time.Millisecond), hcloudsim.WithMachine(m)}, opts...)
+	sim, err := hcloudsim.New(context.Background(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

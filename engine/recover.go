@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
+)
+
+// lockFile is what the diy backend writes to .pulumi/locks/<org>/<project>/<stack>/<id>.json.
+type lockFile struct {
+	Pid      int    `json:"pid"`
+	Username string `json:"username"`
+	Hostname string `json:"hostname"`
+}
+
+// recoverStack undoes what a killed run leaves behind, deliberately and with a log record each:
+// a lock whose process is dead, and pending creates (the servers they started are adopted by the
+// next apply, since the provider adopts a server with the stand's name and our labels).
+func (e *Engine) recoverStack(ctx context.Context, st auto.Stack, ref StackRef, log *slog.Logger) error {
+	if err := e.clearStaleLocks(ref, log); err != nil {
+		return err
+	}
+	dep, err := st.Export(ctx)
+	if err != nil {
+		return fmt.Errorf("export stack %s: %w", st.Name(), err)
+	}
+	var d struct {
+		Pending []struct {
+			Type     string `json:"type"`
+			Resource struct {
+				URN string `json:"urn"`
+			} `json:"resource"`
+		} `json:"pending_operations"`
+	}
+	if len(dep.Deployment) > 0 {
+		if err := json.Unmarshal(dep.Deployment, &d); err != nil {
+			return fmt.Errorf("read deployment of %s: %w", st.Name(), err)
+		}
+	}
+	if len(d.Pending) == 0 {
+		return nil
+	}
+	for _, p := range d.Pending {
+		log.Warn("pending operation left by an interrupted run", "operation", p.Type, "name", lastURNPart(p.Resource.URN))
+	}
+	if _, err := st.Refresh(ctx, optrefresh.ClearPendingCreates(), optrefresh.SuppressProgress()); err != nil {
+		return fmt.Errorf("refresh %s to clear pending operations: %w", st.Name(), err)
+	}
+	log.Info("pending operations cleared; servers they started are adopted by the next apply", "count", len(d.Pending))
+	return nil
+}
+
+// ErrLocked is returned when a live process holds the stack's lock: wait, never break it.
+var ErrLocked = errors.New("the stack is currently locked by a running process")
+
+// clearStaleLocks removes the lock files of this host's dead processes. A lock of a live process, or
+// of another host, is left alone. Only file:// backends are inspected here.
+func (e *Engine) clearStaleLocks(ref StackRef, log *slog.Logger) error {
+	root, ok := strings.CutPrefix(e.cfg.BackendURL, "file://")
+	if !ok {
+		return nil
+	}
+	dir := filepath.Join(root, ".pulumi", "locks", "organization", ref.Project, ref.Env)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return fmt.Errorf("read lock folder: %w", err)
+	}
+	host, _ := os.Hostname()
+	for _, ent := range entries {
+		// The file backend keeps blob attributes beside each lock as <lock>.attrs.
+		if ent.IsDir() || !strings.HasSuffix(ent.Name(), ".json") {
+			continue
+		}
+		p := filepath.Join(dir, ent.Name())
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("read lock %s: %w", p, err)
+		}
+		var l lockFile
+		if err := json.Unmarshal(data, &l); err != nil {
+			return fmt.Errorf("parse lock %s: %w", p, err)
+		}
+		if l.Hostname != host || alive(l.Pid) {
+			return fmt.Errorf("%s/%s: %w (pid %d on %s)", ref.Project, ref.Env, ErrLocked, l.Pid, l.Hostname)
+		}
+		if err := os.Remove(p); err != nil {
+			return fmt.Errorf("remove stale lock %s: %w", p, err)
+		}
+		_ = os.Remove(p + ".attrs")
+		log.Warn("removed a stale stack lock", "pid", l.Pid, "host", l.Hostname, "user", l.Username, "lock", p)
+	}
+	return nil
+}
+
+// alive reports whether a process exists (signal 0 checks without sending anything).
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
