@@ -11,9 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
@@ -137,6 +140,12 @@ func (e *Engine) stack(ctx context.Context, ref StackRef, run pulumi.RunFunc, cr
 	var err error
 	if create {
 		st, err = auto.UpsertStackInlineSource(ctx, ref.fqn(), ref.Project, run, opts...)
+		if err != nil {
+			// Another process may have created the stack between our check and our create.
+			if sel, selErr := auto.SelectStackInlineSource(ctx, ref.fqn(), ref.Project, run, opts...); selErr == nil {
+				st, err = sel, nil
+			}
+		}
 	} else {
 		st, err = auto.SelectStackInlineSource(ctx, ref.fqn(), ref.Project, run, opts...)
 	}
@@ -155,44 +164,78 @@ func (e *Engine) stack(ctx context.Context, ref StackRef, run pulumi.RunFunc, cr
 
 // progress turns engine events into log records — one per resource step, plus warnings and errors —
 // and counts the steps on the stand's own resources (not the stack or provider bookkeeping) by
-// operation: the change summary.
+// operation: the change summary. Call the returned function once the operation has returned.
 func (e *Engine) progress(log *slog.Logger) (chan events.EngineEvent, func() map[string]int) {
 	ch := make(chan events.EngineEvent)
-	done := make(chan struct{})
+	done, stop := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
 	changes := map[string]int{}
 	go func() {
 		defer close(done)
-		for ev := range ch {
-			switch {
-			case ev.ResourcePreEvent != nil:
-				m := ev.ResourcePreEvent.Metadata
-				if !strings.HasPrefix(m.Type, provider.Name+":") {
-					continue
+		for {
+			var ev events.EngineEvent
+			var ok bool
+			select {
+			case ev, ok = <-ch:
+				if !ok {
+					return
 				}
-				// A replace also emits create-replacement and delete-replaced steps; count it once.
-				if m.Op != "create-replacement" && m.Op != "delete-replaced" {
-					changes[string(m.Op)]++
-				}
-				if m.Op != "same" {
-					log.Info("resource step", "op", string(m.Op), "type", m.Type, "name", lastURNPart(m.URN), "planning", ev.ResourcePreEvent.Planning)
-				}
-			case ev.ResOutputsEvent != nil:
-				m := ev.ResOutputsEvent.Metadata
-				if strings.HasPrefix(m.Type, provider.Name+":") && m.Op != "same" && !ev.ResOutputsEvent.Planning {
-					log.Info("resource done", "op", string(m.Op), "type", m.Type, "name", lastURNPart(m.URN))
-				}
-			case ev.ResOpFailedEvent != nil:
-				m := ev.ResOpFailedEvent.Metadata
-				log.Warn("resource step failed", "op", string(m.Op), "name", lastURNPart(m.URN))
-			case ev.DiagnosticEvent != nil:
-				d := ev.DiagnosticEvent
-				if d.Severity == "error" || d.Severity == "warning" {
-					log.Warn("pulumi "+d.Severity, "name", lastURNPart(d.URN), "message", strings.TrimSpace(d.Message))
-				}
+			case <-stop:
+				return
 			}
+			e.logEvent(log, ev, func(op string) {
+				mu.Lock()
+				changes[op]++
+				mu.Unlock()
+			})
 		}
 	}()
-	return ch, func() map[string]int { <-done; return changes }
+	return ch, func() map[string]int {
+		// The Automation API closes the channel only when the CLI streamed its events to the end; a
+		// CLI that failed before it connected (a locked stack, say) never does.
+		select {
+		case <-done:
+		case <-time.After(eventGrace):
+			close(stop)
+			<-done
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(changes)
+	}
+}
+
+// eventGrace is how long the event stream may lag behind the end of an operation.
+const eventGrace = 3 * time.Second
+
+func (e *Engine) logEvent(log *slog.Logger, ev events.EngineEvent, count func(op string)) {
+	switch {
+	case ev.ResourcePreEvent != nil:
+		m := ev.ResourcePreEvent.Metadata
+		if !strings.HasPrefix(m.Type, provider.Name+":") {
+			return
+		}
+		// A replace also emits create-replacement and delete-replaced steps; count it once.
+		if m.Op != "create-replacement" && m.Op != "delete-replaced" {
+			count(string(m.Op))
+		}
+		if m.Op != "same" {
+			log.Info("resource step", "op", string(m.Op), "type", m.Type, "name", lastURNPart(m.URN), "planning", ev.ResourcePreEvent.Planning)
+		}
+	case ev.ResOutputsEvent != nil:
+		m := ev.ResOutputsEvent.Metadata
+		if strings.HasPrefix(m.Type, provider.Name+":") && m.Op != "same" && !ev.ResOutputsEvent.Planning {
+			log.Info("resource done", "op", string(m.Op), "type", m.Type, "name", lastURNPart(m.URN))
+		}
+	case ev.ResOpFailedEvent != nil:
+		m := ev.ResOpFailedEvent.Metadata
+		log.Warn("resource step failed", "op", string(m.Op), "name", lastURNPart(m.URN))
+	case ev.DiagnosticEvent != nil:
+		d := ev.DiagnosticEvent
+		if d.Severity == "error" || d.Severity == "warning" {
+			log.Warn("pulumi "+d.Severity, "name", lastURNPart(d.URN), "message", strings.TrimSpace(d.Message))
+		}
+	}
 }
 
 func lastURNPart(urn string) string {

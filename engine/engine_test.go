@@ -355,3 +355,40 @@ func TestOrphans(t *testing.T) {
 		t.Errorf("%d servers: the report must delete nothing", n)
 	}
 }
+
+// TestConcurrentApplies: two applies of one stand at once. The second waits its turn or ends as an
+// UpdateConflict (a Waiting error, retried later); the state stays intact either way.
+func TestConcurrentApplies(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	stand := load(t, examples(t, ""), "stands/two-node/stand.yml")
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := f.eng.Apply(ctx, stand, true)
+			errs <- err
+		}()
+	}
+	ok := 0
+	for range 2 {
+		err := <-errs
+		if err == nil {
+			ok++
+			continue
+		}
+		t.Logf("one apply ended with: %v", err)
+		if c := Classify(err); c.Reason != ReasonUpdateConflict || c.Kind != Waiting {
+			t.Errorf("concurrent apply failed as %s/%s: %v", c.Reason, c.Kind, err)
+		}
+	}
+	if ok == 0 {
+		t.Fatal("neither apply succeeded")
+	}
+	res, err := f.eng.Apply(ctx, stand, true)
+	if err != nil || res.Changed {
+		t.Fatalf("state after concurrent applies: %v %+v", err, res)
+	}
+	if n := len(f.Servers(t)); n != 2 {
+		t.Errorf("%d servers, want 2", n)
+	}
+}

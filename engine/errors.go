@@ -72,9 +72,10 @@ var rules = []rule{
 	{reason: ReasonHetznerUnavailable, kind: Waiting,
 		is:    hcloudCode(hcloud.ErrorCodeServiceError, hcloud.ErrorCodeMaintenance, hcloud.ErrorCodeTimeout, hcloud.ErrorCodeServerError, hcloud.ErrorCodeResourceUnavailable),
 		texts: []string{"(service_error)", "(unavailable)", "(maintenance)", "(timeout)", "(server_error)", "(resource_unavailable)"}},
-	{reason: ReasonUpdateConflict, kind: Waiting, texts: []string{"another update is currently in progress", "[409] conflict"}},
-	{reason: ReasonStackLocked, kind: Waiting, is: func(err error) bool { return errors.Is(err, ErrLocked) },
-		texts: []string{"the stack is currently locked by"}},
+	// Pulumi's diy backends report a concurrent update as a lock.
+	{reason: ReasonUpdateConflict, kind: Waiting, is: func(err error) bool { return errors.Is(err, ErrUpdateInProgress) },
+		texts: []string{"another update is currently in progress", "[409] conflict", "the stack is currently locked by"}},
+	{reason: ReasonStackLocked, kind: Waiting, is: func(err error) bool { return errors.Is(err, ErrLockedElsewhere) }},
 	{reason: ReasonPendingOperations, kind: Generic, texts: []string{"pending operations", "interrupted while creating", "interrupted while deleting"}},
 	{reason: ReasonPassphrase, kind: Stalling, texts: []string{"incorrect passphrase", "passphrase must be set", "failed to decrypt"}},
 	{reason: ReasonMissingPrereq, kind: Stalling, texts: []string{"does not exist in the hetzner project", "(uniqueness_error)", "(invalid_input)", "(unsupported_location_for_server_type)"}},

@@ -59,8 +59,13 @@ func (e *Engine) recoverStack(ctx context.Context, st auto.Stack, ref StackRef, 
 	return nil
 }
 
-// ErrLocked is returned when a live process holds the stack's lock: wait, never break it.
-var ErrLocked = errors.New("the stack is currently locked by a running process")
+// A lock held by a live process is waited for, never broken.
+var (
+	// ErrUpdateInProgress: a running process of this host holds the stack's lock.
+	ErrUpdateInProgress = errors.New("another update of the stack is in progress")
+	// ErrLockedElsewhere: another host holds the stack's lock; whether it lives cannot be told here.
+	ErrLockedElsewhere = errors.New("the stack is locked by another host")
+)
 
 // clearStaleLocks removes the lock files of this host's dead processes. A lock of a live process, or
 // of another host, is left alone. Only file:// backends are inspected here.
@@ -92,8 +97,11 @@ func (e *Engine) clearStaleLocks(ref StackRef, log *slog.Logger) error {
 		if err := json.Unmarshal(data, &l); err != nil {
 			return fmt.Errorf("parse lock %s: %w", p, err)
 		}
-		if l.Hostname != host || alive(l.Pid) {
-			return fmt.Errorf("%s/%s: %w (pid %d on %s)", ref.Project, ref.Env, ErrLocked, l.Pid, l.Hostname)
+		if l.Hostname != host {
+			return fmt.Errorf("%s/%s: %w (pid %d on %s)", ref.Project, ref.Env, ErrLockedElsewhere, l.Pid, l.Hostname)
+		}
+		if alive(l.Pid) {
+			return fmt.Errorf("%s/%s: %w (pid %d)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid)
 		}
 		if err := os.Remove(p); err != nil {
 			return fmt.Errorf("remove stale lock %s: %w", p, err)
