@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -390,5 +391,76 @@ func TestConcurrentApplies(t *testing.T) {
 	}
 	if n := len(f.Servers(t)); n != 2 {
 		t.Errorf("%d servers, want 2", n)
+	}
+}
+
+// TestInventory: 200 owned stacks and a foreign one are listed with their marks and spec hashes by a
+// single Pulumi CLI process, counted by a wrapper that stands in for the CLI.
+func TestInventory(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	stand := load(t, examples(t, ""), "stands/single/stand.yml")
+	if _, err := f.eng.Apply(ctx, stand, false); err != nil {
+		t.Fatal(err)
+	}
+	// 199 more owned stacks: copies of the real one under other names, as the backend lays them out.
+	dir := filepath.Join(f.backend, ".pulumi", "stacks", "demo")
+	orig, err := os.ReadFile(filepath.Join(dir, "single.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 199 {
+		env := fmt.Sprintf("copy%03d", i)
+		data := strings.ReplaceAll(string(orig), "demo/single", "demo/"+env)
+		data = strings.ReplaceAll(data, "urn:pulumi:single::", "urn:pulumi:"+env+"::")
+		if err := os.WriteFile(filepath.Join(dir, env+".json"), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A foreign stack: no mark.
+	foreign := strings.ReplaceAll(strings.ReplaceAll(string(orig), `"ownedBy"`, `"madeBy"`), "demo/single", "demo/foreign")
+	foreign = strings.ReplaceAll(foreign, "urn:pulumi:single::", "urn:pulumi:foreign::")
+	if err := os.WriteFile(filepath.Join(dir, "foreign.json"), []byte(foreign), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// Count CLI processes with a wrapper laid out as <root>/bin/pulumi.
+	wrapRoot := t.TempDir()
+	count := filepath.Join(wrapRoot, "count")
+	if err := os.MkdirAll(filepath.Join(wrapRoot, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >> %s\nexec %s \"$@\"\n", count, f.eng.cfg.PulumiBin)
+	if err := os.WriteFile(filepath.Join(wrapRoot, "bin", "pulumi"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.eng.cfg
+	cfg.PulumiBin = filepath.Join(wrapRoot, "bin", "pulumi")
+	eng, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(count); err != nil { // New ran `pulumi version`
+		t.Fatal(err)
+	}
+	inv, err := eng.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, _ := os.ReadFile(count)
+	if n := strings.Count(string(calls), "\n"); n != 1 {
+		t.Errorf("inventory ran the Pulumi CLI %d times:\n%s", n, calls)
+	}
+	owned, foreignSeen := 0, false
+	for _, s := range inv {
+		switch {
+		case s.Env == "foreign":
+			foreignSeen = !s.Owned && s.Known
+		case s.Owned && s.SpecHash == stand.SpecHash && s.StandID == "demo_demo_single" && s.Pending == 0 && !s.Locked:
+			owned++
+		}
+	}
+	if owned != 200 || !foreignSeen || len(inv) != 201 {
+		t.Errorf("inventory: %d stacks, %d owned with the spec hash, foreign reported %v", len(inv), owned, foreignSeen)
 	}
 }

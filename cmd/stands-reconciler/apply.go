@@ -293,3 +293,26 @@ func fail(std stdio, op string, err error) {
 	c := engine.Classify(err)
 	fmt.Fprintf(std.err, "%s: %v [%s, %s]\n", op, err, c.Reason, c.Kind)
 }
+
+func runInventory(ctx context.Context, args []string, std stdio, getenv env) int {
+	fs := newFlags("inventory", "inventory [flags]\n\nLists every stack of the owner's backend: owned or foreign, spec hash, pending operations, locks.", std)
+	var ef engineFlags
+	ef.register(fs, getenv)
+	if done, code := parseFlags(fs, args, std); done {
+		return code
+	}
+	eng, _, err := ef.engine(std, getenv, ef.owner)
+	if err != nil {
+		fmt.Fprintf(std.err, "inventory: %v\n", err)
+		return exitError
+	}
+	stacks, err := eng.Inventory(ctx)
+	if err != nil {
+		fail(std, "inventory", err)
+		return exitError
+	}
+	if stacks == nil {
+		stacks = []engine.StackInfo{}
+	}
+	return writeRecord(std, map[string]any{"operation": "inventory", "status": "success", "stacks": stacks})
+}

@@ -94,6 +94,11 @@ func TestApplyPreviewDestroyCommands(t *testing.T) {
 		t.Errorf("--show-secrets: exit %d, stdout %s", r.code, r.stdout)
 	}
 
+	r = run("inventory")
+	if r.code != 0 || !strings.Contains(r.stdout, `"env":"two-node"`) || !strings.Contains(r.stdout, `"owned":true`) {
+		t.Errorf("inventory: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+
 	r = run("orphans")
 	if r.code != 0 || r.stdout != `{"operation":"orphans","orphans":[],"status":"success"}`+"\n" {
 		t.Errorf("orphans: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)

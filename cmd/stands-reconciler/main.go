@@ -67,6 +67,7 @@ func commands() []command {
 		{"apply", "create or update one stand's servers and print its connection record", runApply},
 		{"destroy", "destroy one stand's servers and remove its stack (by id or path; no manifest needed)", runDestroy},
 		{"orphans", "list servers with the reconciler's labels that no stack holds (deletes nothing)", runOrphans},
+		{"inventory", "list the owner's stacks: owned or foreign, spec hash, pending operations, locks", runInventory},
 	}
 }
 

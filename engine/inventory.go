@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optlist"
+
+	"github.com/stands-engine/stands-reconciler/engine/provider"
+)
+
+// StackInfo is one stack of the backend as the inventory sees it.
+type StackInfo struct {
+	Project  string `json:"project"`
+	Env      string `json:"env"`
+	StandID  string `json:"standId,omitempty"`
+	Owned    bool   `json:"owned"` // carries the reconciler's mark; a foreign stack is never touched
+	SpecHash string `json:"specHash,omitempty"`
+	// Known is false when the backend's stack files cannot be read directly (not file://); the
+	// reconciler then learns the stack's mark and hash from its own operations.
+	Known      bool   `json:"known"`
+	Resources  int    `json:"resources"`
+	LastUpdate string `json:"lastUpdate,omitempty"`
+	Pending    int    `json:"pendingOperations"`
+	Locked     bool   `json:"locked"`
+}
+
+// Inventory lists every stack of the backend at the cost of one Pulumi CLI process
+// (`pulumi stack ls --all --json`), whatever their number: marks, spec hashes and pending operations
+// are read from the stack files of a file:// backend, not by running Pulumi once per stack.
+func (e *Engine) Inventory(ctx context.Context) ([]StackInfo, error) {
+	ws, err := auto.NewLocalWorkspace(ctx, auto.EnvVars(e.envVars()), auto.Pulumi(e.cmd), auto.PulumiHome(e.home))
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", err)
+	}
+	list, err := ws.ListStacks(ctx, optlist.All())
+	if err != nil {
+		return nil, fmt.Errorf("list stacks: %w", err)
+	}
+	root, isFile := strings.CutPrefix(e.cfg.BackendURL, "file://")
+	var out []StackInfo
+	for _, s := range list {
+		parts := strings.Split(s.Name, "/")
+		if len(parts) != 3 {
+			continue
+		}
+		info := StackInfo{Project: parts[1], Env: parts[2], LastUpdate: s.LastUpdate}
+		if s.ResourceCount != nil {
+			info.Resources = *s.ResourceCount
+		}
+		if isFile {
+			if err := readStackFile(root, &info); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Project+"/"+out[i].Env < out[j].Project+"/"+out[j].Env
+	})
+	return out, nil
+}
+
+// readStackFile fills an entry from the diy backend's checkpoint and lock folder.
+func readStackFile(root string, info *StackInfo) error {
+	p := filepath.Join(root, ".pulumi", "stacks", info.Project, info.Env+".json")
+	data, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // a stack never updated (gzip-compressed files are not read either)
+	}
+	if err != nil {
+		return fmt.Errorf("read stack file %s: %w", p, err)
+	}
+	var cp struct {
+		Checkpoint struct {
+			Latest struct {
+				Resources []struct {
+					Type    string         `json:"type"`
+					Outputs map[string]any `json:"outputs"`
+				} `json:"resources"`
+				Pending []json.RawMessage `json:"pending_operations"`
+			} `json:"latest"`
+		} `json:"checkpoint"`
+	}
+	if err := json.Unmarshal(data, &cp); err != nil {
+		return fmt.Errorf("parse stack file %s: %w", p, err)
+	}
+	info.Known = true
+	info.Pending = len(cp.Checkpoint.Latest.Pending)
+	for _, r := range cp.Checkpoint.Latest.Resources {
+		if r.Type != "pulumi:pulumi:Stack" {
+			continue
+		}
+		owned, _ := r.Outputs[OutOwnedBy].(string)
+		info.Owned = owned == provider.ManagedByValue
+		info.SpecHash, _ = r.Outputs[OutSpecHash].(string)
+		info.StandID, _ = r.Outputs[OutStandID].(string)
+	}
+	locks, _ := filepath.Glob(filepath.Join(root, ".pulumi", "locks", "organization", info.Project, info.Env, "*.json"))
+	info.Locked = len(locks) > 0
+	return nil
+}
