@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
@@ -102,6 +105,19 @@ func TestApplyPreviewDestroyCommands(t *testing.T) {
 	r = run("orphans")
 	if r.code != 0 || r.stdout != `{"operation":"orphans","orphans":[],"status":"success"}`+"\n" {
 		t.Errorf("orphans: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	// A server with our labels that no stack holds is reported, and left alone.
+	orphan, _, err := h.Client.Server.Create(ctx, hcloud.ServerCreateOpts{Name: "demo-lost-x-main", ServerType: &hcloud.ServerType{Name: "cx22"},
+		Image: &hcloud.Image{Name: "debian-12"}, Labels: map[string]string{provider.LabelManagedBy: provider.ManagedByValue, provider.LabelStand: "demo_lost_x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = run("orphans")
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf(`{"serverId":%d,"name":"demo-lost-x-main","stand":"demo_lost_x"`, orphan.Server.ID)) {
+		t.Errorf("orphans with one: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if _, _, err := h.Client.Server.DeleteWithResult(ctx, orphan.Server); err != nil {
+		t.Fatal(err)
 	}
 
 	r = run("destroy", "demo_demo_two-node")
