@@ -266,7 +266,31 @@ func destroyTarget(arg, defaultOwner string) (owner, project, env string, err er
 }
 
 func runOrphans(ctx context.Context, args []string, std stdio, getenv env) int {
-	fs := newFlags("orphans", "orphans [flags]\n\nLists servers that carry the reconciler's labels but belong to no stack of the owner's backend.\nNothing is deleted.", std)
+	return runReport(ctx, "orphans", "Lists servers that carry the reconciler's labels but belong to no stack of the owner's backend.\nNothing is deleted.",
+		"orphans", args, std, getenv, func(ctx context.Context, e *engine.Engine) (any, error) {
+			o, err := e.Orphans(ctx)
+			if o == nil {
+				o = []engine.Orphan{}
+			}
+			return o, err
+		})
+}
+
+func runInventory(ctx context.Context, args []string, std stdio, getenv env) int {
+	return runReport(ctx, "inventory", "Lists every stack of the owner's backend: owned or foreign, spec hash, pending operations, locks.",
+		"stacks", args, std, getenv, func(ctx context.Context, e *engine.Engine) (any, error) {
+			s, err := e.Inventory(ctx)
+			if s == nil {
+				s = []engine.StackInfo{}
+			}
+			return s, err
+		})
+}
+
+// runReport runs a read-only engine query and prints it as one record under key.
+func runReport(ctx context.Context, name, about, key string, args []string, std stdio, getenv env,
+	query func(context.Context, *engine.Engine) (any, error)) int {
+	fs := newFlags(name, name+" [flags]\n\n"+about, std)
 	var ef engineFlags
 	ef.register(fs, getenv)
 	if done, code := parseFlags(fs, args, std); done {
@@ -274,45 +298,19 @@ func runOrphans(ctx context.Context, args []string, std stdio, getenv env) int {
 	}
 	eng, _, err := ef.engine(std, getenv, ef.owner)
 	if err != nil {
-		fmt.Fprintf(std.err, "orphans: %v\n", err)
+		fmt.Fprintf(std.err, "%s: %v\n", name, err)
 		return exitError
 	}
-	orphans, err := eng.Orphans(ctx)
+	v, err := query(ctx, eng)
 	if err != nil {
-		fail(std, "orphans", err)
+		fail(std, name, err)
 		return exitError
 	}
-	if orphans == nil {
-		orphans = []engine.Orphan{}
-	}
-	return writeRecord(std, map[string]any{"operation": "orphans", "status": "success", "orphans": orphans})
+	return writeRecord(std, map[string]any{"operation": name, "status": "success", key: v})
 }
 
 // fail reports an engine error with the reason the reconciler would record for it.
 func fail(std stdio, op string, err error) {
 	c := engine.Classify(err)
 	fmt.Fprintf(std.err, "%s: %v [%s, %s]\n", op, err, c.Reason, c.Kind)
-}
-
-func runInventory(ctx context.Context, args []string, std stdio, getenv env) int {
-	fs := newFlags("inventory", "inventory [flags]\n\nLists every stack of the owner's backend: owned or foreign, spec hash, pending operations, locks.", std)
-	var ef engineFlags
-	ef.register(fs, getenv)
-	if done, code := parseFlags(fs, args, std); done {
-		return code
-	}
-	eng, _, err := ef.engine(std, getenv, ef.owner)
-	if err != nil {
-		fmt.Fprintf(std.err, "inventory: %v\n", err)
-		return exitError
-	}
-	stacks, err := eng.Inventory(ctx)
-	if err != nil {
-		fail(std, "inventory", err)
-		return exitError
-	}
-	if stacks == nil {
-		stacks = []engine.StackInfo{}
-	}
-	return writeRecord(std, map[string]any{"operation": "inventory", "status": "success", "stacks": stacks})
 }
