@@ -3,15 +3,13 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optlist"
+	"gocloud.dev/blob"
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 )
@@ -23,8 +21,7 @@ type StackInfo struct {
 	StandID  string `json:"standId,omitempty"`
 	Owned    bool   `json:"owned"` // carries the reconciler's mark; a foreign stack is never touched
 	SpecHash string `json:"specHash,omitempty"`
-	// Known is false when the backend's stack files cannot be read directly (not file://); the
-	// reconciler then learns the stack's mark and hash from its own operations.
+	// Known is false when the stack has no readable stack file (never updated, or compressed).
 	Known      bool   `json:"known"`
 	Resources  int    `json:"resources"`
 	LastUpdate string `json:"lastUpdate,omitempty"`
@@ -34,7 +31,7 @@ type StackInfo struct {
 
 // Inventory lists every stack of the backend at the cost of one Pulumi CLI process
 // (`pulumi stack ls --all --json`), whatever their number: marks, spec hashes and pending operations
-// are read from the stack files of a file:// backend, not by running Pulumi once per stack.
+// are read from the backend's stack files (file:// or s3://), not by running Pulumi once per stack.
 func (e *Engine) Inventory(ctx context.Context) ([]StackInfo, error) {
 	ws, err := auto.NewLocalWorkspace(ctx, auto.EnvVars(e.envVars()), auto.Pulumi(e.cmd), auto.PulumiHome(e.home))
 	if err != nil {
@@ -44,7 +41,11 @@ func (e *Engine) Inventory(ctx context.Context) ([]StackInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list stacks: %w", err)
 	}
-	root, isFile := strings.CutPrefix(e.cfg.BackendURL, "file://")
+	b, err := e.backendBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
 	var out []StackInfo
 	for _, s := range list {
 		parts := strings.Split(s.Name, "/")
@@ -55,10 +56,8 @@ func (e *Engine) Inventory(ctx context.Context) ([]StackInfo, error) {
 		if s.ResourceCount != nil {
 			info.Resources = *s.ResourceCount
 		}
-		if isFile {
-			if err := readStackFile(root, &info); err != nil {
-				return nil, err
-			}
+		if err := readStackFile(ctx, b, &info); err != nil {
+			return nil, err
 		}
 		out = append(out, info)
 	}
@@ -69,14 +68,11 @@ func (e *Engine) Inventory(ctx context.Context) ([]StackInfo, error) {
 }
 
 // readStackFile fills an entry from the diy backend's checkpoint and lock folder.
-func readStackFile(root string, info *StackInfo) error {
-	p := filepath.Join(root, ".pulumi", "stacks", info.Project, info.Env+".json")
-	data, err := os.ReadFile(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil // a stack never updated (gzip-compressed files are not read either)
-	}
-	if err != nil {
-		return fmt.Errorf("read stack file %s: %w", p, err)
+func readStackFile(ctx context.Context, b *blob.Bucket, info *StackInfo) error {
+	key := ".pulumi/stacks/" + info.Project + "/" + info.Env + ".json"
+	data, err := readKey(ctx, b, key)
+	if err != nil || data == nil {
+		return err // nil data: a stack never updated, or a gzip-compressed file (not read)
 	}
 	var cp struct {
 		Checkpoint struct {
@@ -90,7 +86,7 @@ func readStackFile(root string, info *StackInfo) error {
 		} `json:"checkpoint"`
 	}
 	if err := json.Unmarshal(data, &cp); err != nil {
-		return fmt.Errorf("parse stack file %s: %w", p, err)
+		return fmt.Errorf("parse stack file %s: %w", key, err)
 	}
 	info.Known = true
 	info.Pending = len(cp.Checkpoint.Latest.Pending)
@@ -103,7 +99,10 @@ func readStackFile(root string, info *StackInfo) error {
 		info.SpecHash, _ = r.Outputs[OutSpecHash].(string)
 		info.StandID, _ = r.Outputs[OutStandID].(string)
 	}
-	locks, _ := filepath.Glob(filepath.Join(root, ".pulumi", "locks", "organization", info.Project, info.Env, "*.json"))
+	locks, err := listKeys(ctx, b, lockPrefix(StackRef{Project: info.Project, Env: info.Env}))
+	if err != nil {
+		return err
+	}
 	info.Locked = len(locks) > 0
 	return nil
 }

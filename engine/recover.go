@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -26,7 +25,7 @@ type lockFile struct {
 // a lock whose process is dead, and pending creates (the servers they started are adopted by the
 // next apply, since the provider adopts a server with the stand's name and our labels).
 func (e *Engine) recoverStack(ctx context.Context, st auto.Stack, ref StackRef, log *slog.Logger) error {
-	if err := e.clearStaleLocks(ref, log); err != nil {
+	if err := e.clearStaleLocks(ctx, ref, log); err != nil {
 		return err
 	}
 	dep, err := st.Export(ctx)
@@ -67,35 +66,35 @@ var (
 	ErrLockedElsewhere = errors.New("the stack is locked by another host")
 )
 
-// clearStaleLocks removes the lock files of this host's dead processes. A lock of a live process, or
-// of another host, is left alone. Only file:// backends are inspected here.
-func (e *Engine) clearStaleLocks(ref StackRef, log *slog.Logger) error {
-	root, ok := strings.CutPrefix(e.cfg.BackendURL, "file://")
-	if !ok {
-		return nil
-	}
-	dir := filepath.Join(root, ".pulumi", "locks", "organization", ref.Project, ref.Env)
-	entries, err := os.ReadDir(dir)
+// lockPrefix is where the diy backend keeps a stack's lock files.
+func lockPrefix(ref StackRef) string {
+	return ".pulumi/locks/organization/" + ref.Project + "/" + ref.Env + "/"
+}
+
+// clearStaleLocks removes the lock files of this host's dead processes, on any diy backend (file://,
+// s3://). A lock of a live process, or of another host, is left alone.
+func (e *Engine) clearStaleLocks(ctx context.Context, ref StackRef, log *slog.Logger) error {
+	b, err := e.backendBucket(ctx)
 	if err != nil {
-		if os.IsNotExist(err) {
-			return nil
-		}
-		return fmt.Errorf("read lock folder: %w", err)
+		return err
+	}
+	defer b.Close()
+	keys, err := listKeys(ctx, b, lockPrefix(ref))
+	if err != nil {
+		return err
 	}
 	host, _ := os.Hostname()
-	for _, ent := range entries {
-		// The file backend keeps blob attributes beside each lock as <lock>.attrs.
-		if ent.IsDir() || !strings.HasSuffix(ent.Name(), ".json") {
+	for _, key := range keys {
+		if !strings.HasSuffix(key, ".json") {
 			continue
 		}
-		p := filepath.Join(dir, ent.Name())
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return fmt.Errorf("read lock %s: %w", p, err)
+		data, err := readKey(ctx, b, key)
+		if err != nil || data == nil {
+			return err
 		}
 		var l lockFile
 		if err := json.Unmarshal(data, &l); err != nil {
-			return fmt.Errorf("parse lock %s: %w", p, err)
+			return fmt.Errorf("parse lock %s: %w", key, err)
 		}
 		if l.Hostname != host {
 			return fmt.Errorf("%s/%s: %w (pid %d on %s)", ref.Project, ref.Env, ErrLockedElsewhere, l.Pid, l.Hostname)
@@ -103,11 +102,10 @@ func (e *Engine) clearStaleLocks(ref StackRef, log *slog.Logger) error {
 		if alive(l.Pid) {
 			return fmt.Errorf("%s/%s: %w (pid %d)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid)
 		}
-		if err := os.Remove(p); err != nil {
-			return fmt.Errorf("remove stale lock %s: %w", p, err)
+		if err := b.Delete(ctx, key); err != nil {
+			return fmt.Errorf("remove stale lock %s: %w", key, err)
 		}
-		_ = os.Remove(p + ".attrs")
-		log.Warn("removed a stale stack lock", "pid", l.Pid, "host", l.Hostname, "user", l.Username, "lock", p)
+		log.Warn("removed a stale stack lock", "pid", l.Pid, "host", l.Hostname, "user", l.Username, "lock", key)
 	}
 	return nil
 }

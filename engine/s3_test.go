@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -31,9 +33,12 @@ func TestS3Backend(t *testing.T) {
 	}
 	logs := &syncBuffer{}
 	backend := "s3://stands-state/demo?region=us-east-1&endpoint=" + s3.URL + "&s3ForcePathStyle=true"
+	// Credentials come from the environment, for the CLI and for the engine's own reads alike.
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
+	t.Setenv("AWS_REGION", "us-east-1")
 	eng, err := New(Config{PulumiBin: pl.Bin, BackendURL: backend, Passphrase: pl.Passphrase, HcloudToken: hcloudToken,
-		HcloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil)),
-		Env: map[string]string{"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test-secret", "AWS_REGION": "us-east-1"}})
+		HcloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +60,27 @@ func TestS3Backend(t *testing.T) {
 	}
 	if res, err := eng.Apply(ctx, stand, false); err != nil || res.Changed {
 		t.Fatalf("second apply on s3: %v %+v", err, res)
+	}
+	// A lock left in the bucket by a dead process of this host is removed before the next run.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	lock := fmt.Sprintf(`{"pid":%d,"username":"root","hostname":%q,"timestamp":"2026-01-01T00:00:00Z"}`, dead.Process.Pid, host)
+	key := "demo/.pulumi/locks/organization/demo/single/0b5e1f3c-dead-lock.json"
+	if _, err := mem.PutObject("stands-state", key, map[string]string{}, strings.NewReader(lock), int64(len(lock)), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Apply(ctx, stand, true); err != nil {
+		t.Fatalf("apply over a stale lock on s3: %v\n%s", err, logs)
+	}
+	if _, err := mem.HeadObject("stands-state", key); err == nil || !strings.Contains(logs.String(), "removed a stale stack lock") {
+		t.Errorf("stale lock not removed (%v)", err)
+	}
+	inv, err := eng.Inventory(ctx)
+	if err != nil || len(inv) != 1 || !inv[0].Owned || !inv[0].Known || inv[0].SpecHash != stand.SpecHash {
+		t.Errorf("inventory on s3: %+v %v", inv, err)
 	}
 	if _, err := eng.Destroy(ctx, StackRef{Project: "demo", Env: "single"}); err != nil {
 		t.Fatalf("destroy on s3: %v", err)
