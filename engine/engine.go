@@ -39,6 +39,9 @@ type Config struct {
 	WorkDir        string // plugin link and Pulumi home live here
 	Env            map[string]string
 	Log            *slog.Logger
+	// LockLease is how old another host's stack lock must be before it counts as abandoned; 0 means
+	// never (such locks are always waited for).
+	LockLease time.Duration
 }
 
 // Engine applies and destroys stands.

@@ -453,6 +453,9 @@ func TestInventory(t *testing.T) {
 	}
 	owned, foreignSeen := 0, false
 	for _, s := range inv {
+		if s.Env == "single" && (s.LastOperation != "update" || s.LastResult != "succeeded") {
+			t.Errorf("last result of the applied stack: %q/%q", s.LastOperation, s.LastResult)
+		}
 		switch {
 		case s.Env == "foreign":
 			foreignSeen = !s.Owned && s.Known

@@ -27,6 +27,9 @@ type StackInfo struct {
 	LastUpdate string `json:"lastUpdate,omitempty"`
 	Pending    int    `json:"pendingOperations"`
 	Locked     bool   `json:"locked"`
+	// LastOperation and LastResult come from the stack's newest history entry, e.g. update/failed.
+	LastOperation string `json:"lastOperation,omitempty"`
+	LastResult    string `json:"lastResult,omitempty"`
 }
 
 // Inventory lists every stack of the backend at the cost of one Pulumi CLI process
@@ -104,5 +107,35 @@ func readStackFile(ctx context.Context, b *blob.Bucket, info *StackInfo) error {
 		return err
 	}
 	info.Locked = len(locks) > 0
+	return readLastResult(ctx, b, info)
+}
+
+// readLastResult reads the newest .pulumi/history/<project>/<stack>/<stack>-<nanos>.history.json.
+func readLastResult(ctx context.Context, b *blob.Bucket, info *StackInfo) error {
+	keys, err := listKeys(ctx, b, ".pulumi/history/"+info.Project+"/"+info.Env+"/")
+	if err != nil {
+		return err
+	}
+	newest := ""
+	for _, k := range keys {
+		if strings.HasSuffix(k, ".history.json") && k > newest {
+			newest = k
+		}
+	}
+	if newest == "" {
+		return nil
+	}
+	data, err := readKey(ctx, b, newest)
+	if err != nil || data == nil {
+		return err
+	}
+	var h struct {
+		Kind   string `json:"kind"`
+		Result string `json:"result"`
+	}
+	if err := json.Unmarshal(data, &h); err != nil {
+		return fmt.Errorf("parse history %s: %w", newest, err)
+	}
+	info.LastOperation, info.LastResult = h.Kind, h.Result
 	return nil
 }

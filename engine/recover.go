@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
@@ -16,9 +17,10 @@ import (
 
 // lockFile is what the diy backend writes to .pulumi/locks/<org>/<project>/<stack>/<id>.json.
 type lockFile struct {
-	Pid      int    `json:"pid"`
-	Username string `json:"username"`
-	Hostname string `json:"hostname"`
+	Pid       int       `json:"pid"`
+	Username  string    `json:"username"`
+	Hostname  string    `json:"hostname"`
+	Timestamp time.Time `json:"timestamp"`
 }
 
 // recoverStack undoes what a killed run leaves behind, deliberately and with a log record each:
@@ -72,7 +74,8 @@ func lockPrefix(ref StackRef) string {
 }
 
 // clearStaleLocks removes the lock files of this host's dead processes, on any diy backend (file://,
-// s3://). A lock of a live process, or of another host, is left alone.
+// s3://). A lock of a live process is left alone; so is another host's, unless it is older than the
+// configured lease (no run lasts that long, so its holder is gone).
 func (e *Engine) clearStaleLocks(ctx context.Context, ref StackRef, log *slog.Logger) error {
 	b, err := e.backendBucket(ctx)
 	if err != nil {
@@ -96,10 +99,10 @@ func (e *Engine) clearStaleLocks(ctx context.Context, ref StackRef, log *slog.Lo
 		if err := json.Unmarshal(data, &l); err != nil {
 			return fmt.Errorf("parse lock %s: %w", key, err)
 		}
-		if l.Hostname != host {
-			return fmt.Errorf("%s/%s: %w (pid %d on %s)", ref.Project, ref.Env, ErrLockedElsewhere, l.Pid, l.Hostname)
-		}
-		if alive(l.Pid) {
+		switch {
+		case l.Hostname != host && (e.cfg.LockLease <= 0 || time.Since(l.Timestamp) < e.cfg.LockLease):
+			return fmt.Errorf("%s/%s: %w (pid %d on %s since %s)", ref.Project, ref.Env, ErrLockedElsewhere, l.Pid, l.Hostname, l.Timestamp.Format(time.RFC3339))
+		case l.Hostname == host && alive(l.Pid):
 			return fmt.Errorf("%s/%s: %w (pid %d)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid)
 		}
 		if err := b.Delete(ctx, key); err != nil {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/engine/manifest"
@@ -20,6 +21,7 @@ import (
 // environment or from files named by *_FILE (systemd credentials), never from flags.
 type engineFlags struct {
 	owner, stateDir, backend, pulumi, endpoint, nodes, logLevel string
+	lockLease                                                   time.Duration
 }
 
 func (f *engineFlags) register(fs *flag.FlagSet, getenv env) {
@@ -36,6 +38,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, getenv env) {
 	fs.StringVar(&f.endpoint, "hcloud-endpoint", getenv("HCLOUD_ENDPOINT"), "Hetzner Cloud API endpoint, e.g. hcloudsim's ($HCLOUD_ENDPOINT)")
 	fs.StringVar(&f.nodes, "nodes", "skip", "node deployment: skip (servers only; SSH deployment is not implemented yet)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error ($LOG_LEVEL wins)")
+	fs.DurationVar(&f.lockLease, "lock-lease", 0, "treat another host's stack lock older than this as abandoned (0: always wait)")
 }
 
 // secretSetting reads KEY, or the file named by KEY_FILE.
@@ -82,7 +85,7 @@ func (f *engineFlags) engine(std stdio, getenv env, owner string) (*engine.Engin
 		backend = "file://" + dir
 	}
 	e, err := engine.New(engine.Config{PulumiBin: bin, BackendURL: backend, Passphrase: pass, HcloudToken: token,
-		HcloudEndpoint: f.endpoint, WorkDir: stateDir, Log: logging.New(std.err, f.logLevel)})
+		HcloudEndpoint: f.endpoint, WorkDir: stateDir, Log: logging.New(std.err, f.logLevel), LockLease: f.lockLease})
 	return e, pass, err
 }
 

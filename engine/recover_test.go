@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestClearStaleLocks covers each kind of lock a stack can carry.
+func TestClearStaleLocks(t *testing.T) {
+	host, _ := os.Hostname()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	recent, old := time.Now().Add(-time.Minute), time.Now().Add(-3*time.Hour)
+	cases := []struct {
+		name    string
+		pid     int
+		host    string
+		at      time.Time
+		lease   time.Duration
+		want    error
+		removed bool
+	}{
+		{"dead process of this host", dead.Process.Pid, host, recent, 0, nil, true},
+		{"live process of this host", os.Getpid(), host, old, time.Hour, ErrUpdateInProgress, false},
+		{"another host, no lease", 1, "elsewhere", old, 0, ErrLockedElsewhere, false},
+		{"another host within the lease", 1, "elsewhere", recent, time.Hour, ErrLockedElsewhere, false},
+		{"another host past the lease", 1, "elsewhere", old, time.Hour, nil, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ref := StackRef{Project: "demo", Env: "x"}
+			lockDir := filepath.Join(dir, filepath.FromSlash(lockPrefix(ref)))
+			if err := os.MkdirAll(lockDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			lock := filepath.Join(lockDir, "a.json")
+			body := fmt.Sprintf(`{"pid":%d,"username":"u","hostname":%q,"timestamp":%q}`, c.pid, c.host, c.at.Format(time.RFC3339Nano))
+			if err := os.WriteFile(lock, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e := &Engine{cfg: Config{BackendURL: "file://" + dir, LockLease: c.lease}}
+			err := e.clearStaleLocks(context.Background(), ref, slog.New(slog.DiscardHandler))
+			if !errors.Is(err, c.want) || (c.want == nil && err != nil) {
+				t.Fatalf("err %v, want %v", err, c.want)
+			}
+			if _, statErr := os.Stat(lock); os.IsNotExist(statErr) != c.removed {
+				t.Errorf("lock removed: %v, want %v", os.IsNotExist(statErr), c.removed)
+			}
+		})
+	}
+}
