@@ -179,10 +179,14 @@ func (e *Engine) prepare(ctx context.Context, in Stand) (auto.Stack, *plan, auto
 	if err != nil {
 		return auto.Stack{}, nil, nil, fmt.Errorf("read outputs of %s/%s: %w", s.Project, s.Env, err)
 	}
-	if err := e.checkOwned(ctx, st, outs); err != nil {
+	dep, err := exportDeployment(ctx, st)
+	if err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
-	if err := e.recoverStack(ctx, st, StackRef{s.Project, s.Env}, e.log.With("stand", s.ID)); err != nil {
+	if err := checkOwned(st, outs, dep); err != nil {
+		return auto.Stack{}, nil, nil, err
+	}
+	if err := e.recoverStack(ctx, st, StackRef{s.Project, s.Env}, dep, e.log.With("stand", s.ID)); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
 	if p.privateKey, p.publicKey, err = keyPair(outs); err != nil {
@@ -207,25 +211,11 @@ func (e *Engine) prepare(ctx context.Context, in Stand) (auto.Stack, *plan, auto
 // checkOwned refuses a stack made by another tool (e.g. the old engine under the same backend): one
 // without our mark that holds resources other than the stack itself and our own provider's. A stack
 // whose first run of ours failed before its outputs were written is still ours.
-func (e *Engine) checkOwned(ctx context.Context, st auto.Stack, outs auto.OutputMap) error {
+func checkOwned(st auto.Stack, outs auto.OutputMap, dep *deployment) error {
 	if v, ok := outs[OutOwnedBy]; ok && v.Value == provider.ManagedByValue {
 		return nil
 	}
-	dep, err := st.Export(ctx)
-	if err != nil {
-		return fmt.Errorf("export stack %s: %w", st.Name(), err)
-	}
-	var d struct {
-		Resources []struct {
-			Type string `json:"type"`
-		} `json:"resources"`
-	}
-	if len(dep.Deployment) > 0 {
-		if err := json.Unmarshal(dep.Deployment, &d); err != nil {
-			return fmt.Errorf("read deployment of %s: %w", st.Name(), err)
-		}
-	}
-	for _, r := range d.Resources {
+	for _, r := range dep.Resources {
 		switch {
 		case r.Type == "pulumi:pulumi:Stack", r.Type == "pulumi:providers:"+provider.Name, strings.HasPrefix(r.Type, provider.Name+":"):
 		default:
@@ -347,10 +337,14 @@ func (e *Engine) Destroy(ctx context.Context, ref StackRef) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read outputs of %s: %w", id, err)
 	}
-	if err := e.checkOwned(ctx, st, outs); err != nil {
+	dep, err := exportDeployment(ctx, st)
+	if err != nil {
 		return nil, err
 	}
-	if err := e.recoverStack(ctx, st, ref, log); err != nil {
+	if err := checkOwned(st, outs, dep); err != nil {
+		return nil, err
+	}
+	if err := e.recoverStack(ctx, st, ref, dep, log); err != nil {
 		return nil, err
 	}
 	standID, _ := outs[OutStandID].Value.(string)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -44,12 +43,14 @@ func (e *Engine) Orphans(ctx context.Context) ([]Orphan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open stack %s: %w", s.Name, err)
 		}
-		ids, err := serverIDs(ctx, st)
+		dep, err := exportDeployment(ctx, st)
 		if err != nil {
 			return nil, err
 		}
-		for _, id := range ids {
-			known[id] = true
+		for _, r := range dep.Resources {
+			if f, ok := r.Outputs["serverId"].(float64); ok && r.Type == provider.ServerType {
+				known[int64(f)] = true
+			}
 		}
 	}
 	servers, err := e.hcloud().Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{LabelSelector: provider.LabelManagedBy + "=" + provider.ManagedByValue}})
@@ -64,34 +65,4 @@ func (e *Engine) Orphans(ctx context.Context) ([]Orphan, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ServerID < out[j].ServerID })
 	return out, nil
-}
-
-// serverIDs reads the Hetzner ids of a stack's servers from its deployment.
-func serverIDs(ctx context.Context, st auto.Stack) ([]int64, error) {
-	dep, err := st.Export(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("export stack %s: %w", st.Name(), err)
-	}
-	var d struct {
-		Resources []struct {
-			Type    string         `json:"type"`
-			ID      string         `json:"id"`
-			Outputs map[string]any `json:"outputs"`
-		} `json:"resources"`
-	}
-	if len(dep.Deployment) > 0 {
-		if err := json.Unmarshal(dep.Deployment, &d); err != nil {
-			return nil, fmt.Errorf("read deployment of %s: %w", st.Name(), err)
-		}
-	}
-	var ids []int64
-	for _, r := range d.Resources {
-		if r.Type != provider.ServerType {
-			continue
-		}
-		if f, ok := r.Outputs["serverId"].(float64); ok {
-			ids = append(ids, int64(f))
-		}
-	}
-	return ids, nil
 }

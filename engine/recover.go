@@ -26,37 +26,20 @@ type lockFile struct {
 // recoverStack undoes what a killed run leaves behind, deliberately and with a log record each:
 // a lock whose process is dead, and pending creates (the servers they started are adopted by the
 // next apply, since the provider adopts a server with the stand's name and our labels).
-func (e *Engine) recoverStack(ctx context.Context, st auto.Stack, ref StackRef, log *slog.Logger) error {
+func (e *Engine) recoverStack(ctx context.Context, st auto.Stack, ref StackRef, dep *deployment, log *slog.Logger) error {
 	if err := e.clearStaleLocks(ctx, ref, log); err != nil {
 		return err
 	}
-	dep, err := st.Export(ctx)
-	if err != nil {
-		return fmt.Errorf("export stack %s: %w", st.Name(), err)
-	}
-	var d struct {
-		Pending []struct {
-			Type     string `json:"type"`
-			Resource struct {
-				URN string `json:"urn"`
-			} `json:"resource"`
-		} `json:"pending_operations"`
-	}
-	if len(dep.Deployment) > 0 {
-		if err := json.Unmarshal(dep.Deployment, &d); err != nil {
-			return fmt.Errorf("read deployment of %s: %w", st.Name(), err)
-		}
-	}
-	if len(d.Pending) == 0 {
+	if len(dep.Pending) == 0 {
 		return nil
 	}
-	for _, p := range d.Pending {
+	for _, p := range dep.Pending {
 		log.Warn("pending operation left by an interrupted run", "operation", p.Type, "name", lastURNPart(p.Resource.URN))
 	}
 	if _, err := st.Refresh(ctx, optrefresh.ClearPendingCreates(), optrefresh.SuppressProgress()); err != nil {
 		return fmt.Errorf("refresh %s to clear pending operations: %w", st.Name(), err)
 	}
-	log.Info("pending operations cleared; servers they started are adopted by the next apply", "count", len(d.Pending))
+	log.Info("pending operations cleared; servers they started are adopted by the next apply", "count", len(dep.Pending))
 	return nil
 }
 
