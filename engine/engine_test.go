@@ -3,6 +3,8 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -13,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/stands-engine/stands-reconciler/engine/manifest"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
@@ -465,5 +468,51 @@ func TestInventory(t *testing.T) {
 	}
 	if owned != 200 || !foreignSeen || len(inv) != 201 {
 		t.Errorf("inventory: %d stacks, %d owned with the spec hash, foreign reported %v", len(inv), owned, foreignSeen)
+	}
+}
+
+// TestForeignStackUntouched: a stack made by another tool under the same backend (here: one holding
+// an hcloud provider's server, as the old engine's stacks do) is neither updated nor destroyed.
+func TestForeignStackUntouched(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ref := StackRef{Project: "demo", Env: "single"}
+	st, err := f.eng.stack(ctx, ref, func(*pulumi.Context) error { return nil }, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep, err := st.Export(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d map[string]any
+	if err := json.Unmarshal(dep.Deployment, &d); err != nil {
+		t.Fatal(err)
+	}
+	prov := "urn:pulumi:single::demo::pulumi:providers:hcloud::default"
+	d["resources"] = []any{
+		map[string]any{"urn": "urn:pulumi:single::demo::pulumi:pulumi:Stack::demo-single", "custom": false, "type": "pulumi:pulumi:Stack"},
+		map[string]any{"urn": prov, "custom": true, "id": "b5d1", "type": "pulumi:providers:hcloud"},
+		map[string]any{"urn": "urn:pulumi:single::demo::hcloud:index:Server::old", "custom": true, "id": "4242",
+			"type": "hcloud:index:Server", "provider": prov + "::b5d1"},
+	}
+	raw, _ := json.Marshal(d)
+	dep.Deployment = raw
+	if err := st.Import(ctx, dep); err != nil {
+		t.Fatalf("import a foreign deployment: %v", err)
+	}
+	stand := load(t, examples(t, ""), "stands/single/stand.yml")
+	if _, err := f.eng.Apply(ctx, stand, false); Classify(err).Reason != ReasonNotOwned || Classify(err).Kind != Stalling {
+		t.Fatalf("apply over a foreign stack: %v", err)
+	}
+	if _, err := f.eng.Destroy(ctx, ref); !errors.Is(err, ErrNotOwned) {
+		t.Fatalf("destroy of a foreign stack: %v", err)
+	}
+	after, err := st.Export(ctx)
+	if err != nil || !strings.Contains(string(after.Deployment), "hcloud:index:Server::old") {
+		t.Fatalf("the foreign stack changed: %v", err)
+	}
+	if n := len(f.Servers(t)); n != 0 {
+		t.Errorf("%d servers created over a foreign stack", n)
 	}
 }
