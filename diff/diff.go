@@ -1,0 +1,159 @@
+// Package diff decides what to do: desired stands (from the repository) × actual stacks (from the
+// inventory) → ordered actions with reasons, behind every safety guard of DESIGN.md. It is pure: no
+// I/O, no clock, so every decision is a table test.
+package diff
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Desired is a stand the repository declares.
+type Desired struct {
+	ID       string
+	SpecHash string
+	Suspend  bool
+	// Invalid is set when the stand's manifest failed validation: it fails alone, and its stack, if
+	// any, is left as it is (never destroyed because its file is broken).
+	Invalid bool
+}
+
+// Actual is a stack of the backend.
+type Actual struct {
+	ID        string // stand id recorded in the stack
+	Owned     bool   // carries the reconciler's mark
+	SpecHash  string // of the last successful apply
+	Protected bool   // the last applied manifest had stand.protect: true
+}
+
+// Input is everything a plan depends on.
+type Input struct {
+	Desired []Desired
+	Actual  []Actual
+	// SourceOK is false when the last fetch or parse of the repository failed: then nothing is
+	// destroyed — an unreachable source is not "no stands".
+	SourceOK bool
+	// MaxDestroyShare caps destroys per cycle as a share of owned stacks (default 0.5); one destroy is
+	// always allowed.
+	MaxDestroyShare float64
+	// AllowDestroy names stands whose destroy was approved in the repository (.stands/allow-destroy):
+	// they pass the share and zero guards (not protect).
+	AllowDestroy map[string]bool
+	// AllowMassDestroy lifts the share and zero guards for every stand (a flag for emergencies).
+	AllowMassDestroy bool
+}
+
+// Kind is what happens to a stand.
+type Kind string
+
+// Kinds, in the order a plan lists them.
+const (
+	Create  Kind = "create"
+	Update  Kind = "update"
+	Destroy Kind = "destroy"
+	Noop    Kind = "noop"
+	Blocked Kind = "blocked"
+)
+
+// Reasons for noop and blocked actions.
+const (
+	ReasonUpToDate          = "UpToDate"
+	ReasonSuspended         = "Suspended"
+	ReasonInvalid           = "InvalidManifest"
+	ReasonForeign           = "ForeignStack"
+	ReasonSourceUnavailable = "SourceUnavailable"
+	ReasonProtected         = "Protected"
+	ReasonMassDeletion      = "MassDeletionGuard"
+	ReasonLastStand         = "WouldRemoveAllStands"
+)
+
+// Action is one decision.
+type Action struct {
+	Kind   Kind
+	ID     string
+	Reason string // why, for noop and blocked; what changed, for the others
+}
+
+var kindOrder = map[Kind]int{Create: 0, Update: 1, Destroy: 2, Noop: 3, Blocked: 4}
+
+// Plan computes the actions for one cycle.
+func Plan(in Input) []Action {
+	share := in.MaxDestroyShare
+	if share <= 0 {
+		share = 0.5
+	}
+	actual := map[string]Actual{}
+	owned := 0
+	for _, a := range in.Actual {
+		actual[a.ID] = a
+		if a.Owned {
+			owned++
+		}
+	}
+	var out []Action
+	desired := map[string]bool{}
+	validDesired := 0
+	for _, d := range in.Desired {
+		desired[d.ID] = true
+		a, exists := actual[d.ID]
+		switch {
+		case d.Invalid:
+			out = append(out, Action{Blocked, d.ID, ReasonInvalid})
+			continue
+		case d.Suspend:
+			out = append(out, Action{Noop, d.ID, ReasonSuspended})
+		case !exists:
+			out = append(out, Action{Create, d.ID, "new stand"})
+		case !a.Owned:
+			out = append(out, Action{Blocked, d.ID, ReasonForeign})
+		case a.SpecHash == d.SpecHash:
+			out = append(out, Action{Noop, d.ID, ReasonUpToDate})
+		default:
+			out = append(out, Action{Update, d.ID, "spec changed"})
+		}
+		validDesired++
+	}
+
+	var candidates []Actual
+	for _, a := range in.Actual {
+		switch {
+		case desired[a.ID]:
+		case !a.Owned:
+			out = append(out, Action{Noop, a.ID, ReasonForeign})
+		case !in.SourceOK:
+			out = append(out, Action{Blocked, a.ID, ReasonSourceUnavailable})
+		case a.Protected:
+			out = append(out, Action{Blocked, a.ID, ReasonProtected})
+		default:
+			candidates = append(candidates, a)
+		}
+	}
+	// The guards count only destroys nobody approved.
+	var guarded []Actual
+	for _, a := range candidates {
+		if in.AllowMassDestroy || in.AllowDestroy[a.ID] {
+			out = append(out, Action{Destroy, a.ID, "removed from the repository (approved)"})
+		} else {
+			guarded = append(guarded, a)
+		}
+	}
+	capacity := max(1, int(math.Floor(share*float64(owned))))
+	toZero := validDesired == 0 && len(guarded) > 0
+	for _, a := range guarded {
+		switch {
+		case toZero:
+			out = append(out, Action{Blocked, a.ID, fmt.Sprintf("%s: the repository would have no stands left; approve in .stands/allow-destroy", ReasonLastStand)})
+		case len(guarded) > capacity:
+			out = append(out, Action{Blocked, a.ID, fmt.Sprintf("%s: %d stands removed at once, more than %d (%.0f%% of %d); approve in .stands/allow-destroy",
+				ReasonMassDeletion, len(guarded), capacity, share*100, owned)})
+		default:
+			out = append(out, Action{Destroy, a.ID, "removed from the repository"})
+		}
+	}
+	slices.SortFunc(out, func(x, y Action) int {
+		return cmp.Or(cmp.Compare(kindOrder[x.Kind], kindOrder[y.Kind]), cmp.Compare(x.ID, y.ID))
+	})
+	return out
+}
