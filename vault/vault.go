@@ -1,0 +1,241 @@
+// Package vault resolves `!secret` references from a KV version 2 engine and writes each stand's
+// unmasked connection record back, authenticating with a token, a token file or AppRole and keeping
+// the login alive with the client library's LifetimeWatcher (logging in again when renewal ends).
+package vault
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	vaultapi "github.com/hashicorp/vault/api"
+
+	"github.com/stands-engine/stands-reconciler/engine/manifest"
+)
+
+// ErrUnavailable marks Vault being unreachable or failing: the caller waits and retries; it never
+// applies or destroys on it.
+var ErrUnavailable = errors.New("vault is unavailable")
+
+// Auth logs a client in.
+type Auth interface {
+	login(ctx context.Context, c *vaultapi.Client) (*vaultapi.Secret, error)
+}
+
+// Token authenticates with a fixed token.
+type Token string
+
+func (t Token) login(ctx context.Context, c *vaultapi.Client) (*vaultapi.Secret, error) {
+	c.SetToken(string(t))
+	return c.Auth().Token().LookupSelfWithContext(ctx)
+}
+
+// TokenFile authenticates with a token read from a file at each login (systemd credentials, a
+// rotated token).
+type TokenFile string
+
+func (f TokenFile) login(ctx context.Context, c *vaultapi.Client) (*vaultapi.Secret, error) {
+	data, err := os.ReadFile(string(f))
+	if err != nil {
+		return nil, fmt.Errorf("read token file: %w", err)
+	}
+	return Token(strings.TrimSpace(string(data))).login(ctx, c)
+}
+
+// AppRole authenticates with a role id and a secret id read from a file at each login.
+type AppRole struct {
+	RoleID       string
+	SecretIDFile string
+	MountPath    string // default "approle"
+}
+
+func (a AppRole) login(ctx context.Context, c *vaultapi.Client) (*vaultapi.Secret, error) {
+	secretID, err := os.ReadFile(a.SecretIDFile)
+	if err != nil {
+		return nil, fmt.Errorf("read AppRole secret id file: %w", err)
+	}
+	mount := a.MountPath
+	if mount == "" {
+		mount = "approle"
+	}
+	s, err := c.Logical().WriteWithContext(ctx, "auth/"+mount+"/login", map[string]any{"role_id": a.RoleID, "secret_id": strings.TrimSpace(string(secretID))})
+	if err != nil {
+		return nil, err
+	}
+	if s == nil || s.Auth == nil || s.Auth.ClientToken == "" {
+		return nil, errors.New("AppRole login returned no token")
+	}
+	c.SetToken(s.Auth.ClientToken)
+	return s, nil
+}
+
+// Client is a logged-in Vault client scoped to a KV v2 mount and a path prefix.
+type Client struct {
+	api    *vaultapi.Client
+	auth   Auth
+	mount  string
+	prefix string
+	log    *slog.Logger
+
+	mu    sync.Mutex
+	login *vaultapi.Secret
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithMount sets the KV v2 mount (default "secret").
+func WithMount(m string) Option { return func(c *Client) { c.mount = strings.Trim(m, "/") } }
+
+// WithPrefix sets the path prefix secrets live under, e.g. "stands" (default none).
+func WithPrefix(p string) Option { return func(c *Client) { c.prefix = strings.Trim(p, "/") } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
+
+// New connects to addr and logs in.
+func New(ctx context.Context, addr string, auth Auth, opts ...Option) (*Client, error) {
+	cfg := vaultapi.DefaultConfig()
+	cfg.Address = addr
+	api, err := vaultapi.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("vault client: %w", err)
+	}
+	api.ClearToken()
+	c := &Client{api: api, auth: auth, mount: "secret", log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(c)
+	}
+	if err := c.relogin(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Client) relogin(ctx context.Context) error {
+	s, err := c.auth.login(ctx, c.api)
+	if err != nil {
+		return fmt.Errorf("vault login: %w", classify(err))
+	}
+	c.mu.Lock()
+	c.login = s
+	c.mu.Unlock()
+	return nil
+}
+
+// classify marks transport failures and server errors as ErrUnavailable.
+func classify(err error) error {
+	var re *vaultapi.ResponseError
+	if errors.As(err, &re) {
+		if re.StatusCode >= 500 || re.StatusCode == http.StatusTooManyRequests {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return err
+	}
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, manifest.ErrSecretNotFound) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
+
+func (c *Client) key(p string) string {
+	if c.prefix == "" {
+		return p
+	}
+	return path.Join(c.prefix, p)
+}
+
+// Secret resolves a reference: <mount>/data/<prefix>/<path>, field "value" unless the reference names
+// one. Implements manifest.SecretSource. Errors name the reference, never a value.
+func (c *Client) Secret(ctx context.Context, ref manifest.SecretRef) (string, error) {
+	s, err := c.api.KVv2(c.mount).Get(ctx, c.key(ref.Path))
+	if errors.Is(err, vaultapi.ErrSecretNotFound) {
+		return "", fmt.Errorf("%w: %s/%s", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path))
+	}
+	if err != nil {
+		return "", fmt.Errorf("read secret %s: %w", ref, classify(err))
+	}
+	if s == nil || s.Data == nil { // a deleted version comes back without data
+		return "", fmt.Errorf("%w: %s/%s is deleted", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path))
+	}
+	v, ok := s.Data[ref.Field]
+	if !ok {
+		return "", fmt.Errorf("%w: %s/%s has no field %q", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path), ref.Field)
+	}
+	str, ok := v.(string)
+	if !ok {
+		b, _ := json.Marshal(v)
+		str = string(b)
+	}
+	return str, nil
+}
+
+// WriteConnection stores a stand's unmasked connection record at
+// <mount>/<prefix>/stands/<stand-id>/connection, field "value".
+func (c *Client) WriteConnection(ctx context.Context, standID string, record json.RawMessage) error {
+	if _, err := c.api.KVv2(c.mount).Put(ctx, c.key(path.Join("stands", standID, "connection")), map[string]any{"value": string(record)}); err != nil {
+		return fmt.Errorf("write connection of %s: %w", standID, classify(err))
+	}
+	return nil
+}
+
+// KeepAlive renews the login until ctx ends, and logs in again whenever renewal stops (max TTL
+// reached, token revoked). Run it in its own goroutine.
+func (c *Client) KeepAlive(ctx context.Context) {
+	for ctx.Err() == nil {
+		c.mu.Lock()
+		login := c.login
+		c.mu.Unlock()
+		if login != nil && (login.Auth != nil && login.Auth.Renewable || login.Data["renewable"] == true) {
+			c.watch(ctx, login)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err := c.relogin(ctx); err != nil {
+			c.log.Warn("vault login failed", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second):
+			}
+			continue
+		}
+		c.log.Info("logged in to vault again")
+	}
+}
+
+func (c *Client) watch(ctx context.Context, login *vaultapi.Secret) {
+	secret := login
+	if secret.Auth == nil { // a token lookup: renew the token itself
+		ttl, _ := login.TokenTTL()
+		secret = &vaultapi.Secret{Auth: &vaultapi.SecretAuth{ClientToken: c.api.Token(), Renewable: true, LeaseDuration: int(ttl.Seconds())}}
+	}
+	w, err := c.api.NewLifetimeWatcher(&vaultapi.LifetimeWatcherInput{Secret: secret})
+	if err != nil {
+		c.log.Warn("vault renewal", "err", err)
+		return
+	}
+	go w.Start()
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-w.DoneCh():
+			if err != nil {
+				c.log.Warn("vault token renewal ended", "err", err)
+			}
+			return
+		case <-w.RenewCh():
+			c.log.Debug("vault token renewed")
+		}
+	}
+}
