@@ -2,83 +2,19 @@ package gitsource
 
 import (
 	"context"
-	"crypto/ed25519"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"code.gitea.io/sdk/gitea"
-	"github.com/go-git/go-billy/v5/memfs"
-	git "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/config"
-	"github.com/go-git/go-git/v5/plumbing/object"
-	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
-	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
-	"github.com/go-git/go-git/v5/storage/memory"
-	"golang.org/x/crypto/ssh"
 
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 )
-
-// pusher commits files to a repository of the test Gitea over HTTP.
-type pusher struct {
-	t    *testing.T
-	repo *git.Repository
-	auth *githttp.BasicAuth
-}
-
-func newRepo(t *testing.T, g *testenv.Gitea) (*pusher, *gitea.Repository, *gitea.Client) {
-	t.Helper()
-	api, err := gitea.NewClient(strings.TrimSuffix(g.URL, "/"), gitea.SetToken(g.Token))
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, _, err := api.CreateRepo(gitea.CreateRepoOption{Name: "stands", DefaultBranch: "main", Private: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	local, err := git.Init(memory.NewStorage(), memfs.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := local.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{repo.CloneURL}}); err != nil {
-		t.Fatal(err)
-	}
-	return &pusher{t: t, repo: local, auth: &githttp.BasicAuth{Username: g.User, Password: g.Token}}, repo, api
-}
-
-func (p *pusher) commit(path, content, msg string) string {
-	p.t.Helper()
-	wt, _ := p.repo.Worktree()
-	_ = wt.Filesystem.MkdirAll(filepath.Dir(path), 0o755)
-	f, err := wt.Filesystem.Create(path)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	_, _ = f.Write([]byte(content))
-	f.Close()
-	if _, err := wt.Add(path); err != nil {
-		p.t.Fatal(err)
-	}
-	h, err := wt.Commit(msg, &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}})
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	if err := p.repo.Push(&git.PushOptions{Auth: p.auth, RefSpecs: []config.RefSpec{"refs/heads/master:refs/heads/main"}}); err != nil {
-		p.t.Fatal(err)
-	}
-	return h.String()
-}
 
 func read(t *testing.T, s *Snapshot, name string) string {
 	t.Helper()
@@ -91,16 +27,16 @@ func read(t *testing.T, s *Snapshot, name string) string {
 
 func TestFetchOverHTTPAndSSH(t *testing.T) {
 	g := testenv.StartGitea(t)
-	p, repo, api := newRepo(t, g)
-	first := p.commit("stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add a")
+	p := g.CreateRepo(t, "stands")
+	first := p.Commit("stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add a")
 	ctx := context.Background()
 
-	httpSrc := New(repo.CloneURL, "main", WithToken(g.User, func() (string, error) { return g.Token, nil }))
+	httpSrc := New(p.Info.CloneURL, "main", WithToken(g.User, func() (string, error) { return g.Token, nil }))
 	snap, err := httpSrc.Fetch(ctx)
 	if err != nil || snap.Commit != first || !strings.Contains(read(t, snap, "stands/a/stand.yml"), "project: a") {
 		t.Fatalf("first fetch: %+v %v", snap, err)
 	}
-	second := p.commit("stands/b/stand.yml", "stand: {project: b, env: dev}\n", "add b")
+	second := p.Commit("stands/b/stand.yml", "stand: {project: b, env: dev}\n", "add b")
 	snap2, err := httpSrc.Fetch(ctx)
 	if err != nil || snap2.Commit != second || snap2.Message != "add b" || snap2.Author != "dev@example.test" {
 		t.Fatalf("second fetch: %+v %v", snap2, err)
@@ -110,15 +46,7 @@ func TestFetchOverHTTPAndSSH(t *testing.T) {
 		t.Error("an older snapshot changed under its reader")
 	}
 
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	signer, _ := ssh.NewSignerFromKey(priv)
-	sshPub, _ := ssh.NewPublicKey(pub)
-	if _, _, err := api.CreatePublicKey(gitea.CreateKeyOption{Title: "reconciler", Key: string(ssh.MarshalAuthorizedKey(sshPub))}); err != nil {
-		t.Fatal(err)
-	}
-	auth := &gitssh.PublicKeys{User: "git", Signer: signer}
-	auth.HostKeyCallback = g.HostKeyCallback()
-	sshSrc := New("ssh://git@"+g.SSHAddr+"/"+g.User+"/stands.git", "main", WithAuth(auth))
+	sshSrc := New(g.SSHURL("stands"), "main", WithAuth(g.SSHAuth(t)))
 	snap3, err := sshSrc.Fetch(ctx)
 	if err != nil || snap3.Commit != second {
 		t.Fatalf("fetch over SSH: %+v %v", snap3, err)
@@ -129,8 +57,9 @@ func TestFetchOverHTTPAndSSH(t *testing.T) {
 // snapshot and marks the source unavailable; the next good fetch recovers.
 func TestFailedFetchKeepsLastSnapshot(t *testing.T) {
 	g := testenv.StartGitea(t)
-	p, repo, _ := newRepo(t, g)
-	head := p.commit("stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add a")
+	p := g.CreateRepo(t, "stands")
+	repo := p.Info
+	head := p.Commit("stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add a")
 	var token atomic.Value
 	token.Store(g.Token)
 	src := New(repo.CloneURL, "main", WithToken(g.User, func() (string, error) { return token.Load().(string), nil }))

@@ -1,8 +1,6 @@
 package testenv
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -14,68 +12,31 @@ import (
 	"github.com/go-git/go-billy/v5/memfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
-	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"github.com/go-git/go-git/v5/storage/memory"
-	"golang.org/x/crypto/ssh"
 )
 
 // TestGitea starts Gitea, creates a repository through the Gitea SDK, pushes a commit with go-git over
 // HTTP with the token and another over SSH with a key, and reads both back.
 func TestGitea(t *testing.T) {
 	g := StartGitea(t)
-	api, err := gitea.NewClient(strings.TrimSuffix(g.URL, "/"), gitea.SetToken(g.Token))
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, _, err := api.CreateRepo(gitea.CreateRepoOption{Name: "stands", DefaultBranch: "main", Private: true})
-	if err != nil {
-		t.Fatalf("create repository: %v", err)
-	}
-
-	// An SSH key for the user, through the SDK too.
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sshPub, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := api.CreatePublicKey(gitea.CreateKeyOption{Title: "tests", Key: string(ssh.MarshalAuthorizedKey(sshPub))}); err != nil {
-		t.Fatalf("add SSH key: %v", err)
-	}
-
-	httpAuth := &githttp.BasicAuth{Username: g.User, Password: g.Token}
-	sshAuth := &gitssh.PublicKeys{User: "git", Signer: signer}
-	sshAuth.HostKeyCallback = g.HostKeyCallback()
-	sshURL := "ssh://git@" + g.SSHAddr + "/" + g.User + "/stands.git"
+	api := g.API(t)
+	r := g.CreateRepo(t, "stands")
+	repo := r.Info
+	httpAuth := g.HTTPAuth()
+	sshAuth := g.SSHAuth(t) // an SSH key for the user, through the SDK too
+	sshURL := g.SSHURL("stands")
 
 	// Commit 1 over HTTP.
-	local, err := git.Init(memory.NewStorage(), memfs.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := local.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{repo.CloneURL}}); err != nil {
-		t.Fatal(err)
-	}
-	commitFile(t, local, "stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add stand a")
-	if err := local.Push(&git.PushOptions{RemoteName: "origin", Auth: httpAuth, RefSpecs: refSpecs("master:main")}); err != nil {
-		t.Fatalf("push over HTTP: %v", err)
-	}
+	r.Commit("stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add stand a")
 
 	// Commit 2 over SSH, from a clone made over SSH.
 	clone, err := git.Clone(memory.NewStorage(), memfs.New(), &git.CloneOptions{URL: sshURL, Auth: sshAuth, ReferenceName: "refs/heads/main"})
 	if err != nil {
 		t.Fatalf("clone over SSH: %v", err)
 	}
-	commitFile(t, clone, "stands/b/stand.yml", "stand: {project: b, env: dev}\n", "add stand b")
-	if err := clone.Push(&git.PushOptions{Auth: sshAuth, RefSpecs: refSpecs("main:main")}); err != nil {
+	CommitFile(t, clone, "stands/b/stand.yml", "stand: {project: b, env: dev}\n", "add stand b")
+	if err := clone.Push(&git.PushOptions{Auth: sshAuth, RefSpecs: []config.RefSpec{"refs/heads/main:refs/heads/main"}}); err != nil {
 		t.Fatalf("push over SSH: %v", err)
 	}
 
@@ -119,41 +80,6 @@ func TestGitea(t *testing.T) {
 	bad := &githttp.BasicAuth{Username: g.User, Password: "wrong"}
 	if _, err := git.Clone(memory.NewStorage(), memfs.New(), &git.CloneOptions{URL: repo.CloneURL, Auth: bad}); err == nil {
 		t.Error("clone with a wrong token succeeded")
-	}
-}
-
-// refSpecs pushes local branches to remote ones: "src:dst" means refs/heads/src to refs/heads/dst.
-func refSpecs(pairs ...string) []config.RefSpec {
-	var out []config.RefSpec
-	for _, p := range pairs {
-		src, dst, _ := strings.Cut(p, ":")
-		out = append(out, config.RefSpec("refs/heads/"+src+":refs/heads/"+dst))
-	}
-	return out
-}
-
-func commitFile(t *testing.T, r *git.Repository, path, content, msg string) {
-	t.Helper()
-	wt, err := r.Worktree()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := wt.Filesystem.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := wt.Filesystem.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write([]byte(content)); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if _, err := wt.Add(path); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wt.Commit(msg, &git.CommitOptions{Author: &object.Signature{Name: "test", Email: "test@example.test", When: time.Now()}}); err != nil {
-		t.Fatal(err)
 	}
 }
 

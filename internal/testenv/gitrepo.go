@@ -1,0 +1,128 @@
+package testenv
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"code.gitea.io/sdk/gitea"
+	"github.com/go-git/go-billy/v5/memfs"
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"github.com/go-git/go-git/v5/storage/memory"
+	"golang.org/x/crypto/ssh"
+)
+
+// API is a Gitea SDK client authenticated as the admin user.
+func (g *Gitea) API(t testing.TB) *gitea.Client {
+	t.Helper()
+	api, err := gitea.NewClient(strings.TrimSuffix(g.URL, "/"), gitea.SetToken(g.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api
+}
+
+// HTTPAuth is go-git authentication with the admin's token.
+func (g *Gitea) HTTPAuth() *githttp.BasicAuth {
+	return &githttp.BasicAuth{Username: g.User, Password: g.Token}
+}
+
+// SSHAuth registers a new ed25519 key for the admin through the SDK and returns go-git authentication
+// for Gitea's SSH server, its host key pinned.
+func (g *Gitea) SSHAuth(t testing.TB) *gitssh.PublicKeys {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := g.API(t).CreatePublicKey(gitea.CreateKeyOption{Title: "key-" + randomHex(4), Key: string(ssh.MarshalAuthorizedKey(sshPub))}); err != nil {
+		t.Fatalf("add SSH key: %v", err)
+	}
+	auth := &gitssh.PublicKeys{User: "git", Signer: signer}
+	auth.HostKeyCallback = g.HostKeyCallback()
+	return auth
+}
+
+// SSHURL is the SSH clone URL of one of the admin's repositories.
+func (g *Gitea) SSHURL(repo string) string {
+	return "ssh://git@" + g.SSHAddr + "/" + g.User + "/" + repo + ".git"
+}
+
+// Repo is a repository of the test Gitea with a local in-memory clone that pushes its main branch
+// over HTTP.
+type Repo struct {
+	Info  *gitea.Repository
+	t     testing.TB
+	local *git.Repository
+	auth  *githttp.BasicAuth
+}
+
+// CreateRepo creates a private repository with default branch main through the SDK.
+func (g *Gitea) CreateRepo(t testing.TB, name string) *Repo {
+	t.Helper()
+	info, _, err := g.API(t).CreateRepo(gitea.CreateRepoOption{Name: name, DefaultBranch: "main", Private: true})
+	if err != nil {
+		t.Fatalf("create repository: %v", err)
+	}
+	local, err := git.Init(memory.NewStorage(), memfs.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{info.CloneURL}}); err != nil {
+		t.Fatal(err)
+	}
+	return &Repo{Info: info, t: t, local: local, auth: g.HTTPAuth()}
+}
+
+// Commit writes one file, commits it and pushes to main over HTTP; it returns the commit hash.
+func (r *Repo) Commit(path, content, msg string) string {
+	r.t.Helper()
+	h := CommitFile(r.t, r.local, path, content, msg)
+	if err := r.local.Push(&git.PushOptions{Auth: r.auth, RefSpecs: []config.RefSpec{"refs/heads/master:refs/heads/main"}}); err != nil {
+		r.t.Fatalf("push over HTTP: %v", err)
+	}
+	return h
+}
+
+// CommitFile writes one file into a go-git work tree and commits it; it returns the commit hash.
+func CommitFile(t testing.TB, r *git.Repository, path, content, msg string) string {
+	t.Helper()
+	wt, err := r.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wt.Filesystem.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := wt.Filesystem.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte(content)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := wt.Add(path); err != nil {
+		t.Fatal(err)
+	}
+	h, err := wt.Commit(msg, &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.String()
+}
