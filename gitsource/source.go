@@ -1,6 +1,8 @@
-// Package gitsource reads the stands repository: it fetches the tracked branch with go-git (over HTTP(S)
-// with a token, or SSH with a key) into an immutable Snapshot, keeps the last good snapshot when a
-// fetch fails — an unreachable source is never "no stands" — and verifies Gitea push webhooks.
+// Package gitsource reads the stands repository and writes status back to it. It fetches the tracked
+// branch with go-git (over HTTP(S) with a token, over SSH with a key, or straight from a local
+// repository) into an immutable Snapshot, keeps the last good snapshot when a fetch fails — an
+// unreachable source is never "no stands" — recognises the reconciler's own status commits so they
+// never trigger work, and commits status files with bounded retries when someone pushed first.
 package gitsource
 
 import (
@@ -9,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing/fstest"
@@ -25,25 +28,57 @@ import (
 
 // Snapshot is the tracked branch at one commit. Files is read-only.
 type Snapshot struct {
-	Commit  string
-	Message string
-	Author  string
+	Commit string // head of the tracked branch
+	// Source is the newest commit that is not one of the reconciler's own status commits: what the
+	// stands were declared by. Status commits move Commit, never Source.
+	Source  string
+	Message string // of Source
+	Author  string // of Source
 	Time    time.Time
 	Files   fs.FS
+}
+
+// Identity is who the reconciler commits as.
+type Identity struct {
+	Name  string
+	Email string
+}
+
+// DefaultIdentity is the reconciler's commit identity unless configured otherwise.
+var DefaultIdentity = Identity{Name: "stands-reconciler", Email: "stands-reconciler@localhost"}
+
+// Status paths: the only files the reconciler writes. A commit of its identity touching only these is
+// its own and never triggers work.
+const (
+	StatusDir  = "status"
+	StatusFile = "STATUS.md"
+)
+
+// IsStatusPath reports whether p is written by the reconciler only.
+func IsStatusPath(p string) bool {
+	return p == StatusFile || strings.HasPrefix(p, StatusDir+"/")
 }
 
 // ErrUnavailable marks a fetch that failed: the source is down or refuses us. The last good snapshot
 // stays in force.
 var ErrUnavailable = errors.New("the stands repository is unavailable")
 
-// Source fetches one branch of one repository.
+// ErrRejected marks a status push the server refused for another reason than a race (e.g. a
+// protected branch without the reconciler in its push allow-list): retrying cannot help.
+var ErrRejected = errors.New("the status push was rejected")
+
+// Source fetches one branch of one repository and writes status to a branch of it.
 type Source struct {
-	url    string
-	branch string
-	auth   func() (transport.AuthMethod, error)
+	url          string
+	branch       string
+	statusBranch string
+	identity     Identity
+	retries      int
+	auth         func() (transport.AuthMethod, error)
+	log          *slog.Logger
+	store        store
 
 	mu        sync.Mutex
-	repo      *git.Repository
 	last      *Snapshot
 	available bool
 	lastErr   error
@@ -52,8 +87,8 @@ type Source struct {
 // Option configures a Source.
 type Option func(*Source)
 
-// WithToken authenticates over HTTP(S); token is called at every fetch, so a rotated credential file
-// needs no restart.
+// WithToken authenticates over HTTP(S); token is called at every fetch and push, so a rotated
+// credential file needs no restart.
 func WithToken(user string, token func() (string, error)) Option {
 	return func(s *Source) {
 		s.auth = func() (transport.AuthMethod, error) {
@@ -71,14 +106,40 @@ func WithAuth(a transport.AuthMethod) Option {
 	return func(s *Source) { s.auth = func() (transport.AuthMethod, error) { return a, nil } }
 }
 
-// New returns a source for branch at url.
+// WithStatusBranch writes status to branch instead of the tracked branch, for teams that forbid bot
+// pushes to it. A status branch that does not exist yet starts as an orphan holding status only.
+func WithStatusBranch(branch string) Option { return func(s *Source) { s.statusBranch = branch } }
+
+// WithIdentity sets who status commits are authored by.
+func WithIdentity(id Identity) Option { return func(s *Source) { s.identity = id } }
+
+// WithPushRetries bounds how many times a status commit is recreated after losing a race (default 5).
+func WithPushRetries(n int) Option { return func(s *Source) { s.retries = n } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(s *Source) { s.log = l } }
+
+// New returns a source for branch at url: an http(s):// or ssh:// URL, or a local repository path
+// (plain or file://), read and written in place without a clone.
 func New(url, branch string, opts ...Option) *Source {
-	s := &Source{url: url, branch: branch, auth: func() (transport.AuthMethod, error) { return nil, nil }}
+	s := &Source{url: url, branch: branch, identity: DefaultIdentity, retries: 5, log: slog.New(slog.DiscardHandler),
+		auth: func() (transport.AuthMethod, error) { return nil, nil }}
 	for _, o := range opts {
 		o(s)
 	}
+	if s.statusBranch == "" {
+		s.statusBranch = branch
+	}
+	if path, ok := localPath(url); ok {
+		s.store = &localStore{path: path}
+	} else {
+		s.store = &remoteStore{url: url}
+	}
 	return s
 }
+
+// StatusBranch is where status commits go.
+func (s *Source) StatusBranch() string { return s.statusBranch }
 
 // Fetch brings the branch up to date and returns its snapshot. On failure it returns the last good
 // snapshot (nil before the first success) and an error wrapping ErrUnavailable.
@@ -106,38 +167,147 @@ func (s *Source) fetch(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
 	}
-	ref := plumbing.NewBranchReferenceName(s.branch)
-	if s.repo == nil {
-		repo, err := git.CloneContext(ctx, memory.NewStorage(), nil, &git.CloneOptions{
-			URL: s.url, Auth: auth, ReferenceName: ref, SingleBranch: true, Depth: 1, Tags: git.NoTags,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("clone %s: %w", redact(s.url), err)
-		}
-		s.repo = repo
-	} else {
-		err := s.repo.FetchContext(ctx, &git.FetchOptions{
-			Auth: auth, Depth: 1, Tags: git.NoTags, Force: true,
-			RefSpecs: []config.RefSpec{config.RefSpec("+" + ref.String() + ":refs/remotes/origin/" + s.branch)},
-		})
-		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-			return nil, fmt.Errorf("fetch %s: %w", redact(s.url), err)
-		}
-	}
-	head, err := s.repo.Reference(plumbing.NewRemoteReferenceName("origin", s.branch), true)
+	head, err := s.store.fetch(ctx, auth, s.branch)
 	if err != nil {
-		return nil, fmt.Errorf("branch %s: %w", s.branch, err)
+		return nil, err
 	}
-	commit, err := s.repo.CommitObject(head.Hash())
+	if head == nil {
+		return nil, fmt.Errorf("branch %s does not exist in %s", s.branch, redact(s.url))
+	}
+	repo := s.store.repo()
+	commit, err := repo.CommitObject(*head)
 	if err != nil {
-		return nil, fmt.Errorf("read commit %s: %w", head.Hash(), err)
+		return nil, fmt.Errorf("read commit %s: %w", head, err)
+	}
+	source, err := s.sourceCommit(commit)
+	if err != nil {
+		return nil, err
 	}
 	files, err := treeFS(commit)
 	if err != nil {
 		return nil, err
 	}
-	return &Snapshot{Commit: commit.Hash.String(), Message: strings.TrimSpace(commit.Message), Author: commit.Author.Email,
-		Time: commit.Committer.When, Files: files}, nil
+	return &Snapshot{Commit: commit.Hash.String(), Source: source.Hash.String(), Message: strings.TrimSpace(source.Message),
+		Author: source.Author.Email, Time: source.Committer.When, Files: files}, nil
+}
+
+// sourceCommit walks back over the reconciler's own commits.
+func (s *Source) sourceCommit(c *object.Commit) (*object.Commit, error) {
+	for range 10000 {
+		own, err := s.isOwn(c)
+		if err != nil || !own {
+			return c, err
+		}
+		parent, err := c.Parent(0)
+		if err != nil {
+			return nil, fmt.Errorf("read parent of %s: %w", c.Hash, err)
+		}
+		c = parent
+	}
+	return c, nil
+}
+
+// isOwn: authored by the reconciler's identity AND touching only status paths.
+func (s *Source) isOwn(c *object.Commit) (bool, error) {
+	if c.Author.Email != s.identity.Email || c.Author.Name != s.identity.Name || c.NumParents() != 1 {
+		return false, nil
+	}
+	parent, err := c.Parent(0)
+	if err != nil {
+		return false, fmt.Errorf("read parent of %s: %w", c.Hash, err)
+	}
+	from, err := parent.Tree()
+	if err != nil {
+		return false, err
+	}
+	to, err := c.Tree()
+	if err != nil {
+		return false, err
+	}
+	changes, err := object.DiffTree(from, to)
+	if err != nil {
+		return false, fmt.Errorf("diff %s: %w", c.Hash, err)
+	}
+	for _, ch := range changes {
+		if !IsStatusPath(ch.From.Name) && ch.From.Name != "" || !IsStatusPath(ch.To.Name) && ch.To.Name != "" {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// Publish commits files (path → content; nil content removes the file) to the status branch as the
+// reconciler's identity, only when they change something. Losing a race to another push refetches
+// and recreates the commit, up to the configured retries. It returns the new commit, or "" when
+// nothing changed.
+func (s *Source) Publish(ctx context.Context, files map[string][]byte, message string) (string, error) {
+	for p := range files {
+		if !IsStatusPath(p) {
+			return "", fmt.Errorf("publish %s: only %s/ and %s are written by the reconciler", p, StatusDir, StatusFile)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for attempt := 1; ; attempt++ {
+		commit, err := s.publish(ctx, files, message)
+		if err == nil || !errors.Is(err, errRace) || attempt > s.retries {
+			return commit, err
+		}
+		s.log.Info("status push lost a race; recreating the commit", "attempt", attempt, "branch", s.statusBranch)
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Duration(attempt*100) * time.Millisecond):
+		}
+	}
+}
+
+var errRace = errors.New("the branch moved")
+
+func (s *Source) publish(ctx context.Context, files map[string][]byte, message string) (string, error) {
+	auth, err := s.auth()
+	if err != nil {
+		return "", fmt.Errorf("credentials: %w", err)
+	}
+	base, err := s.store.fetch(ctx, auth, s.statusBranch)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	repo := s.store.repo()
+	var baseTree *object.Tree
+	var parents []plumbing.Hash
+	if base != nil {
+		c, err := repo.CommitObject(*base)
+		if err != nil {
+			return "", fmt.Errorf("read commit %s: %w", base, err)
+		}
+		if baseTree, err = c.Tree(); err != nil {
+			return "", fmt.Errorf("read tree of %s: %w", base, err)
+		}
+		parents = []plumbing.Hash{*base}
+	}
+	tree, err := writeTree(repo, baseTree, files)
+	if err != nil {
+		return "", fmt.Errorf("write status tree: %w", err)
+	}
+	if baseTree != nil && tree == baseTree.Hash {
+		return "", nil
+	}
+	sig := object.Signature{Name: s.identity.Name, Email: s.identity.Email, When: time.Now()}
+	c := &object.Commit{Author: sig, Committer: sig, Message: message, TreeHash: tree, ParentHashes: parents}
+	obj := repo.Storer.NewEncodedObject()
+	if err := c.Encode(obj); err != nil {
+		return "", err
+	}
+	hash, err := repo.Storer.SetEncodedObject(obj)
+	if err != nil {
+		return "", fmt.Errorf("store status commit: %w", err)
+	}
+	if err := s.store.push(ctx, auth, s.statusBranch, base, hash); err != nil {
+		return "", err
+	}
+	s.log.Info("status committed", "commit", hash.String()[:12], "branch", s.statusBranch, "files", len(files))
+	return hash.String(), nil
 }
 
 // treeFS copies a commit's tree into memory: snapshots are small (manifests and templates) and must not
@@ -178,4 +348,76 @@ func redact(u string) string {
 		}
 	}
 	return u
+}
+
+// store is where the repository lives: a remote reached over a transport, or a local repository.
+type store interface {
+	repo() *git.Repository
+	// fetch brings branch's objects in and returns its head (nil when the branch does not exist).
+	fetch(ctx context.Context, auth transport.AuthMethod, branch string) (*plumbing.Hash, error)
+	// push moves branch from old (nil: create) to new; a moved branch is errRace.
+	push(ctx context.Context, auth transport.AuthMethod, branch string, old *plumbing.Hash, new plumbing.Hash) error
+}
+
+type remoteStore struct {
+	url string
+	r   *git.Repository
+}
+
+func (r *remoteStore) repo() *git.Repository { return r.r }
+
+func (r *remoteStore) fetch(ctx context.Context, auth transport.AuthMethod, branch string) (*plumbing.Hash, error) {
+	if r.r == nil {
+		repo, err := git.Init(memory.NewStorage(), nil)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{r.url}}); err != nil {
+			return nil, err
+		}
+		r.r = repo
+	}
+	tracking := plumbing.NewRemoteReferenceName("origin", branch)
+	err := r.r.FetchContext(ctx, &git.FetchOptions{Auth: auth, Tags: git.NoTags, Force: true,
+		RefSpecs: []config.RefSpec{config.RefSpec("+" + plumbing.NewBranchReferenceName(branch).String() + ":" + tracking.String())}})
+	switch {
+	case errors.Is(err, git.NoMatchingRefSpecError{}):
+		_ = r.r.Storer.RemoveReference(tracking)
+		return nil, nil
+	case err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate):
+		return nil, fmt.Errorf("fetch %s from %s: %w", branch, redact(r.url), err)
+	}
+	ref, err := r.r.Reference(tracking, true)
+	if err != nil {
+		return nil, fmt.Errorf("branch %s: %w", branch, err)
+	}
+	h := ref.Hash()
+	return &h, nil
+}
+
+func (r *remoteStore) push(ctx context.Context, auth transport.AuthMethod, branch string, _ *plumbing.Hash, new plumbing.Hash) error {
+	local := plumbing.ReferenceName("refs/stands/" + branch)
+	if err := r.r.Storer.SetReference(plumbing.NewHashReference(local, new)); err != nil {
+		return err
+	}
+	err := r.r.PushContext(ctx, &git.PushOptions{Auth: auth,
+		RefSpecs: []config.RefSpec{config.RefSpec(local.String() + ":" + plumbing.NewBranchReferenceName(branch).String())}})
+	if err == nil || errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return nil
+	}
+	return pushError(branch, err)
+}
+
+// pushError tells a lost race (someone pushed first) from a refusal.
+func pushError(branch string, err error) error {
+	msg := strings.ToLower(err.Error())
+	switch {
+	case errors.Is(err, git.ErrForceNeeded), errors.Is(err, git.ErrNonFastForwardUpdate),
+		strings.Contains(msg, "non-fast-forward"), strings.Contains(msg, "fetch first"), strings.Contains(msg, "failed to update ref"):
+		return fmt.Errorf("push status to %s: %w: %w", branch, errRace, err)
+	case errors.Is(err, transport.ErrAuthenticationRequired), errors.Is(err, transport.ErrAuthorizationFailed),
+		strings.Contains(msg, "protected branch"), strings.Contains(msg, "pre-receive hook declined"), strings.Contains(msg, "not allowed to push"):
+		return fmt.Errorf("push status to %s: %w: %w", branch, ErrRejected, err)
+	}
+	return fmt.Errorf("push status to %s: %w: %w", branch, ErrUnavailable, err)
 }

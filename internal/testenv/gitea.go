@@ -31,6 +31,57 @@ type Gitea struct {
 	Dir      string // work path: app.ini, data, repositories, log
 
 	hostKeys []ssh.PublicKey
+	bin      string
+	conf     string
+	env      []string
+	web      *exec.Cmd
+	exited   chan error
+	logFile  *os.File
+}
+
+// Start serves `gitea web` (again, after Stop) and waits until HTTP and SSH answer.
+func (g *Gitea) Start(t testing.TB) {
+	t.Helper()
+	if g.web != nil {
+		t.Fatal("gitea is already running")
+	}
+	logFile, err := os.OpenFile(filepath.Join(g.Dir, "web.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(g.bin, "--config", g.conf, "--work-path", g.Dir, "web")
+	cmd.Env, cmd.Dir = g.env, g.Dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start gitea web: %v", err)
+	}
+	g.web, g.logFile, g.exited = cmd, logFile, make(chan error, 1)
+	go func() { g.exited <- cmd.Wait() }()
+	if err := g.waitReady(g.exited, 90*time.Second); err != nil {
+		t.Fatalf("gitea did not start: %v\n%s", err, tail(filepath.Join(g.Dir, "web.log"), filepath.Join(g.Dir, "log", "gitea.log")))
+	}
+}
+
+// Stop ends `gitea web`: the server is unreachable until Start.
+func (g *Gitea) Stop(t testing.TB) {
+	t.Helper()
+	g.stop()
+}
+
+func (g *Gitea) stop() {
+	if g.web == nil {
+		return
+	}
+	_ = syscall.Kill(-g.web.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-g.exited:
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-g.web.Process.Pid, syscall.SIGKILL)
+		<-g.exited
+	}
+	g.logFile.Close()
+	g.web = nil
 }
 
 // StartGitea runs `gitea migrate`, creates an admin user and a token, and serves `gitea web` on
@@ -143,32 +194,9 @@ ROOT_PATH = %[2]s/log
 		t.Fatalf("gitea generate-access-token printed no token:\n%s", out)
 	}
 
-	logFile, err := os.Create(filepath.Join(dir, "web.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config", conf, "--work-path", dir, "web")
-	cmd.Env, cmd.Dir = env, dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start gitea web: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		logFile.Close()
-	})
-	if err := g.waitReady(exited, 90*time.Second); err != nil {
-		t.Fatalf("gitea did not start: %v\n%s", err, tail(filepath.Join(dir, "web.log"), filepath.Join(dir, "log", "gitea.log")))
-	}
+	g.bin, g.conf, g.env = bin, conf, env
+	g.Start(t)
+	t.Cleanup(g.stop)
 	g.hostKeys = readHostKeys(t, filepath.Join(dir, "data", "ssh"))
 	return g
 }

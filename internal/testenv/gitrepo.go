@@ -3,6 +3,8 @@ package testenv
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,9 +12,11 @@ import (
 
 	"code.gitea.io/sdk/gitea"
 	"github.com/go-git/go-billy/v5/memfs"
+	"github.com/go-git/go-billy/v5/util"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"github.com/go-git/go-git/v5/storage/memory"
@@ -64,7 +68,8 @@ func (g *Gitea) SSHURL(repo string) string {
 }
 
 // Repo is a repository of the test Gitea with a local in-memory clone that pushes its main branch
-// over HTTP.
+// over HTTP. Each change starts from the server's main, so commits the reconciler pushed in between
+// are kept.
 type Repo struct {
 	Info  *gitea.Repository
 	t     testing.TB
@@ -92,11 +97,51 @@ func (g *Gitea) CreateRepo(t testing.TB, name string) *Repo {
 // Commit writes one file, commits it and pushes to main over HTTP; it returns the commit hash.
 func (r *Repo) Commit(path, content, msg string) string {
 	r.t.Helper()
-	h := CommitFile(r.t, r.local, path, content, msg)
-	if err := r.local.Push(&git.PushOptions{Auth: r.auth, RefSpecs: []config.RefSpec{"refs/heads/master:refs/heads/main"}}); err != nil {
-		r.t.Fatalf("push over HTTP: %v", err)
+	return r.Change(msg, map[string]string{path: content})
+}
+
+// Change writes files and removes paths (a folder removes everything under it) in one commit on top
+// of the server's main, and pushes it; it returns the commit hash.
+func (r *Repo) Change(msg string, write map[string]string, remove ...string) string {
+	r.t.Helper()
+	t := r.t
+	err := r.local.Fetch(&git.FetchOptions{Auth: r.auth, RefSpecs: []config.RefSpec{"+refs/heads/main:refs/remotes/origin/main"}})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && !errors.Is(err, transport.ErrEmptyRemoteRepository) &&
+		!errors.Is(err, git.NoMatchingRefSpecError{}) {
+		t.Fatalf("fetch main: %v", err)
 	}
-	return h
+	wt, err := r.local.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref, err := r.local.Reference("refs/remotes/origin/main", true); err == nil {
+		if err := wt.Reset(&git.ResetOptions{Commit: ref.Hash(), Mode: git.HardReset}); err != nil {
+			t.Fatalf("reset to origin/main: %v", err)
+		}
+	}
+	for _, p := range remove {
+		err := util.Walk(wt.Filesystem, p, func(f string, info os.FileInfo, err error) error {
+			if err != nil || info.IsDir() {
+				return err
+			}
+			_, err = wt.Remove(f)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("remove %s: %v", p, err)
+		}
+	}
+	for path, content := range write {
+		writeFile(t, wt, path, content)
+	}
+	h, err := wt.Commit(msg, &git.CommitOptions{AllowEmptyCommits: true, Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.local.Push(&git.PushOptions{Auth: r.auth, RefSpecs: []config.RefSpec{"refs/heads/master:refs/heads/main"}}); err != nil {
+		t.Fatalf("push over HTTP: %v", err)
+	}
+	return h.String()
 }
 
 // CommitFile writes one file into a go-git work tree and commits it; it returns the commit hash.
@@ -106,6 +151,16 @@ func CommitFile(t testing.TB, r *git.Repository, path, content, msg string) stri
 	if err != nil {
 		t.Fatal(err)
 	}
+	writeFile(t, wt, path, content)
+	h, err := wt.Commit(msg, &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.String()
+}
+
+func writeFile(t testing.TB, wt *git.Worktree, path, content string) {
+	t.Helper()
 	if err := wt.Filesystem.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -120,9 +175,4 @@ func CommitFile(t testing.TB, r *git.Repository, path, content, msg string) stri
 	if _, err := wt.Add(path); err != nil {
 		t.Fatal(err)
 	}
-	h, err := wt.Commit(msg, &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h.String()
 }

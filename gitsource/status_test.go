@@ -1,0 +1,192 @@
+package gitsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+)
+
+func TestPublishToGitea(t *testing.T) {
+	g := testenv.StartGitea(t)
+	ctx := context.Background()
+	token := WithToken(g.User, func() (string, error) { return g.Token, nil })
+
+	t.Run("tracked branch", func(t *testing.T) {
+		p := g.CreateRepo(t, "tracked")
+		human := p.Commit("stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add a")
+		src := New(p.Info.CloneURL, "main", token)
+		if _, err := src.Fetch(ctx); err != nil {
+			t.Fatal(err)
+		}
+		files := map[string][]byte{"status/local_a_dev.json": []byte(`{"phase":"Ready"}` + "\n"), "STATUS.md": []byte("| a | Ready |\n")}
+		c1, err := src.Publish(ctx, files, "status: a Ready")
+		if err != nil || c1 == "" {
+			t.Fatalf("first publish: %q %v", c1, err)
+		}
+		snap, err := src.Fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.Commit != c1 || snap.Source != human || snap.Message != "add a" {
+			t.Errorf("after our status commit: commit %s source %s (%q), want %s and source %s", snap.Commit, snap.Source, snap.Message, c1, human)
+		}
+		if got := read(t, snap, "status/local_a_dev.json"); got != string(files["status/local_a_dev.json"]) {
+			t.Errorf("status file reads %q", got)
+		}
+		read(t, snap, "stands/a/stand.yml")
+		if c, err := src.Publish(ctx, files, "status: again"); err != nil || c != "" {
+			t.Errorf("unchanged status made commit %q (%v)", c, err)
+		}
+		// A human editing status is not the reconciler; the reconciler touching a stand is not status.
+		edited := p.Commit("status/local_a_dev.json", `{"phase":"Failed"}`, "hand edit")
+		if snap, _ := src.Fetch(ctx); snap.Source != edited {
+			t.Errorf("a human's status edit: source %s, want %s", snap.Source, edited)
+		}
+		if _, err := src.Publish(ctx, map[string][]byte{"stands/a/stand.yml": nil}, "no"); err == nil {
+			t.Error("publishing outside status/ was accepted")
+		}
+	})
+
+	t.Run("concurrent writers", func(t *testing.T) {
+		// Two reconcilers (or a reconciler and a human) pushing at once: every write lands, the
+		// loser of each race recreates its commit on top of the winner's.
+		p := g.CreateRepo(t, "race")
+		p.Commit("README.md", "stands\n", "init")
+		var wg sync.WaitGroup
+		errs := make(chan error, 20)
+		for w := range 2 {
+			src := New(p.Info.CloneURL, "main", token, WithPushRetries(20))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 5 {
+					name := fmt.Sprintf("status/w%d-%d.json", w, i)
+					if _, err := src.Publish(ctx, map[string][]byte{name: []byte("{}\n")}, "status "+name); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		snap, err := New(p.Info.CloneURL, "main", token).Fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, _ := fs.ReadDir(snap.Files, "status")
+		if len(entries) != 10 {
+			t.Errorf("%d status files landed, want 10", len(entries))
+		}
+		read(t, snap, "README.md")
+	})
+
+	t.Run("status branch", func(t *testing.T) {
+		p := g.CreateRepo(t, "statusbranch")
+		head := p.Commit("stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add a")
+		src := New(p.Info.CloneURL, "main", token, WithStatusBranch("stands-status"))
+		if c, err := src.Publish(ctx, map[string][]byte{"STATUS.md": []byte("x\n")}, "status"); err != nil || c == "" {
+			t.Fatalf("publish to a new status branch: %q %v", c, err)
+		}
+		if snap, err := src.Fetch(ctx); err != nil || snap.Commit != head {
+			t.Fatalf("the tracked branch moved: %+v %v", snap, err)
+		}
+		st, err := New(p.Info.CloneURL, "stands-status", token).Fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fs.Stat(st.Files, "stands/a/stand.yml"); err == nil {
+			t.Error("the orphan status branch carries the stands")
+		}
+		read(t, st, "STATUS.md")
+	})
+
+	t.Run("refused push", func(t *testing.T) {
+		p := g.CreateRepo(t, "refused")
+		p.Commit("README.md", "x\n", "init")
+		src := New(p.Info.CloneURL, "main", WithToken(g.User, func() (string, error) { return "wrong", nil }))
+		_, err := src.Publish(ctx, map[string][]byte{"STATUS.md": []byte("y\n")}, "status")
+		if err == nil || errors.Is(err, errRace) {
+			t.Fatalf("publish with a bad token: %v", err)
+		}
+	})
+}
+
+// TestLocalRepository: a repository on disk is read and written in place (no clone, no git binary),
+// and a commit to it wakes the watcher.
+func TestLocalRepository(t *testing.T) {
+	dir := t.TempDir()
+	r, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Storer.SetReference(plumbing.NewSymbolicReference(plumbing.HEAD, plumbing.NewBranchReferenceName("main"))); err != nil {
+		t.Fatal(err)
+	}
+	commit := func(name string) string {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x: 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		wt, _ := r.Worktree()
+		if _, err := wt.Add(name); err != nil {
+			t.Fatal(err)
+		}
+		h, err := wt.Commit("add "+name, &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.String()
+	}
+	first := commit("stands/a/stand.yml")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := New(dir, "main", WithStatusBranch("stands-status"))
+	var woken atomic.Int32
+	done := make(chan error, 1)
+	go func() { done <- src.Watch(ctx, func() { woken.Add(1) }) }()
+	snap, err := src.Fetch(ctx)
+	if err != nil || snap.Commit != first {
+		t.Fatalf("fetch: %+v %v", snap, err)
+	}
+	if c, err := src.Publish(ctx, map[string][]byte{"STATUS.md": []byte("ok\n")}, "status"); err != nil || c == "" {
+		t.Fatalf("publish: %q %v", c, err)
+	}
+	time.Sleep(300 * time.Millisecond) // let the watcher settle the publish's own events
+	before := woken.Load()
+	second := commit("stands/b/stand.yml")
+	deadline := time.Now().Add(5 * time.Second)
+	for woken.Load() == before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if woken.Load() == before {
+		t.Fatal("a commit did not wake the watcher")
+	}
+	if snap, _ := src.Fetch(ctx); snap.Commit != second {
+		t.Errorf("fetch after commit: %s, want %s", snap.Commit, second)
+	}
+	if ref, err := r.Reference(plumbing.NewBranchReferenceName("stands-status"), true); err != nil || ref.Hash().IsZero() {
+		t.Errorf("status branch: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("watch: %v", err)
+	}
+}
