@@ -15,6 +15,7 @@ type Desired struct {
 	ID       string
 	SpecHash string
 	Suspend  bool
+	Protect  bool // stand.protect: recorded in the stack so the guard holds after the manifest is gone
 	// Invalid is set when the stand's manifest failed validation: it fails alone, and its stack, if
 	// any, is left as it is (never destroyed because its file is broken).
 	Invalid bool
@@ -41,6 +42,9 @@ type Input struct {
 	// AllowDestroy names stands whose destroy was approved in the repository (.stands/allow-destroy):
 	// they pass the share and zero guards (not protect).
 	AllowDestroy map[string]bool
+	// Hold, when set, blocks every destroy of this cycle with it as the reason: an outside service the
+	// cycle depends on (Vault) is down, and nothing is destroyed on partial knowledge.
+	Hold string
 	// AllowMassDestroy lifts the share and zero guards for every stand (a flag for emergencies).
 	AllowMassDestroy bool
 }
@@ -108,8 +112,10 @@ func Plan(in Input) []Action {
 			out = append(out, Action{Create, d.ID, "new stand"})
 		case !a.Owned:
 			out = append(out, Action{Blocked, d.ID, ReasonForeign})
-		case a.SpecHash == d.SpecHash:
+		case a.SpecHash == d.SpecHash && a.Protected == d.Protect:
 			out = append(out, Action{Noop, d.ID, ReasonUpToDate})
+		case a.SpecHash == d.SpecHash:
+			out = append(out, Action{Update, d.ID, "protect changed"})
 		default:
 			out = append(out, Action{Update, d.ID, "spec changed"})
 		}
@@ -124,6 +130,8 @@ func Plan(in Input) []Action {
 			out = append(out, Action{Noop, a.ID, ReasonForeign})
 		case !in.SourceOK:
 			out = append(out, Action{Blocked, a.ID, ReasonSourceUnavailable})
+		case in.Hold != "":
+			out = append(out, Action{Blocked, a.ID, in.Hold})
 		case a.Protected:
 			out = append(out, Action{Blocked, a.ID, ReasonProtected})
 		default:

@@ -75,6 +75,12 @@ func TestPlan(t *testing.T) {
 		{"protected is never destroyed, even approved", Input{SourceOK: true, Desired: desiredOf("a"),
 			Actual: []Actual{owned("a", "1"), {ID: "p", Owned: true, Protected: true}}, AllowDestroy: map[string]bool{"p": true}},
 			"noop:a:UpToDate blocked:p:Protected"},
+		{"protect set alone: recorded by an update", Input{SourceOK: true,
+			Desired: []Desired{{ID: "a", SpecHash: "1", Protect: true}}, Actual: []Actual{owned("a", "1")}},
+			"update:a"},
+		{"held (Vault down): no destroy, updates still planned", Input{SourceOK: true, Hold: "VaultUnavailable",
+			Desired: []Desired{{ID: "a", SpecHash: "2"}}, Actual: []Actual{owned("a", "1"), owned("b", "1")}},
+			"update:a blocked:b:VaultUnavailable"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -121,6 +121,7 @@ func (p *plan) program(ctx *pulumi.Context) error {
 	ctx.Export(OutStandID, pulumi.String(s.ID))
 	ctx.Export(OutSpecHash, pulumi.String(p.in.SpecHash))
 	ctx.Export(OutNodesMode, pulumi.String(NodesSkipped))
+	ctx.Export(OutProtect, pulumi.Bool(s.Protect))
 	ctx.Export(OutSSHPrivateKey, pulumi.ToSecret(pulumi.String(p.privateKey)))
 	ctx.Export(OutSSHPublicKey, pulumi.String(p.publicKey))
 	// Connection templates need the servers' addresses: render once they are known.
@@ -233,7 +234,7 @@ func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, erro
 	if err != nil {
 		return nil, err
 	}
-	if v, ok := outs[OutSpecHash]; ok && v.Value == in.SpecHash && !force {
+	if v, ok := outs[OutSpecHash]; ok && v.Value == in.SpecHash && outs[OutProtect].Value == in.Stand.Protect && !force {
 		log.Info("stand is up to date", "spec_hash", in.SpecHash)
 		return e.result(in, "apply", false, nil, outs, p)
 	}
@@ -270,17 +271,32 @@ func (e *Engine) Refresh(ctx context.Context, in Stand) (*Result, error) {
 
 // Preview reports what Apply would change, without changing anything.
 func (e *Engine) Preview(ctx context.Context, in Stand) (*Result, error) {
+	return e.preview(ctx, in, "preview")
+}
+
+// Drift reads the stand's servers back from Hetzner and reports what an apply would change to put
+// them back (`pulumi preview --refresh`): Changed means the servers drifted from the stack. It
+// changes nothing, neither the servers nor the stack.
+func (e *Engine) Drift(ctx context.Context, in Stand) (*Result, error) {
+	return e.preview(ctx, in, "drift")
+}
+
+func (e *Engine) preview(ctx context.Context, in Stand, op string) (*Result, error) {
 	st, p, outs, err := e.prepare(ctx, in)
 	if err != nil {
 		return nil, err
 	}
-	ch, wait := e.progress(e.log.With("stand", in.Stand.ID, "preview", true))
-	_, err = st.Preview(ctx, optpreview.EventStreams(ch), optpreview.SuppressProgress())
+	opts := []optpreview.Option{optpreview.SuppressProgress()}
+	if op == "drift" {
+		opts = append(opts, optpreview.Refresh())
+	}
+	ch, wait := e.progress(e.log.With("stand", in.Stand.ID, op, true))
+	_, err = st.Preview(ctx, append(opts, optpreview.EventStreams(ch))...)
 	changes := wait()
 	if err != nil {
 		return nil, fmt.Errorf("pulumi preview %s: %w", in.Stand.ID, err)
 	}
-	return e.result(in, "preview", isChange(changes), changes, outs, p)
+	return e.result(in, op, isChange(changes), changes, outs, p)
 }
 
 func (e *Engine) result(in Stand, op string, changed bool, changes map[string]int, outs auto.OutputMap, p *plan) (*Result, error) {

@@ -112,6 +112,7 @@ const (
 	OutSSHPrivateKey = "sshPrivateKey"
 	OutSSHPublicKey  = "sshPublicKey"
 	OutNodesMode     = "nodesMode"
+	OutProtect       = "protect" // stand.protect of the last apply: the destroy guard reads it when the manifest is gone
 )
 
 func (e *Engine) envVars() map[string]string {

@@ -21,6 +21,7 @@ type StackInfo struct {
 	StandID  string `json:"standId,omitempty"`
 	Owned    bool   `json:"owned"` // carries the reconciler's mark; a foreign stack is never touched
 	SpecHash string `json:"specHash,omitempty"`
+	Protect  bool   `json:"protect,omitempty"` // stand.protect at the last apply
 	// Known is false when the stack has no readable stack file (never updated, or compressed).
 	Known      bool   `json:"known"`
 	Resources  int    `json:"resources"`
@@ -101,6 +102,7 @@ func readStackFile(ctx context.Context, b *blob.Bucket, info *StackInfo) error {
 		info.Owned = owned == provider.ManagedByValue
 		info.SpecHash, _ = r.Outputs[OutSpecHash].(string)
 		info.StandID, _ = r.Outputs[OutStandID].(string)
+		info.Protect, _ = r.Outputs[OutProtect].(bool)
 	}
 	locks, err := listKeys(ctx, b, lockPrefix(StackRef{Project: info.Project, Env: info.Env}))
 	if err != nil {

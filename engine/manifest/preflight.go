@@ -46,6 +46,9 @@ type PreflightOptions struct {
 	// Secrets resolves !secret references; validation renders with the real values to catch escaping
 	// mistakes, as the seed engine did.
 	Secrets SecretSource
+	// KeepGoing records a secret source's failure (a Vault that is down) in the stand's Result.SourceErr
+	// and goes on with the other stands, instead of stopping the run.
+	KeepGoing bool
 }
 
 // Result is the preflight outcome of one stand. A broken stand fails alone: its Err says why, and the
@@ -56,6 +59,9 @@ type Result struct {
 	Rendered *Rendered // nil when the stand has errors
 	Secrets  Secrets
 	Err      *Report // this stand's problems, nil when there are none
+	// SourceErr is the secret source's failure when PreflightOptions.KeepGoing is set: the stand
+	// cannot be judged now, which says nothing about it.
+	SourceErr error
 }
 
 // Preflight runs every local check of one stand: load and merge, references, files, secrets, and a
@@ -141,6 +147,9 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 	switch {
 	case errors.As(err, &srep):
 		rep.add(srep.Diags...)
+		return res, nil
+	case err != nil && opts.KeepGoing:
+		res.SourceErr = err
 		return res, nil
 	case err != nil:
 		return res, err

@@ -2,8 +2,10 @@ package manifest
 
 import (
 	"cmp"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,6 +128,13 @@ func (r *redactor) add(v string) {
 	}
 	if j, err := json.Marshal(v); err == nil && string(j[1:len(j)-1]) != v {
 		r.values = append(r.values, string(j[1:len(j)-1]))
+	}
+	// Encoded forms a URL, a header or a config file may carry.
+	for _, e := range []string{url.QueryEscape(v), url.PathEscape(v), base64.StdEncoding.EncodeToString([]byte(v)),
+		base64.RawStdEncoding.EncodeToString([]byte(v)), base64.URLEncoding.EncodeToString([]byte(v))} {
+		if e != v {
+			r.values = append(r.values, e)
+		}
 	}
 }
 

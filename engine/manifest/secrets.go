@@ -115,6 +115,10 @@ func (s Secrets) Value(ref SecretRef) (string, bool) {
 	return v, ok
 }
 
+// Scrub replaces every resolved value in text, plain or quoted, URL- or base64-encoded, with ***: a
+// last line of defence for messages built from outside errors (the Pulumi CLI's, the provider's).
+func (s Secrets) Scrub(text string) string { return s.redactor().scrub(text) }
+
 func (s Secrets) redactor() *redactor {
 	r := &redactor{}
 	for _, v := range s.values {

@@ -1,0 +1,71 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+)
+
+// Trigger asks for a cycle now (a webhook, a watched local repository). Triggers arriving while a
+// cycle is pending are merged into it.
+func (r *Reconciler) Trigger() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run cycles every interval (±10% jitter, so several reconcilers do not poll in step) and on every
+// Trigger, until ctx ends. It does not wait for running operations: Drain does.
+func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
+	consecutive := 0
+	for {
+		err := r.Cycle(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			consecutive++
+			r.log.Warn("cycle failed; nothing was applied or destroyed", "err", err, "consecutive_errors", consecutive)
+		case consecutive > 0:
+			r.log.Info("cycle succeeded again", "after_errors", consecutive)
+			consecutive = 0
+		}
+		wait := time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64()))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-r.wake:
+			t.Stop()
+		}
+	}
+}
+
+// Wait blocks until every started operation has finished.
+func (r *Reconciler) Wait() { r.ops.Wait() }
+
+// Drain lets running operations finish for up to timeout, then cancels them (Pulumi is interrupted
+// and the engine recovers the stack on the next start), and commits the final statuses. It returns
+// an error when operations had to be cancelled.
+func (r *Reconciler) Drain(timeout time.Duration) error {
+	done := make(chan struct{})
+	go func() { r.ops.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		r.log.Warn("drain timeout: cancelling running operations", "timeout", timeout)
+		r.cancelOps()
+		<-done
+		err = errors.New("operations were cancelled at the drain timeout")
+	}
+	r.cancelOps()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r.publish(ctx)
+	return err
+}

@@ -1,0 +1,685 @@
+// Package reconcile is the GitOps loop: snapshot → manifests (a broken stand fails alone) → diff
+// against the Pulumi inventory → a bounded worker pool running engine operations → status, written
+// in one place and committed back only when it changed. It talks to Git, the engine and the secret
+// store through the small interfaces below, so its unit tests use fakes and its integration tests
+// the real servers.
+package reconcile
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/diff"
+	"github.com/stands-engine/stands-reconciler/engine"
+	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/gitsource"
+)
+
+// Source is the stands repository.
+type Source interface {
+	Fetch(ctx context.Context) (*gitsource.Snapshot, error)
+	Publish(ctx context.Context, files map[string][]byte, message string) (string, error)
+}
+
+// Engine runs operations on stands.
+type Engine interface {
+	Inventory(ctx context.Context) ([]engine.StackInfo, error)
+	Apply(ctx context.Context, in engine.Stand, force bool) (*engine.Result, error)
+	Drift(ctx context.Context, in engine.Stand) (*engine.Result, error)
+	Destroy(ctx context.Context, ref engine.StackRef) (*engine.Result, error)
+}
+
+// Secrets resolves `!secret` references and keeps each stand's unmasked connection record.
+type Secrets interface {
+	manifest.SecretSource
+	WriteConnection(ctx context.Context, standID string, record json.RawMessage) error
+}
+
+// AllowDestroyFile names, one stand id per line, the stands whose destroy was approved in the
+// repository: they pass the mass-deletion and last-stand guards (never protect).
+const AllowDestroyFile = ".stands/allow-destroy"
+
+// Status reasons the loop sets itself (the engine's reasons come from engine.Classify).
+const (
+	ReasonApplied           = "Applied"
+	ReasonUpToDate          = "UpToDate"
+	ReasonRemoved           = "RemovedFromRepository"
+	ReasonDrift             = "DriftDetected"
+	ReasonInvalid           = "InvalidManifest"
+	ReasonVaultUnavailable  = "VaultUnavailable"
+	ReasonOtherOwner        = "OtherOwner"
+	ReasonRetriesExhausted  = "RetriesExhausted"
+	ReasonUnreadableSibling = "UnreadableManifest"
+)
+
+// Config tunes the loop. Zero values take the defaults shown.
+type Config struct {
+	Owner      string // the reconciler's owner: stands of another owner are not its to apply
+	Passphrase string // keys the spec hash (manifest.SpecHash)
+	Workers    int    // operations at once (4)
+	// MaxDestroyShare, AllowMassDestroy: the destroy guards (diff.Input).
+	MaxDestroyShare  float64
+	AllowMassDestroy bool
+	StallAfter       int           // Generic/Stalling failures on one spec before Stalled (3)
+	BackoffBase      time.Duration // first retry delay (30s), doubled per failure
+	BackoffMax       time.Duration // (10m)
+	DriftInterval    time.Duration // 0: no drift checks
+	DriftApply       bool          // re-apply a drifted stand instead of only reporting it
+	Log              *slog.Logger
+	Now              func() time.Time
+}
+
+// Reconciler owns the stands' statuses and the operations running on them.
+type Reconciler struct {
+	cfg Config
+	src Source
+	eng Engine
+	sec Secrets
+	log *slog.Logger
+
+	opsCtx    context.Context
+	cancelOps context.CancelFunc
+	ops       sync.WaitGroup
+	sem       chan struct{}
+	wake      chan struct{}
+
+	mu         sync.Mutex
+	stands     map[string]*stand
+	unreadable []string
+	loaded     bool
+	health     Health
+
+	pubMu     sync.Mutex
+	published map[string][]byte
+}
+
+type stand struct {
+	status    *Status
+	running   bool
+	failures  int    // consecutive Generic/Stalling failures on failSpec
+	failSpec  string // spec hash (or "destroy") the failures were on
+	waits     int    // consecutive Waiting failures: backoff only, never Stalled
+	next      time.Time
+	lastDrift time.Time
+	connSaved string // digest of the connection record last written to the secret store
+}
+
+// Health is what /readyz reports: the outside services of the last cycle.
+type Health struct {
+	Source  error
+	Secrets error
+	Backend error
+	Cycles  int // completed cycles
+}
+
+// New returns a reconciler; operations run on their own context, ended by Drain.
+func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.StallAfter <= 0 {
+		cfg.StallAfter = 3
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = 30 * time.Second
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = 10 * time.Minute
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if sec == nil {
+		sec = envSecrets{}
+	}
+	r := &Reconciler{cfg: cfg, src: src, eng: eng, sec: sec, log: cfg.Log, sem: make(chan struct{}, cfg.Workers),
+		wake: make(chan struct{}, 1), stands: map[string]*stand{}, published: map[string][]byte{}}
+	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
+	return r
+}
+
+// envSecrets is local mode: secrets from SECRET_<NAME>, connections kept nowhere.
+type envSecrets struct{ manifest.EnvSource }
+
+func (envSecrets) WriteConnection(context.Context, string, json.RawMessage) error { return nil }
+
+// Health returns the state of the outside services as the last cycle saw them.
+func (r *Reconciler) Health() Health {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.health
+}
+
+// Status returns a copy of a stand's status (nil when it has none).
+func (r *Reconciler) Status(id string) *Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st, ok := r.stands[id]; ok && st.status != nil {
+		c := *st.status
+		return &c
+	}
+	return nil
+}
+
+func (r *Reconciler) state(id string) *stand {
+	st, ok := r.stands[id]
+	if !ok {
+		st = &stand{}
+		r.stands[id] = st
+	}
+	return st
+}
+
+type opKind string
+
+const (
+	opApply   opKind = "apply"
+	opObserve opKind = "observe" // read a stand's outputs when its status is missing or stale; no pulumi up
+	opDrift   opKind = "drift"
+	opDestroy opKind = "destroy"
+)
+
+type op struct {
+	kind   opKind
+	id     string
+	in     *engine.Stand
+	ref    engine.StackRef
+	commit string
+}
+
+// desiredState is what a snapshot declares, judged stand by stand.
+type desiredState struct {
+	desired    []diff.Desired
+	inputs     map[string]*engine.Stand
+	secretsErr error
+	unreadable []string
+	allow      map[string]bool
+}
+
+// Cycle runs one reconciliation: it decides, records the decisions, and starts the operations it
+// decided on without waiting for them (Wait does). A failed fetch or inventory changes nothing.
+func (r *Reconciler) Cycle(ctx context.Context) error {
+	snap, err := r.src.Fetch(ctx)
+	if err != nil {
+		r.mu.Lock()
+		r.health.Source = err
+		r.mu.Unlock()
+		return fmt.Errorf("fetch stands repository: %w", err)
+	}
+	log := r.log.With("commit", short(snap.Source))
+	r.mu.Lock()
+	if !r.loaded {
+		r.loadPublished(snap.Files)
+	}
+	r.mu.Unlock()
+	d, err := r.judge(ctx, snap)
+	if err != nil {
+		return err
+	}
+	stacks, err := r.eng.Inventory(ctx)
+	r.mu.Lock()
+	r.health.Source, r.health.Secrets, r.health.Backend = nil, d.secretsErr, err
+	r.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("read inventory: %w", err)
+	}
+	actual, refs := r.actual(stacks)
+	in := diff.Input{Desired: d.desired, Actual: actual, SourceOK: len(d.unreadable) == 0, MaxDestroyShare: r.cfg.MaxDestroyShare,
+		AllowDestroy: d.allow, AllowMassDestroy: r.cfg.AllowMassDestroy}
+	if d.secretsErr != nil {
+		in.Hold = ReasonVaultUnavailable
+	}
+	plan := diff.Plan(in)
+
+	r.mu.Lock()
+	r.unreadable = d.unreadable
+	ops := r.decide(plan, d, refs, snap.Source)
+	r.health.Cycles++
+	r.mu.Unlock()
+
+	counts := map[diff.Kind]int{}
+	for _, a := range plan {
+		counts[a.Kind]++
+	}
+	log.Info("cycle planned", "create", counts[diff.Create], "update", counts[diff.Update], "destroy", counts[diff.Destroy],
+		"noop", counts[diff.Noop], "blocked", counts[diff.Blocked], "operations", len(ops))
+	r.publish(ctx)
+	for _, o := range ops {
+		r.ops.Add(1)
+		go r.run(o)
+	}
+	return nil
+}
+
+// loadPublished starts from the status files the repository already has.
+func (r *Reconciler) loadPublished(files fs.FS) {
+	for id, s := range loadStatuses(files) {
+		if st := r.state(id); st.status == nil {
+			st.status = s
+		}
+		r.published[statusPath(id)] = s.encode()
+	}
+	if data, err := fs.ReadFile(files, gitsource.StatusFile); err == nil {
+		r.published[gitsource.StatusFile] = data
+	}
+	r.loaded = true
+}
+
+// judge preflights every stand of the snapshot and records the status of those that cannot go on.
+func (r *Reconciler) judge(ctx context.Context, snap *gitsource.Snapshot) (*desiredState, error) {
+	files, err := manifest.Discover(snap.Files)
+	if err != nil {
+		return nil, fmt.Errorf("list stands of %s: %w", short(snap.Source), err)
+	}
+	results, err := manifest.PreflightAll(ctx, snap.Files, files, manifest.PreflightOptions{
+		LoadOptions: manifest.LoadOptions{DefaultOwner: r.cfg.Owner}, Secrets: r.sec, KeepGoing: true})
+	var rep *manifest.Report
+	if err != nil && !errors.As(err, &rep) {
+		return nil, fmt.Errorf("preflight: %w", err)
+	}
+	d := &desiredState{inputs: map[string]*engine.Stand{}, allow: allowDestroy(snap.Files)}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, res := range results {
+		s := res.Stand
+		if s == nil || s.ID == "" || s.Project == "" || s.Env == "" || s.Owner == "" {
+			msg := res.File + ": the stand's id cannot be read"
+			if res.Err != nil {
+				msg = res.Err.Error()
+			}
+			d.unreadable = append(d.unreadable, msg)
+			continue
+		}
+		st := r.state(s.ID)
+		if st.running {
+			d.desired = append(d.desired, diff.Desired{ID: s.ID, Invalid: true})
+			continue
+		}
+		switch {
+		case res.Err != nil:
+			d.desired = append(d.desired, diff.Desired{ID: s.ID, Invalid: true})
+			r.setStatus(st, s.ID, func(x *Status) {
+				x.Phase, x.Reason, x.Message, x.File, x.LastAttemptedCommit = Failed, ReasonInvalid, res.Err.Error(), res.File, snap.Source
+				x.NextAttempt = nil
+			})
+		case res.SourceErr != nil:
+			d.secretsErr = res.SourceErr
+			d.desired = append(d.desired, diff.Desired{ID: s.ID, Invalid: true})
+			r.setStatus(st, s.ID, func(x *Status) {
+				x.Phase, x.Reason, x.File = Progressing, ReasonVaultUnavailable, res.File
+				x.Message = "waiting for the secret store to resolve the stand's secrets: " + res.SourceErr.Error()
+			})
+		case s.Owner != r.cfg.Owner:
+			d.desired = append(d.desired, diff.Desired{ID: s.ID, Invalid: true})
+			r.setStatus(st, s.ID, func(x *Status) {
+				x.Phase, x.Reason, x.File = Blocked, ReasonOtherOwner, res.File
+				x.Message = fmt.Sprintf("stand.owner is %q; this reconciler manages owner %q", s.Owner, r.cfg.Owner)
+			})
+		default:
+			hash, err := manifest.SpecHash(snap.Files, s, res.Secrets, r.cfg.Passphrase)
+			if err != nil {
+				d.desired = append(d.desired, diff.Desired{ID: s.ID, Invalid: true})
+				r.setStatus(st, s.ID, func(x *Status) {
+					x.Phase, x.Reason, x.Message, x.File = Failed, ReasonInvalid, res.Secrets.Scrub(err.Error()), res.File
+				})
+				continue
+			}
+			d.desired = append(d.desired, diff.Desired{ID: s.ID, SpecHash: hash, Suspend: s.Suspend, Protect: s.Protect})
+			d.inputs[s.ID] = &engine.Stand{FS: snap.Files, Stand: s, Secrets: res.Secrets, SpecHash: hash}
+			r.setStatus(st, s.ID, func(x *Status) { x.File = res.File })
+		}
+	}
+	return d, nil
+}
+
+// actual turns the inventory into the diff's view, keyed by stand id.
+func (r *Reconciler) actual(stacks []engine.StackInfo) ([]diff.Actual, map[string]engine.StackRef) {
+	var out []diff.Actual
+	refs := map[string]engine.StackRef{}
+	for _, s := range stacks {
+		id := s.StandID
+		if id == "" {
+			id = r.cfg.Owner + "_" + s.Project + "_" + s.Env
+		}
+		out = append(out, diff.Actual{ID: id, Owned: s.Owned, SpecHash: s.SpecHash, Protected: s.Protect})
+		refs[id] = engine.StackRef{Project: s.Project, Env: s.Env}
+	}
+	return out, refs
+}
+
+// decide turns the plan into statuses and operations. Called with r.mu held.
+func (r *Reconciler) decide(plan []diff.Action, d *desiredState, refs map[string]engine.StackRef, commit string) []op {
+	now := r.cfg.Now()
+	var ops []op
+	for _, a := range plan {
+		st := r.state(a.ID)
+		if st.running {
+			continue
+		}
+		in := d.inputs[a.ID]
+		switch a.Kind {
+		case diff.Create, diff.Update:
+			if d.secretsErr != nil {
+				// Nothing is applied while the secret store is down: the connection record could
+				// not be kept, and other stands' specs are unknown.
+				r.setStatus(st, a.ID, func(x *Status) {
+					x.Phase, x.Reason = Progressing, ReasonVaultUnavailable
+					x.Message = "waiting for the secret store before applying: " + d.secretsErr.Error()
+				})
+				continue
+			}
+			if st.failSpec != in.SpecHash {
+				st.failures, st.waits, st.next, st.failSpec = 0, 0, time.Time{}, in.SpecHash
+			}
+			if st.failures >= r.cfg.StallAfter {
+				continue // Stalled until the spec changes
+			}
+			if now.Before(st.next) {
+				continue
+			}
+			ops = append(ops, op{kind: opApply, id: a.ID, in: in, commit: commit})
+		case diff.Destroy:
+			if st.failSpec != "destroy" {
+				st.failures, st.waits, st.next, st.failSpec = 0, 0, time.Time{}, "destroy"
+			}
+			if st.failures >= r.cfg.StallAfter || now.Before(st.next) {
+				continue
+			}
+			ops = append(ops, op{kind: opDestroy, id: a.ID, ref: refs[a.ID], commit: commit})
+		case diff.Noop:
+			switch a.Reason {
+			case diff.ReasonSuspended:
+				r.setStatus(st, a.ID, func(x *Status) {
+					x.Phase, x.Reason, x.Message = Suspended, diff.ReasonSuspended, "stand.suspend is true: no apply, no destroy, no drift check"
+				})
+			case diff.ReasonUpToDate:
+				s := st.status
+				switch {
+				case s == nil || s.SpecHash != in.SpecHash || (s.Phase != Ready && s.Phase != Drifted):
+					ops = append(ops, op{kind: opObserve, id: a.ID, in: in, commit: commit})
+				case st.connSaved == "":
+					ops = append(ops, op{kind: opObserve, id: a.ID, in: in, commit: commit})
+				case r.cfg.DriftInterval > 0 && st.lastDrift.IsZero():
+					st.lastDrift = now
+				case r.cfg.DriftInterval > 0 && now.Sub(st.lastDrift) >= r.cfg.DriftInterval:
+					st.lastDrift = now
+					ops = append(ops, op{kind: opDrift, id: a.ID, in: in, commit: commit})
+				}
+			}
+		case diff.Blocked:
+			if a.Reason == diff.ReasonInvalid {
+				continue // its status says why already
+			}
+			reason, _, _ := strings.Cut(a.Reason, ":")
+			msg := a.Reason
+			switch reason {
+			case diff.ReasonSourceUnavailable:
+				msg = "a stand.yml of the repository cannot be read, so no stand is destroyed: " + strings.Join(d.unreadable, "; ")
+			case diff.ReasonProtected:
+				msg = "stand.protect was true at its last apply: remove it from the repository only after an apply with protect: false"
+			case diff.ReasonForeign:
+				msg = "a stack with this stand's name exists but was not made by stands-reconciler; it is never changed or replaced"
+			case ReasonVaultUnavailable:
+				msg = "removed from the repository; not destroyed while the secret store is unavailable"
+			}
+			r.setStatus(st, a.ID, func(x *Status) { x.Phase, x.Reason, x.Message, x.NextAttempt = Blocked, reason, msg, nil })
+		}
+	}
+	for _, o := range ops {
+		st := r.stands[o.id]
+		st.running = true
+		if o.kind == opApply || o.kind == opDestroy {
+			r.setStatus(st, o.id, func(x *Status) {
+				x.Phase, x.Reason, x.Message, x.LastAttemptedCommit = Progressing, string(o.kind), "", commit
+				if o.in != nil {
+					x.SpecHash = o.in.SpecHash
+				}
+			})
+		}
+	}
+	return ops
+}
+
+// setStatus edits a stand's status in place (creating it), the one way statuses change.
+func (r *Reconciler) setStatus(st *stand, id string, edit func(*Status)) {
+	if st.status == nil {
+		st.status = &Status{SchemaVersion: SchemaVersion, ID: id}
+	}
+	edit(st.status)
+}
+
+// run executes one operation in the worker pool and records its outcome.
+func (r *Reconciler) run(o op) {
+	defer r.ops.Done()
+	select {
+	case r.sem <- struct{}{}:
+	case <-r.opsCtx.Done():
+		r.finish(o, nil, r.opsCtx.Err(), r.cfg.Now())
+		return
+	}
+	defer func() { <-r.sem }()
+	ctx := r.opsCtx
+	log := r.log.With("stand", o.id, "operation", o.kind)
+	started := r.cfg.Now()
+	var res *engine.Result
+	var err error
+	switch o.kind {
+	case opApply, opObserve:
+		res, err = r.eng.Apply(ctx, *o.in, false)
+	case opDrift:
+		res, err = r.eng.Drift(ctx, *o.in)
+		if err == nil && res.Changed && r.cfg.DriftApply {
+			log.Info("stand drifted; applying it again", "changes", res.Changes)
+			res, err = r.eng.Apply(ctx, *o.in, true)
+			o.kind = opApply
+		}
+	case opDestroy:
+		res, err = r.eng.Destroy(ctx, o.ref)
+	}
+	if err == nil && res != nil && res.Connection != nil {
+		r.saveConnection(ctx, o.id, res.Connection, log)
+	}
+	if err != nil {
+		c := engine.Classify(err)
+		log.Warn("operation failed", "reason", c.Reason, "kind", c.Kind, "err", r.scrub(o, err.Error()))
+	}
+	r.finish(o, res, err, started)
+	r.publish(ctx)
+}
+
+// saveConnection writes the unmasked record to the secret store when it changed.
+func (r *Reconciler) saveConnection(ctx context.Context, id string, record json.RawMessage, log *slog.Logger) {
+	sum := sha256.Sum256(record)
+	digest := hex.EncodeToString(sum[:])
+	r.mu.Lock()
+	saved := r.state(id).connSaved
+	r.mu.Unlock()
+	if saved == digest {
+		return
+	}
+	if err := r.sec.WriteConnection(ctx, id, record); err != nil {
+		log.Warn("connection record not stored; retrying next cycle", "err", err)
+		return
+	}
+	r.mu.Lock()
+	r.state(id).connSaved = digest
+	r.mu.Unlock()
+}
+
+func (r *Reconciler) scrub(o op, s string) string {
+	if o.in != nil {
+		return o.in.Secrets.Scrub(s)
+	}
+	return s
+}
+
+// maxMessage bounds a status message: Pulumi's errors carry the whole CLI output.
+const maxMessage = 2000
+
+// finish records an operation's outcome.
+func (r *Reconciler) finish(o op, res *engine.Result, err error, started time.Time) {
+	now := r.cfg.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.state(o.id)
+	st.running = false
+	if err == nil {
+		st.failures, st.waits, st.next = 0, 0, time.Time{}
+	}
+	r.setStatus(st, o.id, func(x *Status) {
+		timings := &Timings{Operation: string(o.kind), Started: started.UTC(), Finished: now.UTC(), Seconds: now.Sub(started).Round(time.Millisecond).Seconds()}
+		if err != nil {
+			c := engine.Classify(err)
+			msg := r.scrub(o, err.Error())
+			if len(msg) > maxMessage {
+				msg = msg[:maxMessage] + "…"
+			}
+			x.Phase, x.Reason, x.Message, x.LastAttemptedCommit, x.Timings = Failed, string(c.Reason), msg, o.commit, timings
+			if c.Kind == engine.Waiting {
+				st.waits++
+				st.next = now.Add(r.backoff(st.waits))
+			} else {
+				st.failures++
+				st.next = now.Add(r.backoff(st.failures))
+				x.Failures = st.failures
+			}
+			next := st.next.UTC()
+			x.NextAttempt = &next
+			if st.failures >= r.cfg.StallAfter {
+				x.Phase, x.NextAttempt = Stalled, nil
+				x.Message = fmt.Sprintf("%d attempts failed on this spec; no retry until the stand's input changes. Last error (%s): %s",
+					st.failures, c.Reason, msg)
+			}
+			return
+		}
+		x.Failures, x.NextAttempt = 0, nil
+		switch o.kind {
+		case opDestroy:
+			x.Phase, x.Reason, x.Message = Destroyed, ReasonRemoved, summary(res.Changes, "deleted")
+			x.LastSuccessfulCommit, x.Timings, x.Changes, x.Nodes, x.Connection, x.SpecHash = o.commit, timings, res.Changes, nil, nil, ""
+			return
+		case opDrift:
+			if res.Changed {
+				x.Phase, x.Reason, x.Message = Drifted, ReasonDrift, "the servers differ from the last apply: "+summary(res.Changes, "")
+			} else if x.Phase == Drifted {
+				x.Phase, x.Reason, x.Message = Ready, ReasonUpToDate, ""
+			}
+			return
+		case opApply:
+			x.Reason, x.Message, x.Timings, x.Changes = ReasonApplied, summary(res.Changes, ""), timings, res.Changes
+			st.lastDrift = now
+		case opObserve:
+			if x.Phase != Ready {
+				x.Reason, x.Message = ReasonUpToDate, ""
+			}
+		}
+		x.Phase, x.SpecHash, x.LastSuccessfulCommit = Ready, res.SpecHash, o.commit
+		if x.LastAttemptedCommit == "" {
+			x.LastAttemptedCommit = o.commit
+		}
+		x.NodesMode, x.Nodes, x.Connection = res.NodesMode, res.Nodes, res.Masked
+	})
+}
+
+// backoff is capped exponential with ±20% jitter.
+func (r *Reconciler) backoff(n int) time.Duration {
+	d := r.cfg.BackoffBase << min(n-1, 20)
+	if d <= 0 || d > r.cfg.BackoffMax {
+		d = r.cfg.BackoffMax
+	}
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// summary says what Pulumi did, from its step counts, in a fixed order.
+func summary(changes map[string]int, fallback string) string {
+	var parts []string
+	for _, k := range []string{"create", "update", "replace", "delete", "same"} {
+		if n := changes[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	if len(parts) == 0 {
+		return fallback
+	}
+	return strings.Join(parts, ", ")
+}
+
+// publish commits the statuses that changed since the last commit, with STATUS.md. A failure is
+// logged and retried at the next change or cycle: nothing is lost, the statuses stay in memory.
+func (r *Reconciler) publish(ctx context.Context) {
+	r.pubMu.Lock()
+	defer r.pubMu.Unlock()
+	r.mu.Lock()
+	all := map[string]*Status{}
+	files := map[string][]byte{}
+	for id, st := range r.stands {
+		if st.status != nil {
+			all[id] = st.status
+			files[statusPath(id)] = st.status.encode()
+		}
+	}
+	files[gitsource.StatusFile] = statusTable(all, r.unreadable)
+	r.mu.Unlock()
+	changed := map[string][]byte{}
+	var what []string
+	for p, data := range files {
+		if string(r.published[p]) != string(data) {
+			changed[p] = data
+			if id, ok := strings.CutSuffix(strings.TrimPrefix(p, gitsource.StatusDir+"/"), ".json"); ok {
+				what = append(what, id+" "+string(all[id].Phase))
+			}
+		}
+	}
+	if len(changed) == 0 {
+		return
+	}
+	sort.Strings(what)
+	msg := "status: " + strings.Join(what, ", ")
+	if len(what) == 0 {
+		msg = "status: summary"
+	}
+	commit, err := r.src.Publish(ctx, changed, msg)
+	if err != nil {
+		r.log.Warn("status not committed; retrying at the next change", "err", err)
+		return
+	}
+	for p, data := range changed {
+		r.published[p] = data
+	}
+	if commit != "" {
+		r.log.Info("status committed", "commit", short(commit), "stands", what)
+	}
+}
+
+// allowDestroy reads the committed override: one stand id per line, # comments.
+func allowDestroy(files fs.FS) map[string]bool {
+	out := map[string]bool{}
+	f, err := files.Open(AllowDestroyFile)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		if id := strings.TrimSpace(line); id != "" {
+			out[id] = true
+		}
+	}
+	return out
+}

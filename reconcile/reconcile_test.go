@@ -1,0 +1,328 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/engine"
+)
+
+type harness struct {
+	t   *testing.T
+	src *fakeSource
+	eng *fakeEngine
+	sec *fakeSecrets
+	r   *Reconciler
+	now time.Time
+}
+
+func newHarness(t *testing.T, stands map[string]string, tune func(*Config)) *harness {
+	h := &harness{t: t, src: newFakeSource(t, stands), eng: newFakeEngine(), sec: newFakeSecrets(), now: time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)}
+	cfg := Config{Owner: "local", Passphrase: "pass", Now: func() time.Time { return h.now }, BackoffBase: time.Minute}
+	if tune != nil {
+		tune(&cfg)
+	}
+	h.r = New(cfg, h.src, h.eng, h.sec)
+	return h
+}
+
+// cycle runs one cycle and waits for its operations.
+func (h *harness) cycle() error {
+	h.t.Helper()
+	err := h.r.Cycle(context.Background())
+	h.r.Wait()
+	return err
+}
+
+func (h *harness) mustCycle() {
+	h.t.Helper()
+	if err := h.cycle(); err != nil {
+		h.t.Fatalf("cycle: %v", err)
+	}
+}
+
+func stands(ids ...string) map[string]string {
+	m := map[string]string{}
+	for _, id := range ids {
+		m[standFile(id)] = standYML(id, "")
+	}
+	return m
+}
+
+func TestCreateThenNoop(t *testing.T) {
+	h := newHarness(t, stands("a", "b"), nil)
+	h.mustCycle()
+	for _, id := range []string{"local_a_dev", "local_b_dev"} {
+		if h.eng.upsOf(id) != 1 {
+			t.Errorf("%s: %d ups, want 1", id, h.eng.upsOf(id))
+		}
+		st := h.src.statusOf(t, id)
+		if st.Phase != Ready || st.Reason != ReasonApplied || st.SchemaVersion != SchemaVersion || len(st.Nodes) != 1 ||
+			st.LastSuccessfulCommit != "h001" || st.File != "stands/"+strings.Split(id, "_")[1]+"/stand.yml" {
+			t.Errorf("%s status: %+v", id, st)
+		}
+		if !strings.Contains(string(st.Connection), `"***"`) || strings.Contains(string(st.Connection), kvPassword) {
+			t.Errorf("%s connection not masked: %s", id, st.Connection)
+		}
+		if !strings.Contains(h.sec.connections[id], kvPassword) {
+			t.Errorf("%s: the secret store holds %q, want the unmasked record", id, h.sec.connections[id])
+		}
+	}
+	commits := h.src.commits()
+	for range 3 {
+		h.mustCycle()
+	}
+	if h.src.commits() != commits || h.eng.totalUps() != 2 {
+		t.Errorf("no-op cycles made %d commits and %d ups", h.src.commits()-commits, h.eng.totalUps()-2)
+	}
+	// A restarted reconciler picks up the published statuses: no commit, no up.
+	r2 := New(h.r.cfg, h.src, h.eng, h.sec)
+	if err := r2.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r2.Wait()
+	if h.src.commits() != commits || h.eng.totalUps() != 2 {
+		t.Errorf("restart made %d commits and %d ups", h.src.commits()-commits, h.eng.totalUps()-2)
+	}
+}
+
+func TestOneChangeOfFive(t *testing.T) {
+	h := newHarness(t, stands("a", "b", "c", "d", "e"), nil)
+	h.mustCycle()
+	h.src.commit(map[string]string{standFile("c"): strings.Replace(standYML("c", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)})
+	h.mustCycle()
+	if h.eng.totalUps() != 6 || h.eng.upsOf("local_c_dev") != 2 {
+		t.Errorf("ups %v, want one more for c only", h.eng.ups)
+	}
+	if st := h.src.statusOf(t, "local_c_dev"); st.LastSuccessfulCommit != "h002" || st.LastAttemptedCommit != "h002" {
+		t.Errorf("c: %+v", st)
+	}
+	if st := h.src.statusOf(t, "local_a_dev"); st.LastSuccessfulCommit != "h001" {
+		t.Errorf("a's status moved: %+v", st)
+	}
+}
+
+func TestBrokenStandFailsAlone(t *testing.T) {
+	files := stands("a", "b")
+	files[standFile("b")] = strings.Replace(files[standFile("b")], "profile: small", "profile: huge", 1)
+	h := newHarness(t, files, nil)
+	h.mustCycle()
+	if h.eng.upsOf("local_a_dev") != 1 || h.eng.upsOf("local_b_dev") != 0 {
+		t.Errorf("ups %v", h.eng.ups)
+	}
+	st := h.src.statusOf(t, "local_b_dev")
+	if st.Phase != Failed || st.Reason != ReasonInvalid || !strings.Contains(st.Message, "stands/b/stand.yml:") || !strings.Contains(st.Message, "huge") {
+		t.Errorf("b: %+v", st)
+	}
+	// Fixing it applies it.
+	h.src.commit(stands("b"))
+	h.mustCycle()
+	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != Ready {
+		t.Errorf("b after the fix: %+v", st)
+	}
+}
+
+func TestRetriesThenStalled(t *testing.T) {
+	h := newHarness(t, stands("a"), nil)
+	for i := 1; i <= 3; i++ {
+		h.eng.fail["local_a_dev"] = errors.New("pulumi up local_a_dev: boom with " + kvPassword)
+		h.mustCycle()
+		st := h.src.statusOf(t, "local_a_dev")
+		if strings.Contains(st.Message, kvPassword) {
+			t.Fatalf("the status message shows the secret: %s", st.Message)
+		}
+		if i < 3 && (st.Phase != Failed || st.Failures != i || st.NextAttempt == nil) {
+			t.Fatalf("failure %d: %+v", i, st)
+		}
+		if i < 3 {
+			h.mustCycle() // within the backoff: no attempt
+			if h.eng.upsOf("local_a_dev") != 0 {
+				t.Fatal("retried within the backoff")
+			}
+			h.now = h.now.Add(10 * time.Minute)
+		}
+	}
+	st := h.src.statusOf(t, "local_a_dev")
+	if st.Phase != Stalled || !strings.Contains(st.Message, "3 attempts failed") {
+		t.Fatalf("after 3 failures: %+v", st)
+	}
+	h.now = h.now.Add(time.Hour)
+	h.mustCycle()
+	if h.eng.upsOf("local_a_dev") != 0 {
+		t.Fatal("a stalled stand was retried without a change")
+	}
+	h.src.commit(map[string]string{standFile("a"): strings.Replace(standYML("a", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)})
+	h.mustCycle()
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Ready || h.eng.upsOf("local_a_dev") != 1 {
+		t.Errorf("after the input changed: %+v", st)
+	}
+}
+
+func TestWaitingNeverStalls(t *testing.T) {
+	h := newHarness(t, stands("a"), nil)
+	for range 5 {
+		h.eng.fail["local_a_dev"] = fmt.Errorf("pulumi up: %w", engine.ErrUpdateInProgress)
+		h.mustCycle()
+		h.now = h.now.Add(time.Hour)
+	}
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Failed || st.Reason != string(engine.ReasonUpdateConflict) || st.Failures != 0 {
+		t.Fatalf("after 5 waiting errors: %+v", st)
+	}
+	h.mustCycle()
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Ready {
+		t.Errorf("recovery: %+v", st)
+	}
+}
+
+func TestSourceDownChangesNothing(t *testing.T) {
+	h := newHarness(t, stands("a", "b"), nil)
+	h.mustCycle()
+	h.src.down = true
+	for range 3 {
+		if err := h.cycle(); err == nil {
+			t.Fatal("a cycle with the source down succeeded")
+		}
+	}
+	if len(h.eng.destroys) != 0 || h.r.Health().Source == nil {
+		t.Errorf("destroys %v, health %+v", h.eng.destroys, h.r.Health())
+	}
+	h.src.down = false
+	h.mustCycle()
+	if h.r.Health().Source != nil || len(h.eng.stacks) != 2 {
+		t.Errorf("recovery: %+v, %d stacks", h.r.Health(), len(h.eng.stacks))
+	}
+}
+
+func TestVaultDownAppliesNothing(t *testing.T) {
+	h := newHarness(t, stands("a", "b", "c"), nil)
+	h.mustCycle()
+	h.sec.setDown(true)
+	h.src.commit(map[string]string{standFile("a"): standYML("a", "  protect: true"), standFile("c"): ""})
+	h.mustCycle()
+	if h.eng.totalUps() != 3 || len(h.eng.destroys) != 0 {
+		t.Fatalf("with Vault down: ups %v destroys %v", h.eng.ups, h.eng.destroys)
+	}
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Progressing || st.Reason != ReasonVaultUnavailable || !strings.Contains(st.Message, "connection refused") {
+		t.Errorf("a: %+v", st)
+	}
+	if st := h.src.statusOf(t, "local_c_dev"); st.Phase != Blocked || st.Reason != ReasonVaultUnavailable {
+		t.Errorf("c: %+v", st)
+	}
+	if h.r.Health().Secrets == nil {
+		t.Error("health does not show Vault down")
+	}
+	h.sec.setDown(false)
+	h.mustCycle()
+	if h.eng.upsOf("local_a_dev") != 2 || len(h.eng.destroys) != 1 {
+		t.Errorf("recovery: ups %v destroys %v", h.eng.ups, h.eng.destroys)
+	}
+	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != Ready {
+		t.Errorf("b after recovery: %+v", st)
+	}
+}
+
+func TestDestroyGuards(t *testing.T) {
+	h := newHarness(t, stands("a", "b", "c"), nil)
+	h.mustCycle()
+	h.src.commit(map[string]string{standFile("c"): ""})
+	h.mustCycle()
+	if st := h.src.statusOf(t, "local_c_dev"); st.Phase != Destroyed || len(st.Nodes) != 0 || st.Connection != nil {
+		t.Fatalf("c: %+v", st)
+	}
+	h.src.commit(map[string]string{standFile("a"): "", standFile("b"): ""})
+	h.mustCycle()
+	if len(h.eng.destroys) != 1 {
+		t.Fatalf("removing all stands destroyed %v", h.eng.destroys)
+	}
+	st := h.src.statusOf(t, "local_a_dev")
+	if st.Phase != Blocked || st.Reason != "WouldRemoveAllStands" || !strings.Contains(st.Message, AllowDestroyFile) {
+		t.Errorf("a: %+v", st)
+	}
+	h.src.commit(map[string]string{AllowDestroyFile: "# approved by ops\nlocal_a_dev\nlocal_b_dev\n"})
+	h.mustCycle()
+	if len(h.eng.destroys) != 3 {
+		t.Errorf("with the override: destroys %v", h.eng.destroys)
+	}
+}
+
+func TestUnreadableManifestHoldsDestroys(t *testing.T) {
+	h := newHarness(t, stands("a", "b", "c"), nil)
+	h.mustCycle()
+	h.src.commit(map[string]string{standFile("c"): "stand: [\n", standFile("b"): ""})
+	h.mustCycle()
+	if len(h.eng.destroys) != 0 {
+		t.Fatalf("destroyed %v while a manifest was unreadable", h.eng.destroys)
+	}
+	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != Blocked || !strings.Contains(st.Message, "stands/c/stand.yml") {
+		t.Errorf("b: %+v", st)
+	}
+	if md := string(h.src.files["STATUS.md"].Data); !strings.Contains(md, "could not be read") {
+		t.Errorf("STATUS.md:\n%s", md)
+	}
+}
+
+func TestDriftCheck(t *testing.T) {
+	h := newHarness(t, stands("a"), func(c *Config) { c.DriftInterval = time.Hour })
+	h.mustCycle()
+	h.mustCycle()
+	if h.eng.drifts != 0 {
+		t.Fatal("drift checked before the interval")
+	}
+	h.eng.drifted["local_a_dev"] = true
+	h.now = h.now.Add(61 * time.Minute)
+	h.mustCycle()
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Drifted || h.eng.upsOf("local_a_dev") != 1 {
+		t.Fatalf("after drift: %+v ups %d", st, h.eng.upsOf("local_a_dev"))
+	}
+	// Configured to repair: the next check applies.
+	h.r.cfg.DriftApply = true
+	h.now = h.now.Add(61 * time.Minute)
+	h.mustCycle()
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Ready || h.eng.upsOf("local_a_dev") != 2 {
+		t.Errorf("drift repaired: %+v ups %d", st, h.eng.upsOf("local_a_dev"))
+	}
+}
+
+func TestWorkerPoolBound(t *testing.T) {
+	ids := []string{"a", "b", "c", "d", "e", "f"}
+	h := newHarness(t, stands(ids...), func(c *Config) { c.Workers = 2 })
+	h.eng.gate = make(chan struct{})
+	if err := h.r.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A second cycle while all operations run starts none twice.
+	if err := h.r.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range ids {
+		h.eng.gate <- struct{}{}
+	}
+	h.r.Wait()
+	if h.eng.maxRunning != 2 || h.eng.totalUps() != len(ids) {
+		t.Errorf("max running %d (want 2), ups %v", h.eng.maxRunning, h.eng.ups)
+	}
+	if st := h.src.statusOf(t, "local_f_dev"); st.Phase != Ready {
+		t.Errorf("f: %+v", st)
+	}
+}
+
+func TestSuspendAndOtherOwner(t *testing.T) {
+	files := stands("a")
+	files[standFile("s")] = standYML("s", "  suspend: true")
+	files[standFile("o")] = standYML("o", "  owner: team2")
+	h := newHarness(t, files, nil)
+	h.mustCycle()
+	if h.eng.totalUps() != 1 {
+		t.Errorf("ups %v", h.eng.ups)
+	}
+	if st := h.src.statusOf(t, "local_s_dev"); st.Phase != Suspended {
+		t.Errorf("suspended: %+v", st)
+	}
+	if st := h.src.statusOf(t, "team2_o_dev"); st.Phase != Blocked || st.Reason != ReasonOtherOwner {
+		t.Errorf("other owner: %+v", st)
+	}
+}

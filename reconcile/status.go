@@ -1,0 +1,147 @@
+package reconcile
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/engine"
+	"github.com/stands-engine/stands-reconciler/gitsource"
+)
+
+// SchemaVersion of status/<stand-id>.json. Readers must check it; it grows only when a field changes
+// meaning or goes away.
+const SchemaVersion = 1
+
+// Phase is where a stand is.
+type Phase string
+
+// Phases (DESIGN.md).
+const (
+	Ready       Phase = "Ready"
+	Progressing Phase = "Progressing"
+	Failed      Phase = "Failed"
+	Stalled     Phase = "Stalled"
+	Drifted     Phase = "Drifted"
+	Destroyed   Phase = "Destroyed"
+	Suspended   Phase = "Suspended"
+	Blocked     Phase = "Blocked"
+)
+
+// Status is one stand's status file. It never holds a secret value: the connection block is masked
+// and messages are scrubbed of every resolved value.
+type Status struct {
+	SchemaVersion        int             `json:"schemaVersion"`
+	ID                   string          `json:"id"`
+	Phase                Phase           `json:"phase"`
+	Reason               string          `json:"reason,omitempty"`
+	Message              string          `json:"message,omitempty"`
+	File                 string          `json:"file,omitempty"` // the stand.yml, when the repository has it
+	LastAttemptedCommit  string          `json:"lastAttemptedCommit,omitempty"`
+	LastSuccessfulCommit string          `json:"lastSuccessfulCommit,omitempty"`
+	SpecHash             string          `json:"specHash,omitempty"`
+	Failures             int             `json:"consecutiveFailures,omitempty"`
+	NextAttempt          *time.Time      `json:"nextAttempt,omitempty"`
+	Timings              *Timings        `json:"timings,omitempty"`
+	Changes              map[string]int  `json:"changes,omitempty"` // Pulumi's step counts of the last operation
+	NodesMode            string          `json:"nodesMode,omitempty"`
+	Nodes                []engine.Node   `json:"nodes,omitempty"`
+	Connection           json.RawMessage `json:"connection,omitempty"` // masked (DESIGN.md)
+}
+
+// Timings of the last operation.
+type Timings struct {
+	Operation string    `json:"operation"`
+	Started   time.Time `json:"started"`
+	Finished  time.Time `json:"finished,omitzero"`
+	Seconds   float64   `json:"seconds,omitempty"`
+}
+
+func statusPath(id string) string { return gitsource.StatusDir + "/" + id + ".json" }
+
+// encode is the file's exact bytes: indented, keys in struct order, a final newline.
+func (s *Status) encode() []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // every field marshals
+	return buf.Bytes()
+}
+
+// loadStatuses reads the status files a snapshot carries, so a restarted reconciler continues from
+// what it published instead of rewriting every file. Unreadable or newer files are ignored: they are
+// rewritten from what the reconciler observes.
+func loadStatuses(files fs.FS) map[string]*Status {
+	out := map[string]*Status{}
+	entries, err := fs.ReadDir(files, gitsource.StatusDir)
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		if e.IsDir() || path.Ext(e.Name()) != ".json" {
+			continue
+		}
+		data, err := fs.ReadFile(files, path.Join(gitsource.StatusDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var s Status
+		if json.Unmarshal(data, &s) != nil || s.SchemaVersion != SchemaVersion || s.ID+".json" != e.Name() {
+			continue
+		}
+		out[s.ID] = &s
+	}
+	return out
+}
+
+// statusTable renders STATUS.md: one row per stand, for on-call reading Git.
+func statusTable(all map[string]*Status, unreadable []string) []byte {
+	ids := make([]string, 0, len(all))
+	for id := range all {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var b strings.Builder
+	b.WriteString("# Stands\n\nWritten by stands-reconciler; do not edit. Details and connection info (secrets masked) are in `status/<stand-id>.json`.\n\n")
+	b.WriteString("| Stand | Phase | Reason | Nodes | Last successful commit | Message |\n|---|---|---|---|---|---|\n")
+	for _, id := range ids {
+		s := all[id]
+		var nodes []string
+		for _, n := range s.Nodes {
+			nodes = append(nodes, fmt.Sprintf("%s %s", n.Name, n.PublicIPv4))
+		}
+		fmt.Fprintf(&b, "| [%s](%s) | %s | %s | %s | %s | %s |\n", id, statusPath(id), s.Phase, s.Reason,
+			cell(strings.Join(nodes, ", ")), short(s.LastSuccessfulCommit), cell(firstLine(s.Message)))
+	}
+	if len(unreadable) > 0 {
+		b.WriteString("\n## Manifests that could not be read\n\nWhile any is listed, no stand is destroyed: a stand whose id cannot be read might be one of them.\n\n")
+		for _, u := range unreadable {
+			fmt.Fprintf(&b, "- %s\n", cell(u))
+		}
+	}
+	return []byte(b.String())
+}
+
+func short(commit string) string {
+	if len(commit) > 12 {
+		return commit[:12]
+	}
+	return commit
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	if len(line) > 160 {
+		line = line[:157] + "..."
+	}
+	return line
+}
+
+// cell keeps a value inside its Markdown table cell.
+func cell(s string) string { return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s) }
