@@ -420,8 +420,9 @@ func TestInventory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A foreign stack: no mark.
+	// A foreign stack: no mark, and servers of the hcloud provider as the old engine made them.
 	foreign := strings.ReplaceAll(strings.ReplaceAll(string(orig), `"ownedBy"`, `"madeBy"`), "demo/single", "demo/foreign")
+	foreign = strings.ReplaceAll(foreign, "stands:index:Server", "hcloud:index/server:Server")
 	foreign = strings.ReplaceAll(foreign, "urn:pulumi:single::", "urn:pulumi:foreign::")
 	if err := os.WriteFile(filepath.Join(dir, "foreign.json"), []byte(foreign), 0o600); err != nil {
 		t.Fatal(err)

@@ -63,6 +63,9 @@ func (e *Engine) Inventory(ctx context.Context) ([]StackInfo, error) {
 		if err := readStackFile(ctx, b, &info); err != nil {
 			return nil, err
 		}
+		if !info.Known && info.Resources == 0 {
+			info.Owned = true // created and never updated: there is nothing in it to protect
+		}
 		out = append(out, info)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -94,8 +97,14 @@ func readStackFile(ctx context.Context, b *blob.Bucket, info *StackInfo) error {
 	}
 	info.Known = true
 	info.Pending = len(cp.Checkpoint.Latest.Pending)
+	// Like checkOwned: a stack holding only our own resource types is ours even without the mark
+	// (its first run failed before the outputs were written).
+	onlyOurs := true
 	for _, r := range cp.Checkpoint.Latest.Resources {
 		if r.Type != "pulumi:pulumi:Stack" {
+			if r.Type != "pulumi:providers:"+provider.Name && !strings.HasPrefix(r.Type, provider.Name+":") {
+				onlyOurs = false
+			}
 			continue
 		}
 		owned, _ := r.Outputs[OutOwnedBy].(string)
@@ -104,6 +113,7 @@ func readStackFile(ctx context.Context, b *blob.Bucket, info *StackInfo) error {
 		info.StandID, _ = r.Outputs[OutStandID].(string)
 		info.Protect, _ = r.Outputs[OutProtect].(bool)
 	}
+	info.Owned = info.Owned || onlyOurs
 	locks, err := listKeys(ctx, b, lockPrefix(StackRef{Project: info.Project, Env: info.Env}))
 	if err != nil {
 		return err

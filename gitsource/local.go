@@ -10,13 +10,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage"
+
+	"github.com/stands-engine/stands-reconciler/internal/fswatch"
 )
 
 // localPath recognises a local repository: a file:// URL or a path without a scheme or scp-like host.
@@ -98,42 +99,7 @@ func (s *Source) Watch(ctx context.Context, trigger func()) error {
 		gitDir = l.path // bare
 	}
 	dirs := []string{gitDir, filepath.Join(gitDir, "refs", "heads")}
-	return WatchPaths(ctx, dirs, 200*time.Millisecond, trigger)
-}
-
-// WatchPaths watches folders (not files: editors and credential managers replace files by renaming)
-// and calls onChange once per burst of events, debounced. It runs until ctx ends.
-func WatchPaths(ctx context.Context, dirs []string, debounce time.Duration, onChange func()) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch: %w", err)
-	}
-	defer w.Close()
-	for _, d := range dirs {
-		if err := w.Add(d); err != nil {
-			return fmt.Errorf("watch %s: %w", d, err)
-		}
-	}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case _, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			timer.Reset(debounce)
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			return fmt.Errorf("watch: %w", err)
-		case <-timer.C:
-			onChange()
-		}
-	}
+	return fswatch.Dirs(ctx, dirs, 200*time.Millisecond, trigger)
 }
 
 // writeTree stores base with files applied (nil content removes a file) and returns the new tree's

@@ -172,7 +172,7 @@ func (s *Source) fetch(ctx context.Context) (*Snapshot, error) {
 		return nil, err
 	}
 	if head == nil {
-		return nil, fmt.Errorf("branch %s does not exist in %s", s.branch, redact(s.url))
+		return nil, fmt.Errorf("branch %s does not exist in %s", s.branch, RedactURL(s.url))
 	}
 	repo := s.store.repo()
 	commit, err := repo.CommitObject(*head)
@@ -340,8 +340,8 @@ func treeFS(c *object.Commit) (fs.FS, error) {
 	return out, nil
 }
 
-// redact drops credentials from a URL for messages.
-func redact(u string) string {
+// RedactURL drops credentials from a URL for messages and logs.
+func RedactURL(u string) string {
 	if i := strings.Index(u, "@"); i >= 0 {
 		if j := strings.Index(u, "://"); j >= 0 && j < i {
 			return u[:j+3] + "***@" + u[i+1:]
@@ -385,7 +385,7 @@ func (r *remoteStore) fetch(ctx context.Context, auth transport.AuthMethod, bran
 		_ = r.r.Storer.RemoveReference(tracking)
 		return nil, nil
 	case err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate):
-		return nil, fmt.Errorf("fetch %s from %s: %w", branch, redact(r.url), err)
+		return nil, fmt.Errorf("fetch %s from %s: %w", branch, RedactURL(r.url), err)
 	}
 	ref, err := r.r.Reference(tracking, true)
 	if err != nil {

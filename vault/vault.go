@@ -105,6 +105,10 @@ func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
 func New(ctx context.Context, addr string, auth Auth, opts ...Option) (*Client, error) {
 	cfg := vaultapi.DefaultConfig()
 	cfg.Address = addr
+	// The reconcile loop is the retry layer: a cycle that finds Vault down waits for the next one
+	// instead of stalling every stand's lookup in client-side retries.
+	cfg.MaxRetries = 0
+	cfg.Timeout = 15 * time.Second
 	api, err := vaultapi.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("vault client: %w", err)
@@ -194,8 +198,21 @@ func (c *Client) KeepAlive(ctx context.Context) {
 		c.mu.Lock()
 		login := c.login
 		c.mu.Unlock()
-		if login != nil && (login.Auth != nil && login.Auth.Renewable || login.Data["renewable"] == true) {
+		switch {
+		case login != nil && (login.Auth != nil && login.Auth.Renewable || login.Data["renewable"] == true):
 			c.watch(ctx, login)
+		default:
+			// Not renewable: keep it until shortly before it expires (a token without a TTL, such as a
+			// root token, forever), then log in again.
+			ttl, _ := login.TokenTTL()
+			if ttl <= 0 {
+				<-ctx.Done()
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(max(ttl*9/10, time.Second)):
+			}
 		}
 		if ctx.Err() != nil {
 			return

@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	if os.Getenv(runMainEnv) == "1" {
-		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+		os.Exit(runMain())
 	}
 	os.Exit(m.Run())
 }

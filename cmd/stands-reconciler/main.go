@@ -39,10 +39,14 @@ func main() {
 		}
 		return
 	}
+	os.Exit(runMain())
+}
+
+// runMain runs the command line of this process until it ends or SIGINT/SIGTERM cancels it.
+func runMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
-	stop()
-	os.Exit(code)
+	defer stop()
+	return run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 }
 
 // env reads configuration from the environment; tests pass a map.
@@ -67,6 +71,8 @@ func commands() []command {
 		{"apply", "create or update one stand's servers and print its connection record", runApply},
 		{"destroy", "destroy one stand's servers and remove its stack (by id or path; no manifest needed)", runDestroy},
 		{"orphans", "list servers with the reconciler's labels that no stack holds (deletes nothing)", runOrphans},
+		{"run", "the daemon: reconcile the stands repository until SIGTERM (webhook, /healthz, /readyz)", runDaemon},
+		{"reconcile", "reconcile --once: one reconciliation of the stands repository, then exit", runReconcile},
 		{"inventory", "list the owner's stacks: owned or foreign, spec hash, pending operations, locks", runInventory},
 	}
 }

@@ -104,6 +104,12 @@ func (r *Repo) Commit(path, content, msg string) string {
 // of the server's main, and pushes it; it returns the commit hash.
 func (r *Repo) Change(msg string, write map[string]string, remove ...string) string {
 	r.t.Helper()
+	return r.ChangeOn("main", msg, write, remove...)
+}
+
+// ChangeOn is Change pushed to branch (created from main), e.g. a pull request's head.
+func (r *Repo) ChangeOn(branch, msg string, write map[string]string, remove ...string) string {
+	r.t.Helper()
 	t := r.t
 	err := r.local.Fetch(&git.FetchOptions{Auth: r.auth, RefSpecs: []config.RefSpec{"+refs/heads/main:refs/remotes/origin/main"}})
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && !errors.Is(err, transport.ErrEmptyRemoteRepository) &&
@@ -138,10 +144,38 @@ func (r *Repo) Change(msg string, write map[string]string, remove ...string) str
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.local.Push(&git.PushOptions{Auth: r.auth, RefSpecs: []config.RefSpec{"refs/heads/master:refs/heads/main"}}); err != nil {
+	if err := r.local.Push(&git.PushOptions{Auth: r.auth, RefSpecs: []config.RefSpec{config.RefSpec("refs/heads/master:refs/heads/" + branch)}}); err != nil {
 		t.Fatalf("push over HTTP: %v", err)
 	}
 	return h.String()
+}
+
+// Merge opens a pull request from branch into main and merges it with a merge commit through the
+// Gitea API, as a reviewer's approval does; it returns the merge commit.
+func (r *Repo) Merge(api *gitea.Client, branch, title string) string {
+	r.t.Helper()
+	owner, name := r.Info.Owner.UserName, r.Info.Name
+	pr, _, err := api.CreatePullRequest(owner, name, gitea.CreatePullRequestOption{Head: branch, Base: "main", Title: title})
+	if err != nil {
+		r.t.Fatalf("open pull request: %v", err)
+	}
+	// Gitea checks mergeability in the background right after the PR opens.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ok, _, err := api.MergePullRequest(owner, name, pr.Index, gitea.MergePullRequestOption{Style: gitea.MergeStyleMerge, Title: title})
+		if err == nil && ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("merge pull request %d: %v", pr.Index, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	pr, _, err = api.GetPullRequest(owner, name, pr.Index)
+	if err != nil || pr.MergedCommitID == nil {
+		r.t.Fatalf("merged pull request %d: %v", pr.Index, err)
+	}
+	return *pr.MergedCommitID
 }
 
 // CommitFile writes one file into a go-git work tree and commits it; it returns the commit hash.

@@ -1,0 +1,615 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/memory"
+	vaultapi "github.com/hashicorp/vault/api"
+
+	"github.com/stands-engine/stands-reconciler/gitsource"
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/vault/vaulttest"
+)
+
+// daemonStand is a one-node stand of project p on the example base; port varies its spec.
+func daemonStand(p string, port int) string {
+	return fmt.Sprintf(`from_dep_manifest: ../../bases/common.yml
+stand:
+  project: %s
+  env: dev
+nodes:
+  main:
+    profile: small
+    apps: [kv]
+apps:
+  kv:
+    instances:
+      cache:
+        preferences:
+          port: %d
+`, p, port)
+}
+
+func standPath(p string) string { return "stands/" + p + "/stand.yml" }
+
+// daemonEnv is everything TestDaemon runs against: real Gitea, the real Pulumi CLI behind a counting
+// wrapper, hcloudsim and the Vault stand-in, and the daemon in a process of its own.
+type daemonEnv struct {
+	t       *testing.T
+	gitea   *testenv.Gitea
+	repo    *testenv.Repo
+	hetzner *testenv.Hetzner
+	vault   *vaulttest.Listener
+	reader  *gitsource.Source
+	counts  string // one line per Pulumi CLI process: its arguments
+	logFile string
+	listen  string
+	hookKey string
+	secrets map[string]string // every secret value the run uses, by name
+	cmd     *exec.Cmd
+	exited  chan error
+}
+
+func TestDaemon(t *testing.T) {
+	pl := testenv.NewPulumi(t)
+	e := &daemonEnv{t: t, gitea: testenv.StartGitea(t), hetzner: testenv.StartHetzner(t, "hcloud-tok-"+hex.EncodeToString(randomBytes(8)))}
+	e.vault = vaulttest.Serve(t, vaulttest.New())
+	e.repo = e.gitea.CreateRepo(t, "stands")
+	e.reader = gitsource.New(e.repo.Info.CloneURL, "main", gitsource.WithToken(e.gitea.User, func() (string, error) { return e.gitea.Token, nil }))
+	e.secrets = map[string]string{
+		"kv-password":       "kv+p@ss/" + hex.EncodeToString(randomBytes(6)),
+		"registry-password": "reg=p@ss?" + hex.EncodeToString(randomBytes(6)),
+		"hcloud token":      e.hetzner.Token,
+		"passphrase":        pl.Passphrase,
+		"gitea token":       e.gitea.Token,
+		"webhook secret":    "hook-" + hex.EncodeToString(randomBytes(8)),
+		"vault token":       e.vault.Server.RootToken,
+	}
+	e.hookKey = e.secrets["webhook secret"]
+	vc := e.vaultClient()
+	for _, name := range []string{"kv-password", "registry-password"} {
+		if _, err := vc.KVv2("secret").Put(context.Background(), "stands/"+name, map[string]any{"value": e.secrets[name]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The repository: the example's bases and app packages, and four stands.
+	base, err := testfs.Dir(filepath.Join(testenv.RepoRoot(), "examples", "stands-repo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for p, f := range base {
+		if !strings.HasPrefix(p, "stands/") {
+			files[p] = string(f.Data)
+		}
+	}
+	for i, p := range []string{"a", "b", "c", "d"} {
+		files[standPath(p)] = daemonStand(p, 6300+i)
+	}
+	e.repo.Change("four stands", files)
+	e.start(pl)
+
+	ids := []string{"local_a_dev", "local_b_dev", "local_c_dev", "local_d_dev"}
+	for _, id := range ids {
+		e.waitStatus(id, 4*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reconcile.Ready })
+	}
+	e.waitReady(http.StatusOK)
+
+	e.run("a merged pull request adds a stand", func(t *testing.T) {
+		upsBefore := e.ups()
+		e.repo.ChangeOn("add-e", "add stand e", map[string]string{standPath("e"): daemonStand("e", 6310)})
+		merge := e.repo.Merge(e.gitea.API(t), "add-e", "Add stand e")
+		s := e.waitStatus("local_e_dev", 3*time.Minute, func(s *reconcile.Status) bool {
+			return s.Phase == reconcile.Ready && s.LastSuccessfulCommit == merge
+		})
+		if len(s.Nodes) != 1 || s.Nodes[0].PublicIPv4 == "" || s.Nodes[0].PrivateIP == "" || s.Nodes[0].ServerID == 0 {
+			t.Errorf("nodes: %+v", s.Nodes)
+		}
+		conn := string(s.Connection)
+		if !strings.Contains(conn, `"id_stand": "local_e_dev"`) || !strings.Contains(conn, `"***"`) || strings.Contains(conn, e.secrets["kv-password"]) {
+			t.Errorf("status connection is not the masked record:\n%s", conn)
+		}
+		stored, err := vc.KVv2("secret").Get(context.Background(), "stands/stands/local_e_dev/connection")
+		if err != nil || !strings.Contains(fmt.Sprint(stored.Data["value"]), e.secrets["kv-password"]) {
+			t.Errorf("Vault does not hold the unmasked connection: %v %v", stored, err)
+		}
+		if got := e.ups() - upsBefore; got != 1 {
+			t.Errorf("adding one stand ran %d pulumi up", got)
+		}
+		if md := e.file("STATUS.md"); !strings.Contains(md, "local_e_dev") || !strings.Contains(md, "Ready") {
+			t.Errorf("STATUS.md:\n%s", md)
+		}
+	})
+
+	e.run("a poll with nothing new makes no commit", func(t *testing.T) {
+		head := e.head()
+		cycles := e.logCount("cycle planned")
+		e.webhook(e.hookKey, http.StatusAccepted) // poll now, and again on the interval
+		e.waitLog("cycle planned", cycles+3, time.Minute)
+		if now := e.head(); now != head {
+			t.Errorf("a no-op poll committed %s", now)
+		}
+	})
+
+	e.run("one change of five runs one pulumi up", func(t *testing.T) {
+		ups := e.ups()
+		commit := e.repo.Change("c: another port", map[string]string{standPath("c"): daemonStand("c", 6399)})
+		e.waitStatus("local_c_dev", 3*time.Minute, func(s *reconcile.Status) bool {
+			return s.Phase == reconcile.Ready && s.LastSuccessfulCommit == commit
+		})
+		e.waitLog("cycle planned", e.logCount("cycle planned")+2, time.Minute)
+		if got := e.ups() - ups; got != 1 {
+			t.Errorf("%d pulumi up processes for one changed stand of five, want 1", got)
+		}
+	})
+
+	e.run("removing one stand destroys it", func(t *testing.T) {
+		commit := e.repo.Change("remove d", nil, "stands/d")
+		e.waitStatus("local_d_dev", 3*time.Minute, func(s *reconcile.Status) bool {
+			return s.Phase == reconcile.Destroyed && s.LastSuccessfulCommit == commit
+		})
+		for name := range e.hetzner.Servers(t) {
+			if strings.HasPrefix(name, "local-d-dev") {
+				t.Errorf("server %s of the removed stand is left", name)
+			}
+		}
+	})
+
+	e.run("Gitea down for three polls destroys nothing", func(t *testing.T) {
+		deletes := e.deletes()
+		failed := e.logCount("cycle failed")
+		e.gitea.Stop(t)
+		e.waitLog("cycle failed", failed+3, time.Minute)
+		e.waitReady(http.StatusServiceUnavailable)
+		if got := e.deletes() - deletes; got != 0 {
+			t.Errorf("%d server deletions while Gitea was down", got)
+		}
+		e.gitea.Start(t)
+		e.waitReady(http.StatusOK)
+		if got := e.deletes() - deletes; got != 0 {
+			t.Errorf("%d server deletions after Gitea came back", got)
+		}
+	})
+
+	e.run("Vault down applies nothing", func(t *testing.T) {
+		ups := e.ups()
+		e.vault.Stop()
+		commit := e.repo.Change("a: another port", map[string]string{standPath("a"): daemonStand("a", 6398)})
+		s := e.waitStatus("local_a_dev", 2*time.Minute, func(s *reconcile.Status) bool {
+			return s.Reason == reconcile.ReasonVaultUnavailable
+		})
+		if !strings.Contains(s.Message, "vault") {
+			t.Errorf("the status does not name the cause: %+v", s)
+		}
+		e.waitReady(http.StatusServiceUnavailable)
+		if got := e.ups() - ups; got != 0 {
+			t.Errorf("%d pulumi up while Vault was down", got)
+		}
+		e.vault.Start()
+		e.waitStatus("local_a_dev", 3*time.Minute, func(s *reconcile.Status) bool {
+			return s.Phase == reconcile.Ready && s.LastSuccessfulCommit == commit
+		})
+		e.waitReady(http.StatusOK)
+	})
+
+	e.run("a webhook with a bad signature is refused", func(t *testing.T) {
+		polls := e.logCount("webhook: polling now")
+		e.webhook("not-the-secret", http.StatusUnauthorized)
+		e.webhook("", http.StatusUnauthorized)
+		time.Sleep(500 * time.Millisecond)
+		if got := e.logCount("webhook: polling now"); got != polls {
+			t.Errorf("a refused webhook triggered %d polls", got-polls)
+		}
+		e.webhook(e.hookKey, http.StatusAccepted) // control: the right secret does trigger
+		e.waitLog("webhook: polling now", polls+1, 10*time.Second)
+	})
+
+	e.run("removing every stand is refused until approved", func(t *testing.T) {
+		rest := []string{"local_a_dev", "local_b_dev", "local_c_dev", "local_e_dev"}
+		deletes := e.deletes()
+		e.repo.Change("remove every stand", nil, "stands")
+		for _, id := range rest {
+			s := e.waitStatus(id, 2*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reconcile.Blocked })
+			if s.Reason != "WouldRemoveAllStands" || !strings.Contains(s.Message, reconcile.AllowDestroyFile) {
+				t.Errorf("%s: %+v", id, s)
+			}
+		}
+		e.waitLog("cycle planned", e.logCount("cycle planned")+2, time.Minute)
+		if got := e.deletes() - deletes; got != 0 {
+			t.Fatalf("%d server deletions for a refused mass removal", got)
+		}
+		e.repo.Change("approve removing every stand", map[string]string{reconcile.AllowDestroyFile: "# approved in review\n" + strings.Join(rest, "\n") + "\n"})
+		for _, id := range rest {
+			e.waitStatus(id, 3*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reconcile.Destroyed })
+		}
+		if n := len(e.hetzner.Servers(t)); n != 0 {
+			t.Errorf("%d servers left", n)
+		}
+	})
+
+	e.stop()
+
+	e.run("no secret in history, logs or status", func(t *testing.T) {
+		haystacks := e.history()
+		log, err := os.ReadFile(e.logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		haystacks["daemon log"] = string(log)
+		// Positive control: the scan finds a secret where one is, in each encoding.
+		stored, err := vc.KVv2("secret").Get(context.Background(), "stands/stands/local_e_dev/connection")
+		if err != nil {
+			t.Fatal(err)
+		}
+		control := map[string]string{"Vault's connection record": fmt.Sprint(stored.Data["value"]),
+			"base64 sample": base64.StdEncoding.EncodeToString([]byte("x" + e.secrets["kv-password"] + "y")),
+			"url sample":    "https://h/?p=" + url.QueryEscape(e.secrets["kv-password"])}
+		if found := scanSecrets(control, map[string]string{"kv-password": e.secrets["kv-password"]}); len(found) != 3 {
+			t.Fatalf("the scan does not work: it found %v in the controls", found)
+		}
+		if len(haystacks) < 10 {
+			t.Fatalf("only %d places scanned", len(haystacks))
+		}
+		for _, f := range scanSecrets(haystacks, e.secrets) {
+			t.Errorf("secret found: %s", f)
+		}
+	})
+}
+
+// run is t.Run with the environment's helpers failing the subtest.
+func (e *daemonEnv) run(name string, fn func(t *testing.T)) {
+	parent := e.t
+	parent.Run(name, func(t *testing.T) {
+		e.t = t
+		defer func() { e.t = parent }()
+		fn(t)
+	})
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	f, _ := os.Open("/dev/urandom")
+	defer f.Close()
+	_, _ = io.ReadFull(f, b)
+	return b
+}
+
+// scanSecrets reports "<secret> (<form>) in <place>" for every secret found plain, base64- or
+// URL-encoded.
+func scanSecrets(haystacks map[string]string, secrets map[string]string) []string {
+	var found []string
+	for name, v := range secrets {
+		forms := map[string]string{"plain": v, "base64": base64.StdEncoding.EncodeToString([]byte(v)),
+			"base64url": base64.URLEncoding.EncodeToString([]byte(v)), "base64raw": base64.RawStdEncoding.EncodeToString([]byte(v)),
+			"query-escaped": url.QueryEscape(v), "path-escaped": url.PathEscape(v)}
+		for place, text := range haystacks {
+			for form, needle := range forms {
+				// base64 of a value inside a longer text is shifted: check the three alignments.
+				if strings.Contains(text, needle) || strings.HasPrefix(form, "base64") && containsShiftedBase64(text, v) {
+					found = append(found, fmt.Sprintf("%s (%s) in %s", name, form, place))
+					break
+				}
+			}
+		}
+	}
+	return found
+}
+
+// containsShiftedBase64 finds v base64-encoded at any offset of a longer encoded text: the stable
+// middle of its encoding with 0, 1 or 2 bytes before it.
+func containsShiftedBase64(text, v string) bool {
+	for shift := range 3 {
+		enc := base64.StdEncoding.EncodeToString(append(make([]byte, shift), v...))
+		// Drop the characters that mix in the padding bytes and the trailing partial group.
+		start := (shift*8 + 5) / 6
+		end := len(enc) - 4
+		if end-start < 8 {
+			continue
+		}
+		if strings.Contains(text, enc[start:end]) {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *daemonEnv) vaultClient() *vaultapi.Client {
+	cfg := vaultapi.DefaultConfig()
+	cfg.Address = e.vault.Addr
+	c, err := vaultapi.NewClient(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c.SetToken(e.vault.Server.RootToken)
+	return c
+}
+
+// start runs the daemon in its own process with the real Pulumi CLI behind a wrapper on PATH that
+// records each process's arguments.
+func (e *daemonEnv) start(pl *testenv.Pulumi) {
+	t := e.t
+	dir := t.TempDir()
+	wrapBin := filepath.Join(dir, "wrap", "bin")
+	if err := os.MkdirAll(wrapBin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.counts = filepath.Join(dir, "pulumi-processes.txt")
+	script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >> %q\nexec %q \"$@\"\n", e.counts, pl.Bin)
+	if err := os.WriteFile(filepath.Join(wrapBin, "pulumi"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secretFile := func(name, value string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(value+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	e.listen = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "run", "--repo", e.repo.Info.CloneURL, "--poll-interval", "1s", "--listen", e.listen,
+		"--drift-interval", "0", "--drain-timeout", "2m")
+	cmd.Env = []string{runMainEnv + "=1", "PATH=" + wrapBin + ":" + os.Getenv("PATH"), "HOME=" + dir,
+		"STANDS_STATE_DIR=" + filepath.Join(dir, "state"), "HCLOUD_ENDPOINT=" + e.hetzner.Endpoint,
+		"HCLOUD_TOKEN_FILE=" + secretFile("hcloud-token", e.hetzner.Token),
+		"STANDS_PASSPHRASE_FILE=" + secretFile("passphrase", pl.Passphrase),
+		"STANDS_GIT_USER=" + e.gitea.User, "STANDS_GIT_TOKEN_FILE=" + secretFile("git-token", e.gitea.Token),
+		"STANDS_WEBHOOK_SECRET_FILE=" + secretFile("webhook-secret", e.hookKey),
+		"VAULT_ADDR=" + e.vault.Addr, "VAULT_TOKEN_FILE=" + secretFile("vault-token", e.vault.Server.RootToken),
+		"LOG_LEVEL=debug"}
+	e.logFile = filepath.Join(dir, "daemon.log")
+	logf, err := os.Create(e.logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	e.cmd, e.exited = cmd, make(chan error, 1)
+	go func() { e.exited <- cmd.Wait(); logf.Close() }()
+	t.Cleanup(func() {
+		if e.cmd != nil {
+			_ = cmd.Process.Kill()
+			<-e.exited
+		}
+		if t.Failed() {
+			data, _ := os.ReadFile(e.logFile)
+			t.Logf("daemon log (last 6000 bytes):\n%s", data[max(0, len(data)-6000):])
+		}
+	})
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func (e *daemonEnv) stop() {
+	t := e.t
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-e.exited:
+		if err != nil {
+			t.Errorf("daemon exit after SIGTERM: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("daemon did not stop within 2 minutes of SIGTERM")
+	}
+	e.cmd = nil
+	if e.logCount("reconciler stopped") != 1 {
+		t.Error("no clean stop in the log")
+	}
+}
+
+func (e *daemonEnv) waitFor(what string, timeout time.Duration, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		select {
+		case err := <-e.exited:
+			e.exited <- err
+			e.t.Fatalf("the daemon exited (%v) while waiting for %s", err, what)
+		default:
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// waitStatus polls the repository until the stand's committed status satisfies cond.
+func (e *daemonEnv) waitStatus(id string, timeout time.Duration, cond func(*reconcile.Status) bool) *reconcile.Status {
+	e.t.Helper()
+	var last *reconcile.Status
+	e.waitFor("status of "+id, timeout, func() bool {
+		data := e.file("status/" + id + ".json")
+		if data == "" {
+			return false
+		}
+		last = &reconcile.Status{}
+		if err := json.Unmarshal([]byte(data), last); err != nil {
+			e.t.Fatalf("status/%s.json: %v\n%s", id, err, data)
+		}
+		return cond(last)
+	})
+	return last
+}
+
+// file reads a file of main's head ("" when absent or Gitea is down).
+func (e *daemonEnv) file(name string) string {
+	snap, err := e.reader.Fetch(context.Background())
+	if err != nil {
+		return ""
+	}
+	data, err := fs.ReadFile(snap.Files, name)
+	if err != nil {
+		return ""
+	}
+	return string(data)
+}
+
+func (e *daemonEnv) head() string {
+	snap, err := e.reader.Fetch(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return snap.Commit
+}
+
+// ups counts `pulumi up` processes.
+func (e *daemonEnv) ups() int {
+	data, _ := os.ReadFile(e.counts)
+	n := 0
+	for line := range strings.Lines(string(data)) {
+		// The Automation API puts --non-interactive first.
+		if args := strings.Fields(line); len(args) > 1 && args[0] == "--non-interactive" && args[1] == "up" || len(args) > 0 && args[0] == "up" {
+			n++
+		}
+	}
+	return n
+}
+
+// deletes counts server deletions in hcloudsim's call log.
+func (e *daemonEnv) deletes() int {
+	n := 0
+	for _, c := range e.hetzner.Sim.Calls() {
+		if c.Method == http.MethodDelete && strings.HasPrefix(c.Path, "/servers/") {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *daemonEnv) logCount(msg string) int {
+	f, err := os.Open(e.logFile)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var rec struct {
+			Msg string `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &rec) == nil && strings.HasPrefix(rec.Msg, msg) {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *daemonEnv) waitLog(msg string, n int, timeout time.Duration) {
+	e.t.Helper()
+	e.waitFor(fmt.Sprintf("%d log lines %q", n, msg), timeout, func() bool { return e.logCount(msg) >= n })
+}
+
+func (e *daemonEnv) waitReady(code int) {
+	e.t.Helper()
+	e.waitFor(fmt.Sprintf("/readyz %d", code), 2*time.Minute, func() bool {
+		resp, err := http.Get("http://" + e.listen + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == code
+	})
+}
+
+// webhook posts a push event signed with key ("" leaves the signature out) and checks the answer.
+func (e *daemonEnv) webhook(key string, want int) {
+	e.t.Helper()
+	body := []byte(`{"ref":"refs/heads/main"}`)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+e.listen+"/webhook", bytes.NewReader(body))
+	req.Header.Set("X-Gitea-Event", "push")
+	if key != "" {
+		mac := hmac.New(sha256.New, []byte(key))
+		mac.Write(body)
+		req.Header.Set("X-Gitea-Signature", hex.EncodeToString(mac.Sum(nil)))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		e.t.Errorf("webhook signed with %q: %d, want %d", key, resp.StatusCode, want)
+	}
+}
+
+// history is every commit message and every file version of the repository's whole history.
+func (e *daemonEnv) history() map[string]string {
+	t := e.t
+	r, err := git.Clone(memory.NewStorage(), nil, &git.CloneOptions{URL: e.repo.Info.CloneURL, Auth: e.gitea.HTTPAuth()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	commits, err := r.Log(&git.LogOptions{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = commits.ForEach(func(c *object.Commit) error {
+		out["message of "+c.Hash.String()[:12]] = c.Message
+		if c.Author.Email == gitsource.DefaultIdentity.Email {
+			// The reconciler's own commits touch status only.
+			parent, err := c.Parent(0)
+			if err != nil {
+				return err
+			}
+			stats, err := parent.Patch(c)
+			if err != nil {
+				return err
+			}
+			for _, fp := range stats.FilePatches() {
+				from, to := fp.Files()
+				for _, f := range []interface{ Path() string }{from, to} {
+					if f != nil && !gitsource.IsStatusPath(f.Path()) {
+						t.Errorf("status commit %s touches %s", c.Hash, f.Path())
+					}
+				}
+			}
+		}
+		files, err := c.Files()
+		if err != nil {
+			return err
+		}
+		return files.ForEach(func(f *object.File) error {
+			content, err := f.Contents()
+			out[f.Name+"@"+c.Hash.String()[:12]] = content
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
