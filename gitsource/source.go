@@ -236,6 +236,29 @@ func (s *Source) isOwn(c *object.Commit) (bool, error) {
 	return true, nil
 }
 
+// StatusFiles is the status branch's tree: the tracked snapshot's when status goes to the tracked
+// branch, an empty tree when the status branch does not exist yet.
+func (s *Source) StatusFiles(ctx context.Context) (fs.FS, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	auth, err := s.auth()
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	head, err := s.store.fetch(ctx, auth, s.statusBranch)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if head == nil {
+		return fstest.MapFS{}, nil
+	}
+	c, err := s.store.repo().CommitObject(*head)
+	if err != nil {
+		return nil, fmt.Errorf("read commit %s: %w", head, err)
+	}
+	return treeFS(c)
+}
+
 // Publish commits files (path → content; nil content removes the file) to the status branch as the
 // reconciler's identity, only when they change something. Losing a race to another push refetches
 // and recreates the commit, up to the configured retries. It returns the new commit, or "" when

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"sync"
 	"testing"
@@ -77,6 +78,15 @@ func (s *fakeSource) Fetch(context.Context) (*gitsource.Snapshot, error) {
 	return &gitsource.Snapshot{Commit: fmt.Sprintf("c%03d", s.n), Source: fmt.Sprintf("h%03d", s.humans), Files: maps.Clone(s.files)}, nil
 }
 
+func (s *fakeSource) StatusFiles(context.Context) (fs.FS, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return nil, fmt.Errorf("%w: connection refused", gitsource.ErrUnavailable)
+	}
+	return maps.Clone(s.files), nil
+}
+
 func (s *fakeSource) Publish(_ context.Context, files map[string][]byte, _ string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -146,7 +156,7 @@ func (e *fakeEngine) Inventory(context.Context) ([]engine.StackInfo, error) {
 	return out, nil
 }
 
-func (e *fakeEngine) enter(id string) error {
+func (e *fakeEngine) enter(ctx context.Context, id string) error {
 	e.mu.Lock()
 	e.running++
 	e.maxRunning = max(e.maxRunning, e.running)
@@ -155,7 +165,11 @@ func (e *fakeEngine) enter(id string) error {
 	delete(e.fail, id)
 	e.mu.Unlock()
 	if gate != nil {
-		<-gate
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return err
 }
@@ -168,7 +182,7 @@ func (e *fakeEngine) leave() {
 
 func (e *fakeEngine) Apply(ctx context.Context, in engine.Stand, force bool) (*engine.Result, error) {
 	s := in.Stand
-	if err := e.enter(s.ID); err != nil {
+	if err := e.enter(ctx, s.ID); err != nil {
 		e.leave()
 		return nil, err
 	}
@@ -202,9 +216,9 @@ func (e *fakeEngine) Drift(_ context.Context, in engine.Stand) (*engine.Result, 
 	return res, nil
 }
 
-func (e *fakeEngine) Destroy(_ context.Context, ref engine.StackRef) (*engine.Result, error) {
+func (e *fakeEngine) Destroy(ctx context.Context, ref engine.StackRef) (*engine.Result, error) {
 	id := "local_" + ref.Project + "_" + ref.Env
-	if err := e.enter(id); err != nil {
+	if err := e.enter(ctx, id); err != nil {
 		e.leave()
 		return nil, err
 	}

@@ -30,6 +30,8 @@ import (
 // Source is the stands repository.
 type Source interface {
 	Fetch(ctx context.Context) (*gitsource.Snapshot, error)
+	// StatusFiles is the status branch's tree, where the last published statuses are.
+	StatusFiles(ctx context.Context) (fs.FS, error)
 	Publish(ctx context.Context, files map[string][]byte, message string) (string, error)
 }
 
@@ -176,6 +178,19 @@ func (r *Reconciler) Status(id string) *Status {
 	return nil
 }
 
+// Statuses returns a copy of every stand's status, by stand id.
+func (r *Reconciler) Statuses() map[string]Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]Status{}
+	for id, st := range r.stands {
+		if st.status != nil {
+			out[id] = *st.status
+		}
+	}
+	return out
+}
+
 func (r *Reconciler) state(id string) *stand {
 	st, ok := r.stands[id]
 	if !ok {
@@ -222,11 +237,12 @@ func (r *Reconciler) Cycle(ctx context.Context) error {
 		return fmt.Errorf("fetch stands repository: %w", err)
 	}
 	log := r.log.With("commit", short(snap.Source))
-	r.mu.Lock()
-	if !r.loaded {
-		r.loadPublished(snap.Files)
+	if err := r.loadPublished(ctx); err != nil {
+		r.mu.Lock()
+		r.health.Source = err
+		r.mu.Unlock()
+		return err
 	}
-	r.mu.Unlock()
 	d, err := r.judge(ctx, snap)
 	if err != nil {
 		return err
@@ -266,8 +282,23 @@ func (r *Reconciler) Cycle(ctx context.Context) error {
 	return nil
 }
 
-// loadPublished starts from the status files the repository already has.
-func (r *Reconciler) loadPublished(files fs.FS) {
+// loadPublished starts, once, from the status files the repository already has, so a restart
+// neither rewrites them nor forgets a stand's phase.
+func (r *Reconciler) loadPublished(ctx context.Context) error {
+	r.mu.Lock()
+	loaded := r.loaded
+	r.mu.Unlock()
+	if loaded {
+		return nil
+	}
+	files, err := r.src.StatusFiles(ctx)
+	if err != nil {
+		return fmt.Errorf("read published status: %w", err)
+	}
+	r.pubMu.Lock()
+	defer r.pubMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for id, s := range loadStatuses(files) {
 		if st := r.state(id); st.status == nil {
 			st.status = s
@@ -278,6 +309,7 @@ func (r *Reconciler) loadPublished(files fs.FS) {
 		r.published[gitsource.StatusFile] = data
 	}
 	r.loaded = true
+	return nil
 }
 
 // judge preflights every stand of the snapshot and records the status of those that cannot go on.
@@ -341,7 +373,9 @@ func (r *Reconciler) judge(ctx context.Context, snap *gitsource.Snapshot) (*desi
 			}
 			d.desired = append(d.desired, diff.Desired{ID: s.ID, SpecHash: hash, Suspend: s.Suspend, Protect: s.Protect})
 			d.inputs[s.ID] = &engine.Stand{FS: snap.Files, Stand: s, Secrets: res.Secrets, SpecHash: hash}
-			r.setStatus(st, s.ID, func(x *Status) { x.File = res.File })
+			if st.status != nil {
+				st.status.File = res.File // a moved stand.yml
+			}
 		}
 	}
 	return d, nil
@@ -447,7 +481,7 @@ func (r *Reconciler) decide(plan []diff.Action, d *desiredState, refs map[string
 			r.setStatus(st, o.id, func(x *Status) {
 				x.Phase, x.Reason, x.Message, x.LastAttemptedCommit = Progressing, string(o.kind), "", commit
 				if o.in != nil {
-					x.SpecHash = o.in.SpecHash
+					x.SpecHash, x.File = o.in.SpecHash, o.in.Stand.Path
 				}
 			})
 		}
@@ -588,7 +622,7 @@ func (r *Reconciler) finish(o op, res *engine.Result, err error, started time.Ti
 				x.Reason, x.Message = ReasonUpToDate, ""
 			}
 		}
-		x.Phase, x.SpecHash, x.LastSuccessfulCommit = Ready, res.SpecHash, o.commit
+		x.Phase, x.SpecHash, x.LastSuccessfulCommit, x.File = Ready, res.SpecHash, o.commit, o.in.Stand.Path
 		if x.LastAttemptedCommit == "" {
 			x.LastAttemptedCommit = o.commit
 		}

@@ -326,3 +326,37 @@ func TestSuspendAndOtherOwner(t *testing.T) {
 		t.Errorf("other owner: %+v", st)
 	}
 }
+
+func TestDrain(t *testing.T) {
+	t.Run("running operations finish", func(t *testing.T) {
+		h := newHarness(t, stands("a"), nil)
+		h.eng.gate = make(chan struct{})
+		if err := h.r.Cycle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			h.eng.gate <- struct{}{}
+		}()
+		if err := h.r.Drain(time.Minute); err != nil {
+			t.Fatalf("drain: %v", err)
+		}
+		if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Ready {
+			t.Errorf("after the drain: %+v", st)
+		}
+	})
+	t.Run("cancelled at the timeout", func(t *testing.T) {
+		h := newHarness(t, stands("a"), nil)
+		h.eng.gate = make(chan struct{}) // never opens
+		if err := h.r.Cycle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.r.Drain(200 * time.Millisecond); err == nil {
+			t.Fatal("a drain that cancelled operations reported success")
+		}
+		st := h.src.statusOf(t, "local_a_dev")
+		if st.Phase != Failed || st.Reason != string(engine.ReasonCanceled) {
+			t.Errorf("the final status was not committed: %+v", st)
+		}
+	})
+}

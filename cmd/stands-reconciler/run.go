@@ -133,7 +133,22 @@ func daemon(ctx context.Context, f *daemonFlags, once bool, std stdio, getenv en
 		if err != nil {
 			return fail(err)
 		}
-		return writeRecord(std, map[string]any{"operation": "reconcile", "status": "success"})
+		// The record lists every stand's phase; a stand that failed makes the exit code 1.
+		code, phases := exitOK, map[string]string{}
+		for id, s := range rec.Statuses() {
+			phases[id] = string(s.Phase)
+			if s.Phase == reconcile.Failed || s.Phase == reconcile.Stalled {
+				code = exitError
+			}
+		}
+		status := "success"
+		if code != exitOK {
+			status = "failure"
+		}
+		if c := writeRecord(std, map[string]any{"operation": "reconcile", "status": status, "stands": phases}); c != exitOK {
+			return c
+		}
+		return code
 	}
 
 	var srv *http.Server
