@@ -32,15 +32,16 @@ type Stand struct {
 
 // Result is the outcome of an operation on a stand.
 type Result struct {
-	StandID    string          `json:"id_stand"`
-	Operation  string          `json:"operation"` // apply, preview, destroy
-	Changed    bool            `json:"changed"`   // false: nothing to do (no-op)
-	Changes    map[string]int  `json:"changes,omitempty"`
-	Nodes      []Node          `json:"nodes,omitempty"`
-	SpecHash   string          `json:"specHash,omitempty"`
-	NodesMode  string          `json:"nodesMode,omitempty"`
-	Connection json.RawMessage `json:"-"` // full values: secret
-	Masked     json.RawMessage `json:"connection,omitempty"`
+	StandID    string         `json:"id_stand"`
+	Operation  string         `json:"operation"` // apply, preview, destroy
+	Changed    bool           `json:"changed"`   // false: nothing to do (no-op)
+	Changes    map[string]int `json:"changes,omitempty"`
+	Nodes      []Node         `json:"nodes,omitempty"`
+	SpecHash   string         `json:"specHash,omitempty"`
+	NodesMode  string         `json:"nodesMode,omitempty"`
+	Connection SecretJSON     `json:"-"` // full values: secret
+
+	Masked json.RawMessage `json:"connection,omitempty"`
 }
 
 // Node is a server of the stand as its stack records it.
@@ -141,10 +142,17 @@ func (p *plan) program(ctx *pulumi.Context) error {
 	return nil
 }
 
-// isChange reports whether any step other than "same" ran.
+// SecretJSON is a JSON document holding secret values. It prints as *** with every fmt verb, so a
+// result logged or printed with %v or %+v does not show them; use it as []byte on purpose.
+type SecretJSON []byte
+
+func (SecretJSON) String() string   { return "***" }
+func (SecretJSON) GoString() string { return "***" }
+
+// isChange reports whether any step changes something: "same" and the reads of a refresh do not.
 func isChange(changes map[string]int) bool {
 	for op, n := range changes {
-		if op != "same" && n > 0 {
+		if op != "same" && op != "refresh" && n > 0 {
 			return true
 		}
 	}
@@ -304,8 +312,8 @@ func (e *Engine) result(in Stand, op string, changed bool, changes map[string]in
 	r.Nodes = nodesFrom(outs)
 	if v, ok := outs[OutConnection]; ok {
 		if s, ok := v.Value.(string); ok && s != "" {
-			r.Connection = json.RawMessage(s)
-			masked, err := MaskConnection(r.Connection, in.Secrets.Values())
+			r.Connection = SecretJSON(s)
+			masked, err := MaskConnection(json.RawMessage(r.Connection), in.Secrets.Values())
 			if err != nil {
 				return nil, err
 			}

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stands-engine/stands-reconciler/engine/manifest"
@@ -28,5 +30,19 @@ func TestConnectionRecordAndMask(t *testing.T) {
 	want := `{"id_stand":"o_p_e","redis":{"endpoint":"10.0.1.1","port":6379,"credentials":{"user":"***","password":"***","nested":{"token":"***"}},"url":"***"},"web":{"endpoint":"203.0.113.5","api_key":"***","tags":["a","***"],"URL":"***"}}`
 	if string(masked) != want {
 		t.Errorf("masked\n got: %s\nwant: %s", masked, want)
+	}
+}
+
+// TestResultPrintsNoSecret: a result printed with any fmt verb, as a failing test or a careless log
+// line would, does not show the connection record.
+func TestResultPrintsNoSecret(t *testing.T) {
+	r := &Result{StandID: "s", Connection: SecretJSON(`{"password":"pw-SENTINEL"}`)}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		if out := fmt.Sprintf(verb, r) + fmt.Sprintf(verb, *r) + fmt.Sprintf(verb, r.Connection); strings.Contains(out, "SENTINEL") {
+			t.Errorf("%s shows the secret: %s", verb, out)
+		}
+	}
+	if string(r.Connection) != `{"password":"pw-SENTINEL"}` {
+		t.Error("the bytes themselves must stay usable")
 	}
 }

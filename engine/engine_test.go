@@ -315,8 +315,18 @@ func TestAdoptAndRefresh(t *testing.T) {
 		t.Errorf("stack records server %d, want the adopted %d", res.Nodes[0].ServerID, orphan.ID)
 	}
 
+	if res, err := f.eng.Drift(ctx, stand); err != nil || res.Changed {
+		t.Fatalf("drift check of an unchanged stand: %v %+v", err, res)
+	}
 	if _, _, err := f.Client.Server.DeleteWithResult(ctx, srvs[name]); err != nil {
 		t.Fatal(err)
+	}
+	// The drift check sees the deletion and changes nothing: the refresh below still has work.
+	if res, err := f.eng.Drift(ctx, stand); err != nil || !res.Changed || res.Changes["create"] != 1 {
+		t.Fatalf("drift check after an out-of-band delete: %v %+v", err, res)
+	}
+	if n := len(f.Servers(t)); n != 0 {
+		t.Fatalf("the drift check created %d servers", n)
 	}
 	if res, err := f.eng.Refresh(ctx, stand); err != nil || res.Changes["refresh"] == 0 {
 		t.Fatalf("refresh: %v %+v", err, res)

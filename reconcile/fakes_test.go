@@ -199,8 +199,8 @@ func (e *fakeEngine) Apply(ctx context.Context, in engine.Stand, force bool) (*e
 		e.stacks[s.ID] = engine.StackInfo{Project: s.Project, Env: s.Env, StandID: s.ID, Owned: true, SpecHash: in.SpecHash, Protect: s.Protect, Known: true}
 	}
 	pw, _ := in.Secrets.Value(manifest.SecretRef{Path: "kv-password", Field: "value"})
-	res.Connection = json.RawMessage(fmt.Sprintf(`{"id_stand":%q,"kv":{"host":"203.0.113.10","password":%q}}`, s.ID, pw))
-	masked, err := engine.MaskConnection(res.Connection, in.Secrets.Values())
+	res.Connection = engine.SecretJSON(fmt.Sprintf(`{"id_stand":%q,"kv":{"host":"203.0.113.10","password":%q}}`, s.ID, pw))
+	masked, err := engine.MaskConnection(json.RawMessage(res.Connection), in.Secrets.Values())
 	res.Masked = masked
 	return res, err
 }

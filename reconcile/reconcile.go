@@ -526,7 +526,7 @@ func (r *Reconciler) run(o op) {
 		res, err = r.eng.Destroy(ctx, o.ref)
 	}
 	if err == nil && res != nil && res.Connection != nil {
-		r.saveConnection(ctx, o.id, res.Connection, log)
+		r.saveConnection(ctx, o.id, json.RawMessage(res.Connection), log)
 	}
 	if err != nil {
 		c := engine.Classify(err)

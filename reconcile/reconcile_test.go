@@ -360,3 +360,16 @@ func TestDrain(t *testing.T) {
 		}
 	})
 }
+
+func TestMissingSecretFailsTheStandByName(t *testing.T) {
+	h := newHarness(t, stands("a"), nil)
+	delete(h.sec.values, "kv-password")
+	h.mustCycle()
+	st := h.src.statusOf(t, "local_a_dev")
+	if st.Phase != Failed || st.Reason != ReasonInvalid || !strings.Contains(st.Message, "kv-password") || h.eng.totalUps() != 0 {
+		t.Fatalf("missing secret: %+v, ups %d", st, h.eng.totalUps())
+	}
+	if h.r.Health().Secrets != nil {
+		t.Error("a missing secret is not an unavailable secret store")
+	}
+}

@@ -177,7 +177,7 @@ func applyOrPreview(ctx context.Context, op string, args []string, std stdio, ge
 	}
 	record := res.Masked
 	if *showSecrets {
-		record = res.Connection
+		record = json.RawMessage(res.Connection) // asked for: --show-secrets
 	}
 	if record == nil {
 		record, _ = json.Marshal(map[string]string{"id_stand": res.StandID})

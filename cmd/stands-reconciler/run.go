@@ -363,7 +363,7 @@ type localSecrets struct {
 }
 
 func (l *localSecrets) WriteConnection(_ context.Context, id string, record json.RawMessage) error {
-	return writeConnectionFile(l.dir, &engine.Result{StandID: id, Connection: record})
+	return writeConnectionFile(l.dir, &engine.Result{StandID: id, Connection: engine.SecretJSON(record)})
 }
 
 // credential is a secret setting from KEY or from the file named by KEY_FILE; the file is watched and
@@ -387,12 +387,12 @@ func newCredential(ctx context.Context, getenv env, key string, log *slog.Logger
 	if c.err != nil {
 		return nil, c.err
 	}
-	go func() {
-		err := fswatch.Dirs(ctx, []string{filepath.Dir(c.file)}, 100*time.Millisecond, c.reload)
-		if err != nil {
-			log.Warn("not watching a credential file; it is read at start only", "setting", key+"_FILE", "err", err)
-		}
-	}()
+	err := fswatch.Start(ctx, []string{filepath.Dir(c.file)}, 100*time.Millisecond, c.reload, func(err error) {
+		log.Warn("stopped watching a credential file; its last value stays in use", "setting", key+"_FILE", "err", err)
+	})
+	if err != nil {
+		log.Warn("not watching a credential file; it is read at start only", "setting", key+"_FILE", "err", err)
+	}
 	return c, nil
 }
 

@@ -10,18 +10,43 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// Dirs watches dirs until ctx ends and calls onChange once per burst of events.
-func Dirs(ctx context.Context, dirs []string, debounce time.Duration, onChange func()) error {
+// Start watches dirs from the moment it returns until ctx ends, calling onChange once per burst of
+// events. A watch that cannot be set up is returned; one that fails later goes to onError.
+func Start(ctx context.Context, dirs []string, debounce time.Duration, onChange func(), onError func(error)) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch: %w", err)
 	}
-	defer w.Close()
 	for _, d := range dirs {
 		if err := w.Add(d); err != nil {
+			w.Close()
 			return fmt.Errorf("watch %s: %w", d, err)
 		}
 	}
+	go func() {
+		if err := loop(ctx, w, debounce, onChange); err != nil && onError != nil {
+			onError(err)
+		}
+	}()
+	return nil
+}
+
+// Dirs is Start that blocks until ctx ends or the watch fails.
+func Dirs(ctx context.Context, dirs []string, debounce time.Duration, onChange func()) error {
+	failed := make(chan error, 1)
+	if err := Start(ctx, dirs, debounce, onChange, func(err error) { failed <- err }); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-failed:
+		return err
+	}
+}
+
+func loop(ctx context.Context, w *fsnotify.Watcher, debounce time.Duration, onChange func()) error {
+	defer w.Close()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
