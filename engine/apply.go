@@ -168,12 +168,16 @@ func indexNode(s *manifest.Stand, name string) int {
 	return -1
 }
 
-func (e *Engine) hcloud() *hcloud.Client {
-	opts := []hcloud.ClientOption{hcloud.WithToken(e.cfg.HcloudToken), hcloud.WithApplication("stands-reconciler", provider.Version)}
+func (e *Engine) hcloud() (*hcloud.Client, error) {
+	token, err := e.hcloudToken()
+	if err != nil {
+		return nil, err
+	}
+	opts := []hcloud.ClientOption{hcloud.WithToken(token), hcloud.WithApplication("stands-reconciler", provider.Version)}
 	if e.cfg.HcloudEndpoint != "" {
 		opts = append(opts, hcloud.WithEndpoint(e.cfg.HcloudEndpoint))
 	}
-	return hcloud.NewClient(opts...)
+	return hcloud.NewClient(opts...), nil
 }
 
 // prepare opens the stand's stack, checks ownership, and fills the plan.
@@ -201,7 +205,11 @@ func (e *Engine) prepare(ctx context.Context, in Stand) (auto.Stack, *plan, auto
 	if p.privateKey, p.publicKey, err = keyPair(outs); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
-	net, _, err := e.hcloud().Network.GetByName(ctx, s.Profiles[0].Network)
+	hc, err := e.hcloud()
+	if err != nil {
+		return auto.Stack{}, nil, nil, err
+	}
+	net, _, err := hc.Network.GetByName(ctx, s.Profiles[0].Network)
 	if err != nil {
 		return auto.Stack{}, nil, nil, fmt.Errorf("look up network %s: %w", s.Profiles[0].Network, err)
 	}

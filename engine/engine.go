@@ -34,6 +34,9 @@ type Config struct {
 	BackendURL     string // file://<state-dir>/pulumi/<owner> or s3://bucket/owner?region=…
 	Passphrase     string // secrets provider passphrase (also keys the spec hash)
 	HcloudToken    string
+	// HcloudTokenFunc, when set, is asked for the token at every operation instead of HcloudToken,
+	// so a rotated credential file needs no restart.
+	HcloudTokenFunc func() (string, error)
 	HcloudEndpoint string // empty: Hetzner's own
 	ProviderBin    string // executable that serves the provider when run as pulumi-resource-stands
 	WorkDir        string // plugin link and Pulumi home live here
@@ -156,7 +159,11 @@ func (e *Engine) stack(ctx context.Context, ref StackRef, run pulumi.RunFunc, cr
 	if err != nil {
 		return auto.Stack{}, err
 	}
-	cfg := auto.ConfigMap{provider.Name + ":" + provider.ConfigToken: {Value: e.cfg.HcloudToken, Secret: true}}
+	token, err := e.hcloudToken()
+	if err != nil {
+		return auto.Stack{}, err
+	}
+	cfg := auto.ConfigMap{provider.Name + ":" + provider.ConfigToken: {Value: token, Secret: true}}
 	if e.cfg.HcloudEndpoint != "" {
 		cfg[provider.Name+":"+provider.ConfigEndpoint] = auto.ConfigValue{Value: e.cfg.HcloudEndpoint}
 	}
@@ -164,6 +171,17 @@ func (e *Engine) stack(ctx context.Context, ref StackRef, run pulumi.RunFunc, cr
 		return auto.Stack{}, fmt.Errorf("set provider config: %w", err)
 	}
 	return st, nil
+}
+
+func (e *Engine) hcloudToken() (string, error) {
+	if e.cfg.HcloudTokenFunc == nil {
+		return e.cfg.HcloudToken, nil
+	}
+	t, err := e.cfg.HcloudTokenFunc()
+	if err != nil {
+		return "", fmt.Errorf("hetzner token: %w", err)
+	}
+	return t, nil
 }
 
 // progress turns engine events into log records — one per resource step, plus warnings and errors —

@@ -53,7 +53,11 @@ func (e *Engine) Orphans(ctx context.Context) ([]Orphan, error) {
 			}
 		}
 	}
-	servers, err := e.hcloud().Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{LabelSelector: provider.LabelManagedBy + "=" + provider.ManagedByValue}})
+	hc, err := e.hcloud()
+	if err != nil {
+		return nil, err
+	}
+	servers, err := hc.Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{LabelSelector: provider.LabelManagedBy + "=" + provider.ManagedByValue}})
 	if err != nil {
 		return nil, fmt.Errorf("list servers: %w", err)
 	}

@@ -27,7 +27,10 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 			return
 		case err != nil:
 			consecutive++
-			r.log.Warn("cycle failed; nothing was applied or destroyed", "err", err, "consecutive_errors", consecutive)
+			// An outage is logged at its start and then every tenth poll, not every poll.
+			if consecutive <= 3 || consecutive%10 == 0 {
+				r.log.Warn("cycle failed; nothing was applied or destroyed", "err", err, "consecutive_errors", consecutive)
+			}
 		case consecutive > 0:
 			r.log.Info("cycle succeeded again", "after_errors", consecutive)
 			consecutive = 0

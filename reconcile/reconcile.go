@@ -474,6 +474,22 @@ func (r *Reconciler) decide(plan []diff.Action, d *desiredState, refs map[string
 			r.setStatus(st, a.ID, func(x *Status) { x.Phase, x.Reason, x.Message, x.NextAttempt = Blocked, reason, msg, nil })
 		}
 	}
+	// A stand that left the repository without ever having a stack (e.g. it never validated) has
+	// nothing to destroy: its status says so instead of keeping its last failure forever.
+	if len(d.unreadable) == 0 {
+		planned := map[string]bool{}
+		for _, a := range plan {
+			planned[a.ID] = true
+		}
+		for id, st := range r.stands {
+			if !planned[id] && !st.running && st.status != nil && st.status.Phase != Destroyed {
+				r.setStatus(st, id, func(x *Status) {
+					x.Phase, x.Reason, x.Message, x.NextAttempt = Destroyed, ReasonRemoved, "removed from the repository; it had no stack", nil
+					x.Nodes, x.Connection, x.Failures = nil, nil, 0
+				})
+			}
+		}
+	}
 	for _, o := range ops {
 		st := r.stands[o.id]
 		st.running = true

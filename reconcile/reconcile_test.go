@@ -373,3 +373,18 @@ func TestMissingSecretFailsTheStandByName(t *testing.T) {
 		t.Error("a missing secret is not an unavailable secret store")
 	}
 }
+
+func TestRemovedStandWithoutStack(t *testing.T) {
+	files := stands("a", "b")
+	files[standFile("b")] = strings.Replace(files[standFile("b")], "profile: small", "profile: huge", 1)
+	h := newHarness(t, files, nil)
+	h.mustCycle()
+	h.src.commit(map[string]string{standFile("b"): ""})
+	h.mustCycle()
+	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != Destroyed || !strings.Contains(st.Message, "no stack") {
+		t.Errorf("b: %+v", st)
+	}
+	if len(h.eng.destroys) != 0 {
+		t.Errorf("destroys %v", h.eng.destroys)
+	}
+}

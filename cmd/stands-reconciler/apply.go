@@ -56,7 +56,7 @@ func secretSetting(getenv env, key string) (string, error) {
 	return "", fmt.Errorf("%s (or %s_FILE) is not set", key, key)
 }
 
-func (f *engineFlags) engine(std stdio, getenv env, owner string) (*engine.Engine, string, error) {
+func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*engine.Config)) (*engine.Engine, string, error) {
 	if f.nodes != "skip" {
 		return nil, "", fmt.Errorf("--nodes=%s: node deployment over SSH is not implemented yet; use --nodes=skip", f.nodes)
 	}
@@ -84,8 +84,12 @@ func (f *engineFlags) engine(std stdio, getenv env, owner string) (*engine.Engin
 		}
 		backend = "file://" + dir
 	}
-	e, err := engine.New(engine.Config{PulumiBin: bin, BackendURL: backend, Passphrase: pass, HcloudToken: token,
-		HcloudEndpoint: f.endpoint, WorkDir: stateDir, Log: logging.New(std.err, f.logLevel), LockLease: f.lockLease})
+	cfg := engine.Config{PulumiBin: bin, BackendURL: backend, Passphrase: pass, HcloudToken: token,
+		HcloudEndpoint: f.endpoint, WorkDir: stateDir, Log: logging.New(std.err, f.logLevel), LockLease: f.lockLease}
+	for _, t := range tune {
+		t(&cfg)
+	}
+	e, err := engine.New(cfg)
 	return e, pass, err
 }
 

@@ -109,7 +109,11 @@ func daemon(ctx context.Context, f *daemonFlags, once bool, std stdio, getenv en
 	// signal: the drain still needs them.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	eng, pass, err := f.engine(std, getenv, f.owner)
+	hcloudToken, err := newCredential(bg, getenv, "HCLOUD_TOKEN", log)
+	if err != nil {
+		return fail(err)
+	}
+	eng, pass, err := f.engine(std, getenv, f.owner, func(c *engine.Config) { c.HcloudTokenFunc = hcloudToken.Value })
 	if err != nil {
 		return fail(err)
 	}
