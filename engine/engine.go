@@ -30,18 +30,18 @@ import (
 
 // Config is what the engine needs to reach Pulumi, its backend and Hetzner.
 type Config struct {
-	PulumiBin      string // the pulumi CLI; its folder is handed to the Automation API
-	BackendURL     string // file://<state-dir>/pulumi/<owner> or s3://bucket/owner?region=…
-	Passphrase     string // secrets provider passphrase (also keys the spec hash)
-	HcloudToken    string
+	PulumiBin   string // the pulumi CLI; its folder is handed to the Automation API
+	BackendURL  string // file://<state-dir>/pulumi/<owner> or s3://bucket/owner?region=…
+	Passphrase  string // secrets provider passphrase (also keys the spec hash)
+	HcloudToken string
 	// HcloudTokenFunc, when set, is asked for the token at every operation instead of HcloudToken,
 	// so a rotated credential file needs no restart.
 	HcloudTokenFunc func() (string, error)
-	HcloudEndpoint string // empty: Hetzner's own
-	ProviderBin    string // executable that serves the provider when run as pulumi-resource-stands
-	WorkDir        string // plugin link and Pulumi home live here
-	Env            map[string]string
-	Log            *slog.Logger
+	HcloudEndpoint  string // empty: Hetzner's own
+	ProviderBin     string // executable that serves the provider when run as pulumi-resource-stands
+	WorkDir         string // plugin link and Pulumi home live here
+	Env             map[string]string
+	Log             *slog.Logger
 	// LockLease is how old another host's stack lock must be before it counts as abandoned; 0 means
 	// never (such locks are always waited for).
 	LockLease time.Duration
