@@ -32,16 +32,16 @@ type Stand struct {
 
 // Result is the outcome of an operation on a stand.
 type Result struct {
-	StandID    string         `json:"id_stand"`
-	Operation  string         `json:"operation"` // apply, preview, destroy
-	Changed    bool           `json:"changed"`   // false: nothing to do (no-op)
-	Changes    map[string]int `json:"changes,omitempty"`
-	Nodes      []Node         `json:"nodes,omitempty"`
-	SpecHash   string         `json:"specHash,omitempty"`
-	NodesMode  string         `json:"nodesMode,omitempty"`
-	Connection SecretJSON     `json:"-"` // full values: secret
-
-	Masked json.RawMessage `json:"connection,omitempty"`
+	StandID    string          `json:"id_stand"`
+	Operation  string          `json:"operation"` // apply, preview, destroy
+	Changed    bool            `json:"changed"`   // false: nothing to do (no-op)
+	Changes    map[string]int  `json:"changes,omitempty"`
+	Nodes      []Node          `json:"nodes,omitempty"`
+	SpecHash   string          `json:"specHash,omitempty"`
+	NodesMode  string          `json:"nodesMode,omitempty"`
+	Connection SecretJSON      `json:"-"` // full values: secret
+	Masked     json.RawMessage `json:"connection,omitempty"`
+	Steps      []Step          `json:"steps,omitempty"` // previews: the planned steps on the servers
 }
 
 // Node is a server of the stand as its stack records it.
@@ -52,6 +52,9 @@ type Node struct {
 	PublicIPv4 string `json:"publicIPv4"`
 	PrivateIP  string `json:"privateIP"`
 }
+
+// ErrNoStack marks a stand that has no stack yet.
+var ErrNoStack = errors.New("the stand has no stack")
 
 // ErrNotOwned marks a stack without the reconciler's ownership mark: it is never changed or destroyed.
 var ErrNotOwned = errors.New("stack is not owned by stands-reconciler")
@@ -180,11 +183,15 @@ func (e *Engine) hcloud() (*hcloud.Client, error) {
 	return hcloud.NewClient(opts...), nil
 }
 
-// prepare opens the stand's stack, checks ownership, and fills the plan.
-func (e *Engine) prepare(ctx context.Context, in Stand) (auto.Stack, *plan, auto.OutputMap, error) {
+// prepare opens the stand's stack (creating it when create is set), checks ownership, and fills the
+// plan.
+func (e *Engine) prepare(ctx context.Context, in Stand, create bool) (auto.Stack, *plan, auto.OutputMap, error) {
 	s := in.Stand
 	p := &plan{in: in}
-	st, err := e.stack(ctx, StackRef{s.Project, s.Env}, p.program, true)
+	st, err := e.stack(ctx, StackRef{s.Project, s.Env}, p.program, create)
+	if !create && auto.IsSelectStack404Error(err) {
+		return auto.Stack{}, nil, nil, fmt.Errorf("stack %s/%s: %w", s.Project, s.Env, ErrNoStack)
+	}
 	if err != nil {
 		return auto.Stack{}, nil, nil, fmt.Errorf("open stack %s/%s: %w", s.Project, s.Env, err)
 	}
@@ -246,7 +253,7 @@ func checkOwned(st auto.Stack, outs auto.OutputMap, dep *deployment) error {
 // in.SpecHash and force is false, nothing runs: the result says so.
 func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, error) {
 	log := e.log.With("stand", in.Stand.ID)
-	st, p, outs, err := e.prepare(ctx, in)
+	st, p, outs, err := e.prepare(ctx, in, true)
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +275,7 @@ func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, erro
 // Refresh reads the stand's servers back from Hetzner into its stack: a server deleted out of band
 // leaves the state, so the next apply creates it again.
 func (e *Engine) Refresh(ctx context.Context, in Stand) (*Result, error) {
-	st, p, _, err := e.prepare(ctx, in)
+	st, p, _, err := e.prepare(ctx, in, false)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +292,8 @@ func (e *Engine) Refresh(ctx context.Context, in Stand) (*Result, error) {
 	return e.result(in, "refresh", isChange(changes), changes, outs, p)
 }
 
-// Preview reports what Apply would change, without changing anything.
+// Preview reports what Apply would change, without changing anything: the servers or the stack. A
+// stand without a stack is ErrNoStack (PreviewNew plans one without creating its stack).
 func (e *Engine) Preview(ctx context.Context, in Stand) (*Result, error) {
 	return e.preview(ctx, in, "preview")
 }
@@ -298,7 +306,7 @@ func (e *Engine) Drift(ctx context.Context, in Stand) (*Result, error) {
 }
 
 func (e *Engine) preview(ctx context.Context, in Stand, op string) (*Result, error) {
-	st, p, outs, err := e.prepare(ctx, in)
+	st, p, outs, err := e.prepare(ctx, in, op == "preview-new")
 	if err != nil {
 		return nil, err
 	}
@@ -306,13 +314,17 @@ func (e *Engine) preview(ctx context.Context, in Stand, op string) (*Result, err
 	if op == "drift" {
 		opts = append(opts, optpreview.Refresh())
 	}
-	ch, wait := e.progress(e.log.With("stand", in.Stand.ID, op, true))
+	ch, wait := e.progressSteps(e.log.With("stand", in.Stand.ID, op, true))
 	_, err = st.Preview(ctx, append(opts, optpreview.EventStreams(ch))...)
-	changes := wait()
+	changes, steps := wait()
 	if err != nil {
 		return nil, fmt.Errorf("pulumi preview %s: %w", in.Stand.ID, err)
 	}
-	return e.result(in, op, isChange(changes), changes, outs, p)
+	res, err := e.result(in, op, isChange(changes), changes, outs, p)
+	if res != nil {
+		res.Steps = steps
+	}
+	return res, err
 }
 
 func (e *Engine) result(in Stand, op string, changed bool, changes map[string]int, outs auto.OutputMap, p *plan) (*Result, error) {

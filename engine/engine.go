@@ -14,12 +14,14 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -188,10 +190,20 @@ func (e *Engine) hcloudToken() (string, error) {
 // and counts the steps on the stand's own resources (not the stack or provider bookkeeping) by
 // operation: the change summary. Call the returned function once the operation has returned.
 func (e *Engine) progress(log *slog.Logger) (chan events.EngineEvent, func() map[string]int) {
+	ch, wait := e.progressSteps(log)
+	return ch, func() map[string]int {
+		changes, _ := wait()
+		return changes
+	}
+}
+
+// progressSteps is progress that also returns the steps on the stand's servers, for plans.
+func (e *Engine) progressSteps(log *slog.Logger) (chan events.EngineEvent, func() (map[string]int, []Step)) {
 	ch := make(chan events.EngineEvent)
 	done, stop := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	changes := map[string]int{}
+	var steps []Step
 	go func() {
 		defer close(done)
 		for {
@@ -205,14 +217,17 @@ func (e *Engine) progress(log *slog.Logger) (chan events.EngineEvent, func() map
 			case <-stop:
 				return
 			}
-			e.logEvent(log, ev, func(op string) {
+			e.logEvent(log, ev, func(m apitype.StepEventMetadata) {
 				mu.Lock()
-				changes[op]++
+				changes[string(m.Op)]++
+				if m.Op != "same" && m.Op != "refresh" {
+					steps = append(steps, stepOf(m))
+				}
 				mu.Unlock()
 			})
 		}
 	}()
-	return ch, func() map[string]int {
+	return ch, func() (map[string]int, []Step) {
 		// The Automation API closes the channel only when the CLI streamed its events to the end; a
 		// CLI that failed before it connected (a locked stack, say) never does.
 		select {
@@ -223,14 +238,43 @@ func (e *Engine) progress(log *slog.Logger) (chan events.EngineEvent, func() map
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		return maps.Clone(changes)
+		return maps.Clone(changes), slices.Clone(steps)
 	}
+}
+
+// Step is one planned or applied change to a server of a stand: what a reviewer needs to see,
+// never an input's value beyond the server's name, type and location.
+type Step struct {
+	Op            string `json:"op"` // create, update, replace, delete
+	Node          string `json:"node"`
+	ServerName    string `json:"serverName,omitempty"`
+	ServerType    string `json:"serverType,omitempty"`
+	OldServerType string `json:"oldServerType,omitempty"` // a replace or delete: the type going away
+	Location      string `json:"location,omitempty"`
+	OldLocation   string `json:"oldLocation,omitempty"`
+}
+
+func stepOf(m apitype.StepEventMetadata) Step {
+	st := Step{Op: string(m.Op), Node: lastURNPart(m.URN)}
+	str := func(s *apitype.StepEventStateMetadata, k string) string {
+		if s == nil {
+			return ""
+		}
+		v, _ := s.Inputs[k].(string)
+		return v
+	}
+	st.ServerName, st.ServerType, st.Location = str(m.New, "name"), str(m.New, "serverType"), str(m.New, "location")
+	st.OldServerType, st.OldLocation = str(m.Old, "serverType"), str(m.Old, "location")
+	if st.ServerName == "" {
+		st.ServerName = str(m.Old, "name")
+	}
+	return st
 }
 
 // eventGrace is how long the event stream may lag behind the end of an operation.
 const eventGrace = 3 * time.Second
 
-func (e *Engine) logEvent(log *slog.Logger, ev events.EngineEvent, count func(op string)) {
+func (e *Engine) logEvent(log *slog.Logger, ev events.EngineEvent, count func(apitype.StepEventMetadata)) {
 	switch {
 	case ev.ResourcePreEvent != nil:
 		m := ev.ResourcePreEvent.Metadata
@@ -239,7 +283,7 @@ func (e *Engine) logEvent(log *slog.Logger, ev events.EngineEvent, count func(op
 		}
 		// A replace also emits create-replacement and delete-replaced steps; count it once.
 		if m.Op != "create-replacement" && m.Op != "delete-replaced" {
-			count(string(m.Op))
+			count(m)
 		}
 		if m.Op != "same" {
 			log.Info("resource step", "op", string(m.Op), "type", m.Type, "name", lastURNPart(m.URN), "planning", ev.ResourcePreEvent.Planning)

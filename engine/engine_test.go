@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -122,6 +124,32 @@ func TestApplyDestroyTwoNode(t *testing.T) {
 	ctx := context.Background()
 	stand := load(t, examples(t, ""), "stands/two-node/stand.yml")
 
+	// 0. Plans before the stand exists: its preview creates nothing, neither a stack nor a server.
+	setup := f.Sim.Writes("") // the project's network and SSH key
+	if _, err := f.eng.Preview(ctx, stand); !errors.Is(err, ErrNoStack) {
+		t.Fatalf("preview of a stand without a stack: %v", err)
+	}
+	plan, err := f.eng.PreviewNew(ctx, stand)
+	if err != nil {
+		t.Fatalf("preview of a new stand: %v\n%s", err, f.logs)
+	}
+	want := []Step{{Op: "create", Node: "db", ServerName: "demo-demo-two-node-db", ServerType: "cx22", Location: "hel1"},
+		{Op: "create", Node: "web", ServerName: "demo-demo-two-node-web", ServerType: "cx22", Location: "hel1"}}
+	sort.Slice(plan.Steps, func(i, j int) bool { return plan.Steps[i].Node < plan.Steps[j].Node })
+	if !reflect.DeepEqual(plan.Steps, want) {
+		t.Errorf("planned steps %+v, want %+v", plan.Steps, want)
+	}
+	if inv, err := f.eng.Inventory(ctx); err != nil || len(inv) != 0 {
+		t.Errorf("the backend holds %d stacks after a preview (%v)", len(inv), err)
+	}
+	if n := f.Sim.Writes("") - setup; n != 0 {
+		t.Errorf("the preview made %d Hetzner write calls: %+v", n, f.Sim.Calls())
+	}
+	prices, err := f.eng.Prices(ctx)
+	if p, ok := prices.Of("cx22", "hel1"); err != nil || !ok || p.Monthly <= 0 || p.Currency != "EUR" {
+		t.Errorf("price of cx22 in hel1: %+v %v (%v)", p, ok, err)
+	}
+
 	// 1. Apply: two servers, named, labelled, in the network, with their cloud-init.
 	res, err := f.eng.Apply(ctx, stand, false)
 	if err != nil {
@@ -212,6 +240,14 @@ apps:
           backend_instance: cache
           greeting: "Hello from the two-node stand"
 `), "stands/two-node/stand.yml")
+	plan, err = f.eng.Preview(ctx, bigger)
+	if err != nil || len(plan.Steps) != 1 || plan.Steps[0] != (Step{Op: "replace", Node: "web", ServerName: "demo-demo-two-node-web",
+		ServerType: "cx32", OldServerType: "cx22", Location: "hel1", OldLocation: "hel1"}) {
+		t.Errorf("preview of a bigger web server: %+v %v", plan, err)
+	}
+	if got, err := f.eng.StandServers(ctx, "demo_demo_two-node"); err != nil || len(got) != 2 || got[1] != (Server{"demo-demo-two-node-web", "cx22", "hel1"}) {
+		t.Errorf("stand servers: %+v %v", got, err)
+	}
 	res, err = f.eng.Apply(ctx, bigger, false)
 	if err != nil {
 		t.Fatalf("apply with a bigger web server: %v\n%s", err, f.logs)
