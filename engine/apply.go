@@ -53,6 +53,10 @@ type Node struct {
 	PrivateIP  string `json:"privateIP"`
 }
 
+// ErrProtected marks a destroy of a stand whose last apply had stand.protect: true. The guard holds
+// in the engine too, whatever the caller believed.
+var ErrProtected = errors.New("the stand is protected (stand.protect: true at its last apply); apply it with protect: false first")
+
 // ErrNoStack marks a stand that has no stack yet.
 var ErrNoStack = errors.New("the stand has no stack")
 
@@ -387,6 +391,9 @@ func (e *Engine) Destroy(ctx context.Context, ref StackRef) (*Result, error) {
 	}
 	if err := checkOwned(st, outs, dep); err != nil {
 		return nil, err
+	}
+	if outs[OutProtect].Value == true {
+		return nil, fmt.Errorf("%s: %w", id, ErrProtected)
 	}
 	if err := e.recoverStack(ctx, st, ref, dep, log); err != nil {
 		return nil, err

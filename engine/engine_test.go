@@ -374,6 +374,22 @@ func TestAdoptAndRefresh(t *testing.T) {
 	if srvs := f.Servers(t); len(srvs) != 1 || srvs[name].ID == orphan.ID {
 		t.Errorf("server not recreated: %+v", srvs)
 	}
+
+	// stand.protect is recorded by an apply (its spec hash does not change) and the engine itself
+	// refuses the destroy.
+	protected := stand
+	s := *stand.Stand
+	s.Protect = true
+	protected.Stand = &s
+	if res, err := f.eng.Apply(ctx, protected, false); err != nil || !res.Changed && res.Changes["same"] == 0 {
+		t.Fatalf("apply with protect: %v %+v", err, res)
+	}
+	if _, err := f.eng.Destroy(ctx, StackRef{"demo", "single"}); !errors.Is(err, ErrProtected) || Classify(err).Reason != ReasonProtected {
+		t.Fatalf("destroy of a protected stand: %v", err)
+	}
+	if n := len(f.Servers(t)); n != 1 {
+		t.Errorf("%d servers after a refused destroy", n)
+	}
 }
 
 // TestOrphans: a server with our labels that no stack holds is reported; servers of applied stands

@@ -40,6 +40,7 @@ const (
 	ReasonBackendUnavailable Reason = "BackendUnavailable"
 	ReasonPassphrase         Reason = "Passphrase"
 	ReasonNotOwned           Reason = "NotOwned"
+	ReasonProtected          Reason = "Protected"
 	ReasonMissingPrereq      Reason = "MissingPrerequisite"
 	ReasonProviderMissing    Reason = "ProviderMissing"
 	ReasonCanceled           Reason = "Canceled"
@@ -63,6 +64,7 @@ type rule struct {
 
 var rules = []rule{
 	{reason: ReasonCanceled, kind: Waiting, is: func(err error) bool { return errors.Is(err, context.Canceled) }},
+	{reason: ReasonProtected, kind: Stalling, is: func(err error) bool { return errors.Is(err, ErrProtected) }},
 	{reason: ReasonNotOwned, kind: Stalling, is: func(err error) bool {
 		return errors.Is(err, ErrNotOwned) || errors.Is(err, provider.ErrNotOurs)
 	}, texts: []string{"not managed by stands-reconciler", "is not owned by stands-reconciler"}},

@@ -19,6 +19,7 @@ func TestClassify(t *testing.T) {
 		kind   Kind
 	}{
 		{"canceled", fmt.Errorf("pulumi up x: %w", context.Canceled), ReasonCanceled, Waiting},
+		{"protected", fmt.Errorf("destroy: %w", ErrProtected), ReasonProtected, Stalling},
 		{"not owned", fmt.Errorf("open: %w", ErrNotOwned), ReasonNotOwned, Stalling},
 		{"foreign server", fmt.Errorf("create: %w", provider.ErrNotOurs), ReasonNotOwned, Stalling},
 		{"typed hcloud auth", hcloud.Error{Code: hcloud.ErrorCodeUnauthorized, Message: "unable to authenticate"}, ReasonProviderAuth, Stalling},

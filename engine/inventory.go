@@ -63,7 +63,7 @@ func (e *Engine) Inventory(ctx context.Context) ([]StackInfo, error) {
 		if err := readStackFile(ctx, b, &info); err != nil {
 			return nil, err
 		}
-		if !info.Known && info.Resources == 0 {
+		if !info.Known && s.ResourceCount != nil && *s.ResourceCount == 0 {
 			info.Owned = true // created and never updated: there is nothing in it to protect
 		}
 		out = append(out, info)

@@ -74,6 +74,7 @@ type Source struct {
 	statusBranch string
 	identity     Identity
 	retries      int
+	timeout      time.Duration
 	auth         func() (transport.AuthMethod, error)
 	log          *slog.Logger
 	store        store
@@ -116,13 +117,17 @@ func WithIdentity(id Identity) Option { return func(s *Source) { s.identity = id
 // WithPushRetries bounds how many times a status commit is recreated after losing a race (default 5).
 func WithPushRetries(n int) Option { return func(s *Source) { s.retries = n } }
 
+// WithTimeout bounds each fetch and push (default 2 minutes): a server that accepts connections and
+// never answers must not hold the reconciler.
+func WithTimeout(d time.Duration) Option { return func(s *Source) { s.timeout = d } }
+
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(s *Source) { s.log = l } }
 
 // New returns a source for branch at url: an http(s):// or ssh:// URL, or a local repository path
 // (plain or file://), read and written in place without a clone.
 func New(url, branch string, opts ...Option) *Source {
-	s := &Source{url: url, branch: branch, identity: DefaultIdentity, retries: 5, log: slog.New(slog.DiscardHandler),
+	s := &Source{url: url, branch: branch, identity: DefaultIdentity, retries: 5, timeout: 2 * time.Minute, log: slog.New(slog.DiscardHandler),
 		auth: func() (transport.AuthMethod, error) { return nil, nil }}
 	for _, o := range opts {
 		o(s)
@@ -146,6 +151,8 @@ func (s *Source) StatusBranch() string { return s.statusBranch }
 func (s *Source) Fetch(ctx context.Context) (*Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	snap, err := s.fetch(ctx)
 	if err != nil {
 		s.available, s.lastErr = false, err
@@ -241,6 +248,8 @@ func (s *Source) isOwn(c *object.Commit) (bool, error) {
 func (s *Source) StatusFiles(ctx context.Context) (fs.FS, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	auth, err := s.auth()
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
@@ -288,6 +297,8 @@ func (s *Source) Publish(ctx context.Context, files map[string][]byte, message s
 var errRace = errors.New("the branch moved")
 
 func (s *Source) publish(ctx context.Context, files map[string][]byte, message string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	auth, err := s.auth()
 	if err != nil {
 		return "", fmt.Errorf("credentials: %w", err)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -135,6 +137,8 @@ type fakeEngine struct {
 	gate        chan struct{} // when set, Apply waits on it
 	running     int
 	maxRunning  int
+	previews    int
+	calls       int // Apply calls, observes included
 }
 
 var _ Engine = (*fakeEngine)(nil)
@@ -158,6 +162,7 @@ func (e *fakeEngine) Inventory(context.Context) ([]engine.StackInfo, error) {
 
 func (e *fakeEngine) enter(ctx context.Context, id string) error {
 	e.mu.Lock()
+	e.calls++
 	e.running++
 	e.maxRunning = max(e.maxRunning, e.running)
 	gate := e.gate
@@ -310,3 +315,146 @@ apps:
 }
 
 func standFile(p string) string { return "stands/" + p + "/stand.yml" }
+
+// Planner side of the fake engine: previews count, never change the stacks.
+func (e *fakeEngine) Preview(_ context.Context, in engine.Stand) (*engine.Result, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.previews++
+	cur, ok := e.stacks[in.Stand.ID]
+	if !ok {
+		return nil, engine.ErrNoStack
+	}
+	res := &engine.Result{StandID: in.Stand.ID, Operation: "preview"}
+	if cur.SpecHash != in.SpecHash {
+		res.Changed = true
+		res.Steps = []engine.Step{{Op: "replace", Node: "main", ServerName: serverName(in), ServerType: "cx32", OldServerType: "cx22", Location: "hel1", OldLocation: "hel1"}}
+	}
+	return res, nil
+}
+
+func (e *fakeEngine) PreviewNew(_ context.Context, in engine.Stand) (*engine.Result, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.previews++
+	return &engine.Result{StandID: in.Stand.ID, Operation: "preview", Changed: true,
+		Steps: []engine.Step{{Op: "create", Node: "main", ServerName: serverName(in), ServerType: "cx22", Location: "hel1"}}}, nil
+}
+
+func (e *fakeEngine) Prices(context.Context) (engine.Prices, error) {
+	return engine.Prices{"cx22": {"hel1": {Monthly: 4.51, Currency: "EUR"}}, "cx32": {"hel1": {Monthly: 8.09, Currency: "EUR"}}}, nil
+}
+
+func (e *fakeEngine) StandServers(_ context.Context, id string) ([]engine.Server, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.stacks[id]; !ok {
+		return nil, nil
+	}
+	return []engine.Server{{Name: strings.ReplaceAll(id, "_", "-") + "-main", ServerType: "cx22", Location: "hel1"}}, nil
+}
+
+func serverName(in engine.Stand) string {
+	return in.Stand.Owner + "-" + in.Stand.Project + "-" + in.Stand.Env + "-main"
+}
+
+// fakeForge is Gitea's API: pull requests, comments by marker, commit statuses.
+type fakeForge struct {
+	mu       sync.Mutex
+	prs      []gitsource.PullRequest
+	heads    map[string]fstest.MapFS // ref → files
+	comments map[int64]string
+	edits    int
+	statuses map[string]string // sha + " " + context → state: description
+}
+
+var (
+	_ Forge     = (*fakeForge)(nil)
+	_ RefSource = (*fakeForge)(nil)
+	_ Planner   = (*fakeEngine)(nil)
+)
+
+func newFakeForge() *fakeForge {
+	return &fakeForge{heads: map[string]fstest.MapFS{}, comments: map[int64]string{}, statuses: map[string]string{}}
+}
+
+// open opens (or moves the head of) pull request n with files changed from base ("" removes).
+func (f *fakeForge) open(n int64, head string, base fstest.MapFS, change map[string]string, sameRepo bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	files := maps.Clone(base)
+	for p, c := range change {
+		if c == "" {
+			delete(files, p)
+		} else {
+			files[p] = &fstest.MapFile{Data: []byte(c)}
+		}
+	}
+	pr := gitsource.PullRequest{Index: n, HeadSHA: head, SameRepo: sameRepo, URL: fmt.Sprintf("http://gitea/pulls/%d", n)}
+	f.heads[pr.Ref()] = files
+	for i := range f.prs {
+		if f.prs[i].Index == n {
+			f.prs[i] = pr
+			return
+		}
+	}
+	f.prs = append(f.prs, pr)
+}
+
+func (f *fakeForge) close(n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prs = slices.DeleteFunc(f.prs, func(p gitsource.PullRequest) bool { return p.Index == n })
+}
+
+func (f *fakeForge) PullRequests(context.Context, string) ([]gitsource.PullRequest, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.prs), nil
+}
+
+func (f *fakeForge) FetchRef(_ context.Context, ref string) (*gitsource.Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	files, ok := f.heads[ref]
+	if !ok {
+		return nil, fmt.Errorf("no ref %s", ref)
+	}
+	return &gitsource.Snapshot{Commit: ref, Source: ref, Files: maps.Clone(files)}, nil
+}
+
+func (f *fakeForge) UpsertComment(_ context.Context, n int64, marker, body string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !strings.Contains(body, marker) {
+		return fmt.Errorf("comment without the marker")
+	}
+	if old, ok := f.comments[n]; ok && old != body {
+		f.edits++
+	}
+	f.comments[n] = body
+	return nil
+}
+
+func (f *fakeForge) SetStatus(_ context.Context, sha, name string, state gitsource.CommitState, description, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.statuses[sha+" "+name] = string(state) + ": " + description
+	return nil
+}
+
+func (f *fakeForge) FileURL(branch, path string) string {
+	return "http://gitea/src/branch/" + branch + "/" + path
+}
+
+func (f *fakeForge) status(sha, name string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.statuses[sha+" "+name]
+}
+
+func (f *fakeForge) comment(n int64) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.comments[n]
+}

@@ -7,6 +7,7 @@ package reconcile
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -81,6 +82,16 @@ type Config struct {
 	DriftApply       bool          // re-apply a drifted stand instead of only reporting it
 	Log              *slog.Logger
 	Now              func() time.Time
+
+	// Branch and StatusBranch name the tracked branch (pull requests into it are planned) and the one
+	// status goes to (commit statuses link to the files there).
+	Branch       string
+	StatusBranch string
+	// Forge, when set, gets commit statuses: stands/<stand-id> on each applied commit. With Planner
+	// and Refs too, every open pull request into Branch is planned (stands/plan and one comment).
+	Forge   Forge
+	Planner Planner
+	Refs    RefSource
 }
 
 // Reconciler owns the stands' statuses and the operations running on them.
@@ -105,6 +116,9 @@ type Reconciler struct {
 
 	pubMu     sync.Mutex
 	published map[string][]byte
+
+	prs         previewState    // used by Cycle only
+	declaredIDs map[string]bool // stands the last evaluated snapshot declares
 }
 
 type stand struct {
@@ -150,7 +164,8 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 		sec = envSecrets{}
 	}
 	r := &Reconciler{cfg: cfg, src: src, eng: eng, sec: sec, log: cfg.Log, sem: make(chan struct{}, cfg.Workers),
-		wake: make(chan struct{}, 1), stands: map[string]*stand{}, published: map[string][]byte{}}
+		wake: make(chan struct{}, 1), stands: map[string]*stand{}, published: map[string][]byte{},
+		prs: previewState{planned: map[int64]string{}}}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
 	return r
 }
@@ -219,6 +234,7 @@ type op struct {
 
 // desiredState is what a snapshot declares, judged stand by stand.
 type desiredState struct {
+	ev         *evaluation
 	desired    []diff.Desired
 	inputs     map[string]*engine.Stand
 	secretsErr error
@@ -259,6 +275,7 @@ func (r *Reconciler) Cycle(ctx context.Context) error {
 		AllowDestroy: d.allow, AllowMassDestroy: r.cfg.AllowMassDestroy}
 	if d.secretsErr != nil {
 		in.Hold = ReasonVaultUnavailable
+		log.Warn("secret store unavailable: nothing is applied or destroyed this cycle", "err", d.secretsErr)
 	}
 	plan := diff.Plan(in)
 
@@ -279,6 +296,7 @@ func (r *Reconciler) Cycle(ctx context.Context) error {
 		r.ops.Add(1)
 		go r.run(o)
 	}
+	r.previews(ctx, d.ev, actual)
 	return nil
 }
 
@@ -312,21 +330,38 @@ func (r *Reconciler) loadPublished(ctx context.Context) error {
 	return nil
 }
 
-// judge preflights every stand of the snapshot and records the status of those that cannot go on.
-func (r *Reconciler) judge(ctx context.Context, snap *gitsource.Snapshot) (*desiredState, error) {
-	files, err := manifest.Discover(snap.Files)
+// vaultMessage is the status message of a stand waiting for Vault.
+const vaultMessage = "the secrets cannot be resolved: vault is unavailable; nothing is applied or destroyed until it answers"
+
+// verdict is one stand of a snapshot as preflight judged it. Exactly one of problem and input is set.
+type verdict struct {
+	id, file string
+	reason   string // of the problem: InvalidManifest, VaultUnavailable, OtherOwner
+	problem  string // why it cannot go on; scrubbed of secret values
+	input    *engine.Stand
+}
+
+// evaluation is what a snapshot declares, judged stand by stand. It does not touch the reconciler's
+// state, so pull request previews use it too.
+type evaluation struct {
+	verdicts   []verdict
+	secretsErr error
+	unreadable []string
+	allow      map[string]bool
+}
+
+func (r *Reconciler) evaluate(ctx context.Context, files fs.FS) (*evaluation, error) {
+	paths, err := manifest.Discover(files)
 	if err != nil {
-		return nil, fmt.Errorf("list stands of %s: %w", short(snap.Source), err)
+		return nil, fmt.Errorf("list stands: %w", err)
 	}
-	results, err := manifest.PreflightAll(ctx, snap.Files, files, manifest.PreflightOptions{
+	results, err := manifest.PreflightAll(ctx, files, paths, manifest.PreflightOptions{
 		LoadOptions: manifest.LoadOptions{DefaultOwner: r.cfg.Owner}, Secrets: r.sec, KeepGoing: true})
 	var rep *manifest.Report
 	if err != nil && !errors.As(err, &rep) {
 		return nil, fmt.Errorf("preflight: %w", err)
 	}
-	d := &desiredState{inputs: map[string]*engine.Stand{}, allow: allowDestroy(snap.Files)}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	ev := &evaluation{allow: allowDestroy(files)}
 	for _, res := range results {
 		s := res.Stand
 		if s == nil || s.ID == "" || s.Project == "" || s.Env == "" || s.Owner == "" {
@@ -334,49 +369,83 @@ func (r *Reconciler) judge(ctx context.Context, snap *gitsource.Snapshot) (*desi
 			if res.Err != nil {
 				msg = res.Err.Error()
 			}
-			d.unreadable = append(d.unreadable, msg)
+			ev.unreadable = append(ev.unreadable, msg)
 			continue
 		}
-		st := r.state(s.ID)
-		if st.running {
-			d.desired = append(d.desired, diff.Desired{ID: s.ID, Invalid: true})
-			continue
-		}
+		v := verdict{id: s.ID, file: res.File}
 		switch {
 		case res.Err != nil:
-			d.desired = append(d.desired, diff.Desired{ID: s.ID, Invalid: true})
-			r.setStatus(st, s.ID, func(x *Status) {
-				x.Phase, x.Reason, x.Message, x.File, x.LastAttemptedCommit = Failed, ReasonInvalid, res.Err.Error(), res.File, snap.Source
-				x.NextAttempt = nil
-			})
+			v.reason, v.problem = ReasonInvalid, res.Err.Error()
 		case res.SourceErr != nil:
-			d.secretsErr = res.SourceErr
-			d.desired = append(d.desired, diff.Desired{ID: s.ID, Invalid: true})
-			r.setStatus(st, s.ID, func(x *Status) {
-				x.Phase, x.Reason, x.File = Progressing, ReasonVaultUnavailable, res.File
-				x.Message = "waiting for the secret store to resolve the stand's secrets: " + res.SourceErr.Error()
-			})
+			// The message stays the same through an outage (an error's text may carry a port that
+			// changes each time) so it is committed once; the error itself goes to the log.
+			ev.secretsErr = res.SourceErr
+			v.reason, v.problem = ReasonVaultUnavailable, vaultMessage
 		case s.Owner != r.cfg.Owner:
-			d.desired = append(d.desired, diff.Desired{ID: s.ID, Invalid: true})
-			r.setStatus(st, s.ID, func(x *Status) {
-				x.Phase, x.Reason, x.File = Blocked, ReasonOtherOwner, res.File
-				x.Message = fmt.Sprintf("stand.owner is %q; this reconciler manages owner %q", s.Owner, r.cfg.Owner)
-			})
+			v.reason, v.problem = ReasonOtherOwner, fmt.Sprintf("stand.owner is %q; this reconciler manages owner %q", s.Owner, r.cfg.Owner)
 		default:
-			hash, err := manifest.SpecHash(snap.Files, s, res.Secrets, r.cfg.Passphrase)
+			hash, err := manifest.SpecHash(files, s, res.Secrets, r.cfg.Passphrase)
 			if err != nil {
-				d.desired = append(d.desired, diff.Desired{ID: s.ID, Invalid: true})
-				r.setStatus(st, s.ID, func(x *Status) {
-					x.Phase, x.Reason, x.Message, x.File = Failed, ReasonInvalid, res.Secrets.Scrub(err.Error()), res.File
-				})
-				continue
-			}
-			d.desired = append(d.desired, diff.Desired{ID: s.ID, SpecHash: hash, Suspend: s.Suspend, Protect: s.Protect})
-			d.inputs[s.ID] = &engine.Stand{FS: snap.Files, Stand: s, Secrets: res.Secrets, SpecHash: hash}
-			if st.status != nil {
-				st.status.File = res.File // a moved stand.yml
+				v.reason, v.problem = ReasonInvalid, res.Secrets.Scrub(err.Error())
+			} else {
+				v.input = &engine.Stand{FS: files, Stand: s, Secrets: res.Secrets, SpecHash: hash}
 			}
 		}
+		ev.verdicts = append(ev.verdicts, v)
+	}
+	return ev, nil
+}
+
+// desired is the diff's view of the evaluation; skip marks stands to hold as they are (running).
+func (ev *evaluation) desired(skip func(id string) bool) []diff.Desired {
+	var out []diff.Desired
+	for _, v := range ev.verdicts {
+		if v.input == nil || skip(v.id) {
+			out = append(out, diff.Desired{ID: v.id, Invalid: true})
+			continue
+		}
+		s := v.input.Stand
+		out = append(out, diff.Desired{ID: v.id, SpecHash: v.input.SpecHash, Suspend: s.Suspend, Protect: s.Protect})
+	}
+	return out
+}
+
+// judge evaluates the snapshot and records the status of the stands that cannot go on.
+func (r *Reconciler) judge(ctx context.Context, snap *gitsource.Snapshot) (*desiredState, error) {
+	ev, err := r.evaluate(ctx, snap.Files)
+	if err != nil {
+		return nil, err
+	}
+	d := &desiredState{ev: ev, inputs: map[string]*engine.Stand{}, allow: ev.allow, secretsErr: ev.secretsErr, unreadable: ev.unreadable}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d.desired = ev.desired(func(id string) bool { return r.state(id).running })
+	r.declaredIDs = map[string]bool{}
+	for _, v := range ev.verdicts {
+		r.declaredIDs[v.id] = true
+	}
+	for _, v := range ev.verdicts {
+		st := r.state(v.id)
+		if st.running {
+			continue
+		}
+		if v.input != nil {
+			d.inputs[v.id] = v.input
+			if st.status != nil {
+				st.status.File = v.file // a moved stand.yml
+			}
+			continue
+		}
+		if v.reason == ReasonVaultUnavailable && st.status != nil && st.status.Phase == Stalled {
+			continue // stays Stalled: whether its input changed is unknown until Vault answers
+		}
+		phase := map[string]Phase{ReasonInvalid: Failed, ReasonVaultUnavailable: Progressing, ReasonOtherOwner: Blocked}[v.reason]
+		r.setStatus(st, v.id, func(x *Status) {
+			x.Phase, x.Reason, x.Message, x.File, x.NextAttempt = phase, v.reason, v.problem, v.file, nil
+			if v.reason == ReasonInvalid {
+				x.LastAttemptedCommit = snap.Source
+			}
+		})
 	}
 	return d, nil
 }
@@ -408,17 +477,16 @@ func (r *Reconciler) decide(plan []diff.Action, d *desiredState, refs map[string
 		in := d.inputs[a.ID]
 		switch a.Kind {
 		case diff.Create, diff.Update:
+			if st.failSpec != in.SpecHash {
+				st.failures, st.waits, st.next, st.failSpec = 0, 0, time.Time{}, in.SpecHash
+			}
 			if d.secretsErr != nil {
 				// Nothing is applied while the secret store is down: the connection record could
 				// not be kept, and other stands' specs are unknown.
-				r.setStatus(st, a.ID, func(x *Status) {
-					x.Phase, x.Reason = Progressing, ReasonVaultUnavailable
-					x.Message = "waiting for the secret store before applying: " + d.secretsErr.Error()
-				})
+				if st.failures < r.cfg.StallAfter {
+					r.setStatus(st, a.ID, func(x *Status) { x.Phase, x.Reason, x.Message = Progressing, ReasonVaultUnavailable, vaultMessage })
+				}
 				continue
-			}
-			if st.failSpec != in.SpecHash {
-				st.failures, st.waits, st.next, st.failSpec = 0, 0, time.Time{}, in.SpecHash
 			}
 			if st.failures >= r.cfg.StallAfter {
 				continue // Stalled until the spec changes
@@ -443,6 +511,12 @@ func (r *Reconciler) decide(plan []diff.Action, d *desiredState, refs map[string
 				})
 			case diff.ReasonUpToDate:
 				s := st.status
+				if st.failSpec != in.SpecHash {
+					st.failures, st.waits, st.next, st.failSpec = 0, 0, time.Time{}, in.SpecHash
+				}
+				if st.failures >= r.cfg.StallAfter || now.Before(st.next) {
+					continue
+				}
 				switch {
 				case s == nil || s.SpecHash != in.SpecHash || (s.Phase != Ready && s.Phase != Drifted):
 					ops = append(ops, op{kind: opObserve, id: a.ID, in: in, commit: commit})
@@ -522,10 +596,22 @@ func (r *Reconciler) run(o op) {
 		r.finish(o, nil, r.opsCtx.Err(), r.cfg.Now())
 		return
 	}
-	defer func() { <-r.sem }()
 	ctx := r.opsCtx
 	log := r.log.With("stand", o.id, "operation", o.kind)
+	if o.kind == opDestroy && r.declared(o.id) {
+		// Put back in the repository while the destroy waited for a worker: it is not destroyed.
+		<-r.sem
+		log.Info("destroy skipped: the stand is in the repository again")
+		r.mu.Lock()
+		r.state(o.id).running = false
+		r.mu.Unlock()
+		return
+	}
 	started := r.cfg.Now()
+	changing := o.kind == opApply || o.kind == opDestroy
+	if changing {
+		r.setCommitStatus(ctx, o.commit, "stands/"+o.id, gitsource.StatePending, string(o.kind)+" running", r.statusURL(o.id))
+	}
 	var res *engine.Result
 	var err error
 	switch o.kind {
@@ -549,7 +635,30 @@ func (r *Reconciler) run(o op) {
 		log.Warn("operation failed", "reason", c.Reason, "kind", c.Kind, "err", r.scrub(o, err.Error()))
 	}
 	r.finish(o, res, err, started)
+	<-r.sem                            // the commits below must not hold a worker: Gitea may be slow
+	if changing || o.kind == opApply { // a drift repaired by an apply counts too
+		st := r.Status(o.id)
+		state := gitsource.StateSuccess
+		if err != nil {
+			state = gitsource.StateFailure
+		}
+		r.setCommitStatus(ctx, o.commit, "stands/"+o.id, state, string(st.Phase)+": "+cmp.Or(st.Message, st.Reason), r.statusURL(o.id))
+	}
 	r.publish(ctx)
+}
+
+func (r *Reconciler) statusURL(id string) string {
+	if r.cfg.Forge == nil {
+		return ""
+	}
+	return r.cfg.Forge.FileURL(r.cfg.StatusBranch, statusPath(id))
+}
+
+// declared reports whether the last evaluated snapshot declares the stand.
+func (r *Reconciler) declared(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.declaredIDs[id]
 }
 
 // saveConnection writes the unmasked record to the secret store when it changed.
@@ -563,7 +672,12 @@ func (r *Reconciler) saveConnection(ctx context.Context, id string, record json.
 		return
 	}
 	if err := r.sec.WriteConnection(ctx, id, record); err != nil {
-		log.Warn("connection record not stored; retrying next cycle", "err", err)
+		r.mu.Lock()
+		st := r.state(id)
+		st.waits++
+		st.next = r.cfg.Now().Add(r.backoff(st.waits))
+		r.mu.Unlock()
+		log.Warn("connection record not stored; retrying later", "err", err, "next_attempt", st.next)
 		return
 	}
 	r.mu.Lock()
@@ -677,9 +791,11 @@ func (r *Reconciler) publish(ctx context.Context) {
 	r.mu.Lock()
 	all := map[string]*Status{}
 	files := map[string][]byte{}
+	phases := map[string]Phase{}
 	for id, st := range r.stands {
 		if st.status != nil {
 			all[id] = st.status
+			phases[id] = st.status.Phase
 			files[statusPath(id)] = st.status.encode()
 		}
 	}
@@ -691,7 +807,7 @@ func (r *Reconciler) publish(ctx context.Context) {
 		if string(r.published[p]) != string(data) {
 			changed[p] = data
 			if id, ok := strings.CutSuffix(strings.TrimPrefix(p, gitsource.StatusDir+"/"), ".json"); ok {
-				what = append(what, id+" "+string(all[id].Phase))
+				what = append(what, id+" "+string(phases[id]))
 			}
 		}
 	}

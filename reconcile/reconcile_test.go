@@ -206,7 +206,7 @@ func TestVaultDownAppliesNothing(t *testing.T) {
 	if h.eng.totalUps() != 3 || len(h.eng.destroys) != 0 {
 		t.Fatalf("with Vault down: ups %v destroys %v", h.eng.ups, h.eng.destroys)
 	}
-	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Progressing || st.Reason != ReasonVaultUnavailable || !strings.Contains(st.Message, "connection refused") {
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Progressing || st.Reason != ReasonVaultUnavailable || !strings.Contains(st.Message, "vault is unavailable") {
 		t.Errorf("a: %+v", st)
 	}
 	if st := h.src.statusOf(t, "local_c_dev"); st.Phase != Blocked || st.Reason != ReasonVaultUnavailable {
@@ -386,5 +386,60 @@ func TestRemovedStandWithoutStack(t *testing.T) {
 	}
 	if len(h.eng.destroys) != 0 {
 		t.Errorf("destroys %v", h.eng.destroys)
+	}
+}
+
+// TestQueuedDestroyOfARestoredStand: a destroy waiting for a worker is dropped when the stand comes
+// back to the repository meanwhile (an accidental removal reverted).
+func TestQueuedDestroyOfARestoredStand(t *testing.T) {
+	h := newHarness(t, stands("a", "b", "c"), func(c *Config) { c.Workers = 1 })
+	h.mustCycle()
+	h.eng.gate = make(chan struct{})
+	ctx := context.Background()
+	h.src.commit(map[string]string{standFile("a"): strings.Replace(standYML("a", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)})
+	if err := h.r.Cycle(ctx); err != nil { // a's apply holds the only worker
+		t.Fatal(err)
+	}
+	removed := h.src.files[standFile("c")].Data
+	h.src.commit(map[string]string{standFile("c"): ""})
+	if err := h.r.Cycle(ctx); err != nil { // c's destroy waits for the worker
+		t.Fatal(err)
+	}
+	h.src.commit(map[string]string{standFile("c"): string(removed)})
+	if err := h.r.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.eng.gate <- struct{}{}
+	h.r.Wait()
+	h.eng.gate = nil
+	h.mustCycle()
+	if len(h.eng.destroys) != 0 {
+		t.Fatalf("a restored stand was destroyed: %v", h.eng.destroys)
+	}
+	if st := h.src.statusOf(t, "local_c_dev"); st.Phase != Ready {
+		t.Errorf("c: %+v", st)
+	}
+}
+
+// TestObserveBacksOff: reading a stand's outputs (after a restart) that fails is retried on the
+// backoff, not every cycle, and so makes no commit per poll.
+func TestObserveBacksOff(t *testing.T) {
+	h := newHarness(t, stands("a"), nil)
+	h.mustCycle()
+	r2 := New(h.r.cfg, h.src, h.eng, h.sec) // a restart: the connection must be stored again
+	h.r = r2
+	h.eng.fail["local_a_dev"] = fmt.Errorf("read stack: %w", engine.ErrUpdateInProgress)
+	h.mustCycle()
+	commits, calls := h.src.commits(), h.eng.calls
+	for range 3 {
+		h.mustCycle()
+	}
+	if h.eng.calls != calls || h.src.commits() != commits {
+		t.Errorf("within the backoff: %d engine calls, %d commits", h.eng.calls-calls, h.src.commits()-commits)
+	}
+	h.now = h.now.Add(time.Hour)
+	h.mustCycle()
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Ready || h.eng.calls != calls+1 {
+		t.Errorf("after the backoff: %+v, %d calls", st, h.eng.calls-calls)
 	}
 }

@@ -35,7 +35,7 @@ type daemonFlags struct {
 	poll, drain, drift                                     time.Duration
 	workers                                                int
 	share                                                  float64
-	massDestroy, driftApply                                bool
+	massDestroy, driftApply, previews                      bool
 }
 
 func (f *daemonFlags) register(fs *flag.FlagSet, getenv env) {
@@ -67,6 +67,7 @@ func (f *daemonFlags) register(fs *flag.FlagSet, getenv env) {
 	fs.BoolVar(&f.driftApply, "drift-apply", getenv("STANDS_DRIFT_APPLY") == "true", "apply a drifted stand again instead of only reporting Drifted ($STANDS_DRIFT_APPLY=true)")
 	fs.IntVar(&f.workers, "workers", 4, "operations at once (one per stand at a time)")
 	fs.Float64Var(&f.share, "max-destroy-share", 0.5, "refuse to destroy more than this share of stands in one cycle (one is always allowed)")
+	fs.BoolVar(&f.previews, "previews", getenv("STANDS_PREVIEWS") != "false", "plan open pull requests into the tracked branch: one comment each and the stands/plan commit status ($STANDS_PREVIEWS=false turns it off)")
 	fs.BoolVar(&f.massDestroy, "allow-mass-destroy", false, "lift the share and last-stand guards for this run (protect still holds); prefer committing .stands/allow-destroy")
 }
 
@@ -125,13 +126,28 @@ func daemon(ctx context.Context, f *daemonFlags, once bool, std stdio, getenv en
 	if err != nil {
 		return fail(err)
 	}
-	rec := reconcile.New(reconcile.Config{Owner: f.owner, Passphrase: pass, Workers: f.workers, MaxDestroyShare: f.share,
-		AllowMassDestroy: f.massDestroy, DriftInterval: f.drift, DriftApply: f.driftApply, Log: log}, src, eng, sec)
+	cfg := reconcile.Config{Owner: f.owner, Passphrase: pass, Workers: f.workers, MaxDestroyShare: f.share,
+		AllowMassDestroy: f.massDestroy, DriftInterval: f.drift, DriftApply: f.driftApply, Log: log,
+		Branch: f.branch, StatusBranch: src.StatusBranch()}
+	if forge := f.forge(bg, getenv, log); forge != nil {
+		cfg.Forge = forge
+		if f.previews {
+			cfg.Planner, cfg.Refs = eng, src
+		}
+	}
+	rec := reconcile.New(cfg, src, eng, sec)
 
 	if once {
 		err := rec.Cycle(ctx)
-		rec.Wait()
-		if derr := rec.Drain(time.Minute); err == nil {
+		// Wait for the operations; on SIGTERM give them the drain timeout, as the daemon does.
+		done := make(chan struct{})
+		go func() { rec.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			log.Info("stopping: letting running operations finish", "drain_timeout", f.drain)
+		}
+		if derr := rec.Drain(f.drain); err == nil {
 			err = derr
 		}
 		if err != nil {
@@ -262,6 +278,30 @@ func (f *daemonFlags) source(ctx context.Context, getenv env, log *slog.Logger) 
 		opts = append(opts, gitsource.WithStatusBranch(status))
 	}
 	return gitsource.New(f.repo, f.branch, opts...), nil
+}
+
+// forge is the Gitea API of an http(s) repository: commit statuses and pull request plans. An SSH
+// or local repository has none (set STANDS_GITEA_URL to give an SSH repository its API).
+func (f *daemonFlags) forge(ctx context.Context, getenv env, log *slog.Logger) reconcile.Forge {
+	apiURL := getenv("STANDS_GITEA_URL")
+	if apiURL == "" && (strings.HasPrefix(f.repo, "http://") || strings.HasPrefix(f.repo, "https://")) {
+		apiURL = f.repo
+	}
+	if apiURL == "" {
+		log.Info("no Gitea API: no commit statuses and no pull request plans")
+		return nil
+	}
+	tok, err := newCredential(ctx, getenv, "STANDS_GIT_TOKEN", log)
+	if err != nil || !tok.set() {
+		log.Warn("no STANDS_GIT_TOKEN for the Gitea API: no commit statuses and no pull request plans", "err", err)
+		return nil
+	}
+	g, err := gitsource.NewGitea(apiURL, tok.Value)
+	if err != nil {
+		log.Warn("no Gitea API", "err", err)
+		return nil
+	}
+	return g
 }
 
 // sshAuth reads the key from $STANDS_GIT_SSH_KEY_FILE and pins host keys from

@@ -158,3 +158,12 @@ func TestSpecHashHidesSecrets(t *testing.T) {
 		t.Error("empty passphrase accepted")
 	}
 }
+
+// TestScrubLongestFirst: a secret containing another is hidden whole, not cut by the shorter one.
+func TestScrubLongestFirst(t *testing.T) {
+	s := NewSecrets(map[SecretRef]string{{Path: "user", Field: "value"}: "admin", {Path: "pass", Field: "value"}: "admin-P4ss!"})
+	got := s.Scrub("login admin with admin-P4ss! or " + base64.StdEncoding.EncodeToString([]byte("admin-P4ss!")))
+	if strings.Contains(got, "P4ss") || strings.Contains(got, "admin") || strings.Contains(got, "YWRtaW4tUDRzcyE") {
+		t.Errorf("scrubbed: %q", got)
+	}
+}

@@ -142,7 +142,10 @@ func (r *redactor) scrub(s string) string {
 	if r == nil {
 		return s
 	}
-	for _, v := range r.values {
+	// Longest first: a secret that contains another must not be cut by the shorter one's replacement.
+	values := slices.Clone(r.values)
+	slices.SortFunc(values, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	for _, v := range values {
 		s = strings.ReplaceAll(s, v, "***")
 		if len(v) > truncated {
 			s = strings.ReplaceAll(s, v[:truncated]+"...", "***")

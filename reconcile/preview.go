@@ -1,0 +1,361 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/stands-engine/stands-reconciler/diff"
+	"github.com/stands-engine/stands-reconciler/engine"
+	"github.com/stands-engine/stands-reconciler/gitsource"
+)
+
+// Forge is the Gitea API: commit statuses, pull requests and the one comment per pull request.
+type Forge interface {
+	PullRequests(ctx context.Context, base string) ([]gitsource.PullRequest, error)
+	UpsertComment(ctx context.Context, index int64, marker, body string) error
+	SetStatus(ctx context.Context, sha, context string, state gitsource.CommitState, description, targetURL string) error
+	FileURL(branch, path string) string
+}
+
+// Planner previews stands without changing anything.
+type Planner interface {
+	Preview(ctx context.Context, in engine.Stand) (*engine.Result, error)
+	PreviewNew(ctx context.Context, in engine.Stand) (*engine.Result, error)
+	Prices(ctx context.Context) (engine.Prices, error)
+	StandServers(ctx context.Context, standID string) ([]engine.Server, error)
+}
+
+// RefSource fetches a pull request's head.
+type RefSource interface {
+	FetchRef(ctx context.Context, ref string) (*gitsource.Snapshot, error)
+}
+
+// PlanContext is the commit status every pull request head gets; branch protection can require it.
+const PlanContext = "stands/plan"
+
+// CommentMarker identifies the reconciler's comment on a pull request.
+const CommentMarker = "<!-- stands-reconciler:plan -->"
+
+// previewState remembers which head of each open pull request was planned.
+type previewState struct {
+	planned map[int64]string
+}
+
+// previews plans every open pull request into the tracked branch whose head moved since its last
+// plan. main is the tracked branch's evaluation: only the stands a pull request changes are planned.
+func (r *Reconciler) previews(ctx context.Context, main *evaluation, actual []diff.Actual) {
+	f, p, refs := r.cfg.Forge, r.cfg.Planner, r.cfg.Refs
+	if f == nil || p == nil || refs == nil {
+		return
+	}
+	prs, err := f.PullRequests(ctx, r.cfg.Branch)
+	if err != nil {
+		r.log.Warn("pull requests not planned", "err", err)
+		return
+	}
+	open := map[int64]bool{}
+	for _, pr := range prs {
+		open[pr.Index] = true
+		if r.prs.planned[pr.Index] == pr.HeadSHA {
+			continue
+		}
+		log := r.log.With("pull_request", pr.Index, "head", short(pr.HeadSHA))
+		if !pr.SameRepo {
+			// Previews run with production credentials: never for code from a fork.
+			r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure, "no plan for a pull request from a fork: push its branch to this repository", pr.URL)
+			r.prs.planned[pr.Index] = pr.HeadSHA
+			continue
+		}
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StatePending, "planning", pr.URL)
+		plan, err := r.planPR(ctx, pr, main, actual)
+		if err != nil {
+			// Retried at the next cycle: the head stays unplanned.
+			log.Warn("pull request not planned; retrying", "err", err)
+			r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateError, "planning failed, will retry: "+err.Error(), pr.URL)
+			continue
+		}
+		if err := f.UpsertComment(ctx, pr.Index, CommentMarker, plan.comment(pr)); err != nil {
+			log.Warn("plan comment not written; retrying", "err", err)
+			continue
+		}
+		state := gitsource.StateSuccess
+		if plan.failed {
+			state = gitsource.StateFailure
+		}
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, state, plan.summary(), pr.URL)
+		r.prs.planned[pr.Index] = pr.HeadSHA
+		log.Info("pull request planned", "stands", len(plan.rows), "failed", plan.failed)
+	}
+	for idx := range r.prs.planned {
+		if !open[idx] {
+			delete(r.prs.planned, idx) // closed or merged: nothing kept
+		}
+	}
+}
+
+func (r *Reconciler) setCommitStatus(ctx context.Context, sha, name string, state gitsource.CommitState, description, url string) {
+	if r.cfg.Forge == nil || sha == "" {
+		return
+	}
+	if err := r.cfg.Forge.SetStatus(ctx, sha, name, state, description, url); err != nil {
+		r.log.Warn("commit status not set", "context", name, "commit", short(sha), "err", err)
+	}
+}
+
+// prPlan is what a pull request would do.
+type prPlan struct {
+	head   string
+	rows   []planRow
+	cost   float64
+	priced bool // every server of the plan had a known price
+	cur    string
+	failed bool
+}
+
+type planRow struct {
+	id      string
+	action  string // create, update, destroy, blocked, invalid, error
+	steps   []engine.Step
+	note    string // a reason or an error, scrubbed
+	cost    float64
+	counted bool
+}
+
+func (r *Reconciler) planPR(ctx context.Context, pr gitsource.PullRequest, main *evaluation, actual []diff.Actual) (*prPlan, error) {
+	snap, err := r.cfg.Refs.FetchRef(ctx, pr.Ref())
+	if err != nil {
+		return nil, err
+	}
+	head, err := r.evaluate(ctx, snap.Files)
+	if err != nil {
+		return nil, err
+	}
+	if head.secretsErr != nil {
+		return nil, fmt.Errorf("secret store unavailable: %w", head.secretsErr)
+	}
+	prices, err := r.cfg.Planner.Prices(ctx)
+	if err != nil {
+		r.log.Warn("plan without prices", "err", err)
+	}
+	plan := &prPlan{head: snap.Commit, priced: prices != nil, cur: "EUR"}
+	mainBy := map[string]verdict{}
+	for _, v := range main.verdicts {
+		mainBy[v.id] = v
+	}
+	stacks := map[string]diff.Actual{}
+	for _, a := range actual {
+		stacks[a.ID] = a
+	}
+	for _, u := range head.unreadable {
+		plan.add(planRow{id: "?", action: "invalid", note: u})
+	}
+	headIDs := map[string]bool{}
+	for _, v := range head.verdicts {
+		headIDs[v.id] = true
+		m, inMain := mainBy[v.id]
+		switch {
+		case v.input == nil && inMain && m.problem == v.problem:
+			continue // broken on the tracked branch already, not by this pull request
+		case v.input == nil:
+			plan.add(planRow{id: v.id, action: "invalid", note: v.problem})
+			continue
+		case inMain && m.input != nil && m.input.SpecHash == v.input.SpecHash && m.input.Stand.Protect == v.input.Stand.Protect:
+			continue // unchanged
+		}
+		a, exists := stacks[v.id]
+		var res *engine.Result
+		var err error
+		row := planRow{id: v.id, action: "update"}
+		switch {
+		case exists && !a.Owned:
+			plan.add(planRow{id: v.id, action: "blocked", note: diff.ReasonForeign + ": a stack with this name was not made by stands-reconciler"})
+			continue
+		case exists:
+			res, err = r.cfg.Planner.Preview(ctx, *v.input)
+		default:
+			row.action = "create"
+			res, err = r.cfg.Planner.PreviewNew(ctx, *v.input)
+		}
+		if err != nil {
+			c := engine.Classify(err)
+			if c.Kind == engine.Waiting {
+				return nil, err
+			}
+			plan.add(planRow{id: v.id, action: "error", note: string(c.Reason) + ": " + v.input.Secrets.Scrub(err.Error())})
+			continue
+		}
+		row.steps = res.Steps
+		plan.add(plan.priceSteps(row, prices))
+	}
+	// Removals: what the destroy guards would decide if the pull request were merged as it is.
+	actions := diff.Plan(diff.Input{Desired: head.desired(func(string) bool { return false }), Actual: actual, SourceOK: len(head.unreadable) == 0,
+		MaxDestroyShare: r.cfg.MaxDestroyShare, AllowDestroy: head.allow, AllowMassDestroy: r.cfg.AllowMassDestroy})
+	for _, a := range actions {
+		if headIDs[a.ID] || (a.Kind != diff.Destroy && a.Kind != diff.Blocked) || a.Reason == diff.ReasonForeign {
+			continue
+		}
+		if _, inMain := mainBy[a.ID]; !inMain && a.Kind == diff.Blocked {
+			continue // not removed by this pull request
+		}
+		servers, err := r.cfg.Planner.StandServers(ctx, a.ID)
+		if err != nil {
+			return nil, err
+		}
+		row := planRow{id: a.ID, action: "destroy"}
+		if a.Kind == diff.Blocked {
+			row.action, row.note = "blocked", a.Reason
+		}
+		for _, s := range servers {
+			row.steps = append(row.steps, engine.Step{Op: "delete", ServerName: s.Name, OldServerType: s.ServerType, OldLocation: s.Location})
+		}
+		plan.add(plan.priceSteps(row, prices))
+	}
+	sort.SliceStable(plan.rows, func(i, j int) bool { return plan.rows[i].id < plan.rows[j].id })
+	return plan, nil
+}
+
+func (p *prPlan) add(row planRow) {
+	switch row.action {
+	case "invalid", "blocked", "error":
+		p.failed = true
+	}
+	if row.counted {
+		p.cost += row.cost
+	}
+	p.rows = append(p.rows, row)
+}
+
+// priceSteps sets a row's monthly cost delta from the API's prices: a create adds its type, a delete
+// takes its type away, a replace does both.
+func (p *prPlan) priceSteps(row planRow, prices engine.Prices) planRow {
+	row.counted = true
+	price := func(t, loc string) float64 {
+		pr, ok := prices.Of(t, loc)
+		if !ok {
+			row.counted, p.priced = false, false
+		}
+		if pr.Currency != "" {
+			p.cur = pr.Currency
+		}
+		return pr.Monthly
+	}
+	if row.action == "blocked" {
+		row.counted = false
+		return row
+	}
+	for _, s := range row.steps {
+		switch s.Op {
+		case "create":
+			row.cost += price(s.ServerType, s.Location)
+		case "delete":
+			row.cost -= price(s.OldServerType, s.OldLocation)
+		case "replace":
+			row.cost += price(s.ServerType, s.Location) - price(s.OldServerType, s.OldLocation)
+		}
+	}
+	return row
+}
+
+func (p *prPlan) count(action string) int {
+	n := 0
+	for _, r := range p.rows {
+		if r.action == action {
+			n++
+		}
+	}
+	return n
+}
+
+// summary is the commit status description.
+func (p *prPlan) summary() string {
+	if len(p.rows) == 0 {
+		return "no stand changes"
+	}
+	parts := []string{}
+	for _, a := range []string{"create", "update", "destroy", "blocked", "invalid", "error"} {
+		if n := p.count(a); n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, a))
+		}
+	}
+	s := strings.Join(parts, ", ")
+	if p.priced {
+		s += fmt.Sprintf("; %s/month", money(p.cost, p.cur))
+	}
+	return s
+}
+
+func money(v float64, cur string) string {
+	sign := "+"
+	if v < 0 {
+		sign, v = "−", -v
+	}
+	return fmt.Sprintf("%s%.2f %s", sign, v, cur)
+}
+
+// comment is the pull request comment: stands, actions, servers and costs, and the problems with
+// file and line. It names servers and types, never a value of the manifest.
+func (p *prPlan) comment(pr gitsource.PullRequest) string {
+	var b strings.Builder
+	b.WriteString(CommentMarker + "\n")
+	fmt.Fprintf(&b, "### Stands plan for `%s`\n\n", short(p.head))
+	if len(p.rows) == 0 {
+		b.WriteString("This pull request changes no stand.\n")
+	} else {
+		b.WriteString("| stand | plan | servers | monthly cost |\n|---|---|---|---|\n")
+		for _, r := range p.rows {
+			servers := []string{}
+			for _, s := range r.steps {
+				servers = append(servers, stepText(s))
+			}
+			if len(servers) == 0 && r.action == "update" {
+				servers = append(servers, "no server changes")
+			}
+			if r.note != "" && r.action != "invalid" && r.action != "error" {
+				servers = append(servers, cell(firstLine(r.note)))
+			}
+			cost := ""
+			if r.counted {
+				cost = money(r.cost, p.cur)
+			}
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", r.id, actionText(r.action), strings.Join(servers, "<br>"), cost)
+		}
+		if p.priced {
+			fmt.Fprintf(&b, "\n**Monthly cost change: %s** (Hetzner's list prices, gross, as the API states them)\n", money(p.cost, p.cur))
+		} else {
+			b.WriteString("\nMonthly cost change: unknown (a server type's price was not available).\n")
+		}
+	}
+	var problems []planRow
+	for _, r := range p.rows {
+		if r.action == "invalid" || r.action == "error" {
+			problems = append(problems, r)
+		}
+	}
+	if len(problems) > 0 {
+		b.WriteString("\n#### Problems\n")
+		for _, r := range problems {
+			fmt.Fprintf(&b, "\n`%s`:\n```\n%s\n```\n", r.id, strings.ReplaceAll(r.note, "```", "'''"))
+		}
+	}
+	b.WriteString("\n<sub>stands-reconciler previews never create stacks or servers; this comment is updated when the pull request's head moves.</sub>\n")
+	return b.String()
+}
+
+func actionText(a string) string {
+	return map[string]string{"create": "➕ create", "update": "🔄 update", "destroy": "🗑️ destroy", "blocked": "⛔ refused",
+		"invalid": "❌ invalid", "error": "❌ preview failed"}[a]
+}
+
+func stepText(s engine.Step) string {
+	switch s.Op {
+	case "create":
+		return fmt.Sprintf("create `%s` (%s, %s)", s.ServerName, s.ServerType, s.Location)
+	case "delete":
+		return fmt.Sprintf("delete `%s` (%s, %s)", s.ServerName, s.OldServerType, s.OldLocation)
+	case "replace":
+		return fmt.Sprintf("replace `%s` (%s → %s, %s)", s.ServerName, s.OldServerType, s.ServerType, s.Location)
+	}
+	return fmt.Sprintf("%s `%s`", s.Op, s.ServerName)
+}

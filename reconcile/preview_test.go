@@ -1,0 +1,116 @@
+package reconcile
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+func newPreviewHarness(t *testing.T, ids ...string) (*harness, *fakeForge) {
+	f := newFakeForge()
+	h := newHarness(t, stands(ids...), func(c *Config) {
+		c.Branch, c.StatusBranch = "main", "main"
+		c.Forge, c.Refs = f, f
+	})
+	h.r.cfg.Planner = h.eng
+	return h, f
+}
+
+func (h *harness) files() fstest.MapFS {
+	h.src.mu.Lock()
+	defer h.src.mu.Unlock()
+	return maps.Clone(h.src.files)
+}
+
+func TestPreviewAddsAStand(t *testing.T) {
+	h, f := newPreviewHarness(t, "a", "b")
+	h.mustCycle()
+	ups := h.eng.totalUps()
+	f.open(1, "head1", h.files(), map[string]string{standFile("c"): standYML("c", "")}, true)
+	h.mustCycle()
+	c := f.comment(1)
+	for _, want := range []string{CommentMarker, "`local_c_dev`", "create `local-c-dev-main` (cx22, hel1)", "+4.51 EUR", "Monthly cost change: +4.51 EUR"} {
+		if !strings.Contains(c, want) {
+			t.Errorf("comment lacks %q:\n%s", want, c)
+		}
+	}
+	if strings.Contains(c, "local_a_dev") {
+		t.Errorf("an unchanged stand is in the plan:\n%s", c)
+	}
+	if st := f.status("head1", PlanContext); !strings.HasPrefix(st, "success: 1 create") {
+		t.Errorf("stands/plan: %q", st)
+	}
+	if h.eng.totalUps() != ups || len(h.eng.stacks) != 2 {
+		t.Errorf("a preview applied: %d ups, %d stacks", h.eng.totalUps()-ups, len(h.eng.stacks))
+	}
+	// The same head is not planned again; a new head edits the one comment.
+	previews := h.eng.previews
+	h.mustCycle()
+	if h.eng.previews != previews {
+		t.Error("an unchanged head was planned again")
+	}
+	f.open(1, "head2", h.files(), map[string]string{standFile("c"): standYML("c", ""), standFile("d"): standYML("d", "")}, true)
+	h.mustCycle()
+	if f.edits != 1 || !strings.Contains(f.comment(1), "local_d_dev") || len(f.comments) != 1 {
+		t.Errorf("after a push: %d edits, %d comments:\n%s", f.edits, len(f.comments), f.comment(1))
+	}
+	f.close(1)
+	h.mustCycle()
+	if len(h.r.prs.planned) != 0 {
+		t.Errorf("a closed pull request is remembered: %v", h.r.prs.planned)
+	}
+}
+
+func TestPreviewChangeBrokenAndRemovals(t *testing.T) {
+	h, f := newPreviewHarness(t, "a", "b", "c")
+	h.mustCycle()
+	base := h.files()
+	f.open(2, "broken", base, map[string]string{standFile("b"): strings.Replace(standYML("b", ""), "profile: small", "profile: huge", 1)}, true)
+	f.open(3, "all-gone", base, map[string]string{standFile("a"): "", standFile("b"): "", standFile("c"): ""}, true)
+	f.open(4, "change", base, map[string]string{standFile("a"): strings.Replace(standYML("a", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)}, true)
+	f.open(5, "fork", base, map[string]string{standFile("z"): standYML("z", "")}, false)
+	f.open(6, "one-gone", base, map[string]string{standFile("c"): ""}, true)
+	h.mustCycle()
+	if st := f.status("broken", PlanContext); !strings.HasPrefix(st, "failure: 1 invalid") {
+		t.Errorf("broken: %q", st)
+	}
+	if c := f.comment(2); !strings.Contains(c, "stands/b/stand.yml:") || !strings.Contains(c, "huge") {
+		t.Errorf("broken comment:\n%s", c)
+	}
+	if st, c := f.status("all-gone", PlanContext), f.comment(3); !strings.HasPrefix(st, "failure: 3 blocked") || !strings.Contains(c, "WouldRemoveAllStands") {
+		t.Errorf("removing all: %q\n%s", st, c)
+	}
+	if c := f.comment(4); !strings.Contains(c, "replace `local-a-dev-main` (cx22 → cx32, hel1)") || !strings.Contains(c, "+3.58 EUR") {
+		t.Errorf("change:\n%s", c)
+	}
+	if st := f.status("fork", PlanContext); !strings.HasPrefix(st, "failure: no plan for a pull request from a fork") || f.comment(5) != "" {
+		t.Errorf("fork: %q %q", st, f.comment(5))
+	}
+	if st, c := f.status("one-gone", PlanContext), f.comment(6); !strings.HasPrefix(st, "success: 1 destroy") || !strings.Contains(c, "delete `local-c-dev-main` (cx22, hel1)") || !strings.Contains(c, "−4.51 EUR") {
+		t.Errorf("one removal: %q\n%s", st, c)
+	}
+	for n, c := range f.comments {
+		if strings.Contains(c, kvPassword) || strings.Contains(c, "reg-s3cret-value") {
+			t.Errorf("comment %d shows a secret", n)
+		}
+	}
+	if len(h.eng.destroys) != 0 || h.eng.totalUps() != 3 {
+		t.Errorf("previews changed stands: destroys %v ups %d", h.eng.destroys, h.eng.totalUps())
+	}
+}
+
+func TestCommitStatusPerStand(t *testing.T) {
+	h, f := newPreviewHarness(t, "a")
+	h.mustCycle()
+	if st := f.status("h001", "stands/local_a_dev"); !strings.HasPrefix(st, "success: Ready") {
+		t.Errorf("stands/local_a_dev on the applied commit: %q", st)
+	}
+	h.eng.fail["local_b_dev"] = context.DeadlineExceeded
+	h.src.commit(stands("b"))
+	h.mustCycle()
+	if st := f.status("h002", "stands/local_b_dev"); !strings.HasPrefix(st, "failure: Failed") {
+		t.Errorf("stands/local_b_dev after a failure: %q", st)
+	}
+}
