@@ -69,15 +69,22 @@ type daemonEnv struct {
 	listen  string
 	hookKey string
 	secrets map[string]string // every secret value the run uses, by name
-	cmd     *exec.Cmd
-	exited  chan error
+	pl      *testenv.Pulumi
+	// gitUser and gitToken are who the daemon is in Gitea (the admin unless a test says otherwise).
+	gitUser, gitToken string
+	state             string // the daemon's state folder
+	cmd               *exec.Cmd
+	exited            chan error
 }
 
-func TestDaemon(t *testing.T) {
+// newDaemonEnv starts every server and commits the example's bases and app packages with the given
+// stands (name → port) to a new repository. The daemon is not started yet.
+func newDaemonEnv(t *testing.T, stands map[string]int) *daemonEnv {
 	pl := testenv.NewPulumi(t)
-	e := &daemonEnv{t: t, gitea: testenv.StartGitea(t), hetzner: testenv.StartHetzner(t, "hcloud-tok-"+hex.EncodeToString(randomBytes(8)))}
+	e := &daemonEnv{t: t, pl: pl, gitea: testenv.StartGitea(t), hetzner: testenv.StartHetzner(t, "hcloud-tok-"+hex.EncodeToString(randomBytes(8)))}
 	e.vault = vaulttest.Serve(t, vaulttest.New())
 	e.repo = e.gitea.CreateRepo(t, "stands")
+	e.gitUser, e.gitToken = e.gitea.User, e.gitea.Token
 	e.reader = gitsource.New(e.repo.Info.CloneURL, "main", gitsource.WithToken(e.gitea.User, func() (string, error) { return e.gitea.Token, nil }))
 	e.secrets = map[string]string{
 		"kv-password":       "kv+p@ss/" + hex.EncodeToString(randomBytes(6)),
@@ -89,14 +96,11 @@ func TestDaemon(t *testing.T) {
 		"vault token":       e.vault.Server.RootToken,
 	}
 	e.hookKey = e.secrets["webhook secret"]
-	vc := e.vaultClient()
 	for _, name := range []string{"kv-password", "registry-password"} {
-		if _, err := vc.KVv2("secret").Put(context.Background(), "stands/"+name, map[string]any{"value": e.secrets[name]}); err != nil {
+		if _, err := e.vaultClient().KVv2("secret").Put(context.Background(), "stands/"+name, map[string]any{"value": e.secrets[name]}); err != nil {
 			t.Fatal(err)
 		}
 	}
-
-	// The repository: the example's bases and app packages, and four stands.
 	base, err := testfs.Dir(filepath.Join(testenv.RepoRoot(), "examples", "stands-repo"))
 	if err != nil {
 		t.Fatal(err)
@@ -107,11 +111,17 @@ func TestDaemon(t *testing.T) {
 			files[p] = string(f.Data)
 		}
 	}
-	for i, p := range []string{"a", "b", "c", "d"} {
-		files[standPath(p)] = daemonStand(p, 6300+i)
+	for p, port := range stands {
+		files[standPath(p)] = daemonStand(p, port)
 	}
-	e.repo.Change("four stands", files)
-	e.start(pl)
+	e.repo.Change(fmt.Sprintf("%d stands", len(stands)), files)
+	return e
+}
+
+func TestDaemon(t *testing.T) {
+	e := newDaemonEnv(t, map[string]int{"a": 6300, "b": 6301, "c": 6302, "d": 6303})
+	vc := e.vaultClient()
+	e.start()
 
 	ids := []string{"local_a_dev", "local_b_dev", "local_c_dev", "local_d_dev"}
 	for _, id := range ids {
@@ -350,8 +360,8 @@ func (e *daemonEnv) vaultClient() *vaultapi.Client {
 
 // start runs the daemon in its own process with the real Pulumi CLI behind a wrapper on PATH that
 // records each process's arguments.
-func (e *daemonEnv) start(pl *testenv.Pulumi) {
-	t := e.t
+func (e *daemonEnv) start(extra ...string) {
+	t, pl := e.t, e.pl
 	dir := t.TempDir()
 	wrapBin := filepath.Join(dir, "wrap", "bin")
 	if err := os.MkdirAll(wrapBin, 0o755); err != nil {
@@ -374,13 +384,14 @@ func (e *daemonEnv) start(pl *testenv.Pulumi) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "run", "--repo", e.repo.Info.CloneURL, "--poll-interval", "1s", "--listen", e.listen,
-		"--drift-interval", "0", "--drain-timeout", "2m")
+	cmd := exec.Command(exe, append([]string{"run", "--repo", e.repo.Info.CloneURL, "--poll-interval", "1s", "--listen", e.listen,
+		"--drift-interval", "0", "--drain-timeout", "2m"}, extra...)...)
+	e.state = filepath.Join(dir, "state")
 	cmd.Env = []string{runMainEnv + "=1", "PATH=" + wrapBin + ":" + os.Getenv("PATH"), "HOME=" + dir,
-		"STANDS_STATE_DIR=" + filepath.Join(dir, "state"), "HCLOUD_ENDPOINT=" + e.hetzner.Endpoint,
+		"STANDS_STATE_DIR=" + e.state, "HCLOUD_ENDPOINT=" + e.hetzner.Endpoint,
 		"HCLOUD_TOKEN_FILE=" + secretFile("hcloud-token", e.hetzner.Token),
 		"STANDS_PASSPHRASE_FILE=" + secretFile("passphrase", pl.Passphrase),
-		"STANDS_GIT_USER=" + e.gitea.User, "STANDS_GIT_TOKEN_FILE=" + secretFile("git-token", e.gitea.Token),
+		"STANDS_GIT_USER=" + e.gitUser, "STANDS_GIT_TOKEN_FILE=" + secretFile("git-token", e.gitToken),
 		"STANDS_WEBHOOK_SECRET_FILE=" + secretFile("webhook-secret", e.hookKey),
 		"VAULT_ADDR=" + e.vault.Addr, "VAULT_TOKEN_FILE=" + secretFile("vault-token", e.vault.Server.RootToken),
 		"LOG_LEVEL=debug"}
@@ -565,31 +576,41 @@ func (e *daemonEnv) webhook(key string, want int) {
 	}
 }
 
-// history is every commit message and every file version of the repository's whole history.
-func (e *daemonEnv) history() map[string]string {
+// commits clones the repository and returns every commit of every branch.
+func (e *daemonEnv) commits() []*object.Commit {
 	t := e.t
 	r, err := git.Clone(memory.NewStorage(), nil, &git.CloneOptions{URL: e.repo.Info.CloneURL, Auth: e.gitea.HTTPAuth()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]string{}
-	commits, err := r.Log(&git.LogOptions{All: true})
+	iter, err := r.Log(&git.LogOptions{All: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = commits.ForEach(func(c *object.Commit) error {
+	var out []*object.Commit
+	if err := iter.ForEach(func(c *object.Commit) error { out = append(out, c); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// history is every commit message and every file version of the repository's whole history.
+func (e *daemonEnv) history() map[string]string {
+	t := e.t
+	out := map[string]string{}
+	for _, c := range e.commits() {
 		out["message of "+c.Hash.String()[:12]] = c.Message
 		if c.Author.Email == gitsource.DefaultIdentity.Email {
 			// The reconciler's own commits touch status only.
 			parent, err := c.Parent(0)
 			if err != nil {
-				return err
+				t.Fatal(err)
 			}
-			stats, err := parent.Patch(c)
+			patch, err := parent.Patch(c)
 			if err != nil {
-				return err
+				t.Fatal(err)
 			}
-			for _, fp := range stats.FilePatches() {
+			for _, fp := range patch.FilePatches() {
 				from, to := fp.Files()
 				for _, f := range []interface{ Path() string }{from, to} {
 					if f != nil && !gitsource.IsStatusPath(f.Path()) {
@@ -600,16 +621,16 @@ func (e *daemonEnv) history() map[string]string {
 		}
 		files, err := c.Files()
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		return files.ForEach(func(f *object.File) error {
+		err = files.ForEach(func(f *object.File) error {
 			content, err := f.Contents()
 			out[f.Name+"@"+c.Hash.String()[:12]] = content
 			return err
 		})
-	})
-	if err != nil {
-		t.Fatal(err)
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	return out
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/go-git/go-billy/v5/util"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
@@ -111,18 +112,25 @@ func (r *Repo) Change(msg string, write map[string]string, remove ...string) str
 func (r *Repo) ChangeOn(branch, msg string, write map[string]string, remove ...string) string {
 	r.t.Helper()
 	t := r.t
-	err := r.local.Fetch(&git.FetchOptions{Auth: r.auth, RefSpecs: []config.RefSpec{"+refs/heads/main:refs/remotes/origin/main"}})
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && !errors.Is(err, transport.ErrEmptyRemoteRepository) &&
-		!errors.Is(err, git.NoMatchingRefSpecError{}) {
-		t.Fatalf("fetch main: %v", err)
+	// Start from the branch when it exists (a pull request's next commit), else from main.
+	for _, b := range []string{"main", branch} {
+		err := r.local.Fetch(&git.FetchOptions{Auth: r.auth, RefSpecs: []config.RefSpec{config.RefSpec("+refs/heads/" + b + ":refs/remotes/origin/" + b)}})
+		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && !errors.Is(err, transport.ErrEmptyRemoteRepository) &&
+			!errors.Is(err, git.NoMatchingRefSpecError{}) {
+			t.Fatalf("fetch %s: %v", b, err)
+		}
 	}
 	wt, err := r.local.Worktree()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ref, err := r.local.Reference("refs/remotes/origin/main", true); err == nil {
+	ref, err := r.local.Reference(plumbing.NewRemoteReferenceName("origin", branch), true)
+	if err != nil {
+		ref, err = r.local.Reference("refs/remotes/origin/main", true)
+	}
+	if err == nil {
 		if err := wt.Reset(&git.ResetOptions{Commit: ref.Hash(), Mode: git.HardReset}); err != nil {
-			t.Fatalf("reset to origin/main: %v", err)
+			t.Fatalf("reset to %s: %v", ref.Name(), err)
 		}
 	}
 	for _, p := range remove {
@@ -150,30 +158,54 @@ func (r *Repo) ChangeOn(branch, msg string, write map[string]string, remove ...s
 	return h.String()
 }
 
+// Open opens a pull request from branch into main as the API client's user; it returns its index.
+func (r *Repo) Open(api *gitea.Client, branch, title string) int64 {
+	r.t.Helper()
+	pr, _, err := api.CreatePullRequest(r.Info.Owner.UserName, r.Info.Name, gitea.CreatePullRequestOption{Head: branch, Base: "main", Title: title})
+	if err != nil {
+		r.t.Fatalf("open pull request: %v", err)
+	}
+	return pr.Index
+}
+
+// TryMerge merges a pull request with a merge commit once Gitea has checked it can be merged; a
+// refusal (e.g. a required status check) is returned, not fatal.
+func (r *Repo) TryMerge(api *gitea.Client, index int64) error {
+	r.t.Helper()
+	owner, name := r.Info.Owner.UserName, r.Info.Name
+	// Gitea checks mergeability in the background right after the PR opens or moves.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		pr, _, err := api.GetPullRequest(owner, name, index)
+		if err != nil {
+			r.t.Fatalf("pull request %d: %v", index, err)
+		}
+		if pr.Mergeable {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("pull request %d is not mergeable after 60s", index)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	ok, _, err := api.MergePullRequest(owner, name, index, gitea.MergePullRequestOption{Style: gitea.MergeStyleMerge})
+	if err == nil && !ok {
+		err = errors.New("merge refused")
+	}
+	return err
+}
+
 // Merge opens a pull request from branch into main and merges it with a merge commit through the
 // Gitea API, as a reviewer's approval does; it returns the merge commit.
 func (r *Repo) Merge(api *gitea.Client, branch, title string) string {
 	r.t.Helper()
-	owner, name := r.Info.Owner.UserName, r.Info.Name
-	pr, _, err := api.CreatePullRequest(owner, name, gitea.CreatePullRequestOption{Head: branch, Base: "main", Title: title})
-	if err != nil {
-		r.t.Fatalf("open pull request: %v", err)
+	index := r.Open(api, branch, title)
+	if err := r.TryMerge(api, index); err != nil {
+		r.t.Fatalf("merge pull request %d: %v", index, err)
 	}
-	// Gitea checks mergeability in the background right after the PR opens.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ok, _, err := api.MergePullRequest(owner, name, pr.Index, gitea.MergePullRequestOption{Style: gitea.MergeStyleMerge, Title: title})
-		if err == nil && ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("merge pull request %d: %v", pr.Index, err)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
-	pr, _, err = api.GetPullRequest(owner, name, pr.Index)
+	pr, _, err := api.GetPullRequest(r.Info.Owner.UserName, r.Info.Name, index)
 	if err != nil || pr.MergedCommitID == nil {
-		r.t.Fatalf("merged pull request %d: %v", pr.Index, err)
+		r.t.Fatalf("merged pull request %d: %v", index, err)
 	}
 	return *pr.MergedCommitID
 }
@@ -209,4 +241,49 @@ func writeFile(t testing.TB, wt *git.Worktree, path, content string) {
 	if _, err := wt.Add(path); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// User is a non-admin Gitea user with an all-scopes access token.
+type User struct {
+	Name  string
+	Token string
+}
+
+// CreateUser makes a non-admin user through the admin API and a token as that user.
+func (g *Gitea) CreateUser(t testing.TB, name string) *User {
+	t.Helper()
+	password := "pw-" + randomHex(8)
+	no := false
+	if _, _, err := g.API(t).AdminCreateUser(gitea.CreateUserOption{Username: name, Email: name + "@example.test", Password: password,
+		MustChangePassword: &no}); err != nil {
+		t.Fatalf("create user %s: %v", name, err)
+	}
+	as, err := gitea.NewClient(strings.TrimSuffix(g.URL, "/"), gitea.SetBasicAuth(name, password))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := as.CreateAccessToken(gitea.CreateAccessTokenOption{Name: "tests", Scopes: []gitea.AccessTokenScope{gitea.AccessTokenScopeAll}})
+	if err != nil {
+		t.Fatalf("token for %s: %v", name, err)
+	}
+	return &User{Name: name, Token: tok.Token}
+}
+
+// AddWriter gives a user write access to a repository of the admin.
+func (r *Repo) AddWriter(api *gitea.Client, user string) {
+	r.t.Helper()
+	mode := gitea.AccessModeWrite
+	if _, err := api.AddCollaborator(r.Info.Owner.UserName, r.Info.Name, user, gitea.AddCollaboratorOption{Permission: &mode}); err != nil {
+		r.t.Fatalf("add collaborator %s: %v", user, err)
+	}
+}
+
+// Client is an API client acting as the user.
+func (u *User) Client(t testing.TB, g *Gitea) *gitea.Client {
+	t.Helper()
+	c, err := gitea.NewClient(strings.TrimSuffix(g.URL, "/"), gitea.SetToken(u.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"code.gitea.io/sdk/gitea"
+
+	"github.com/stands-engine/stands-reconciler/reconcile"
+)
+
+// TestPullRequestPlans: the daemon, as a bot user with write access, plans pull requests against
+// real Gitea, the real Pulumi CLI, hcloudsim and the Vault stand-in: one comment per pull request
+// with servers and monthly cost, edited in place; stands/plan on each head; validation errors with
+// file and line; the destroy guard's refusal; nothing created by previews; and Gitea's branch
+// protection requiring stands/plan, with the bot in the push allow-list so status still lands on
+// the protected main.
+func TestPullRequestPlans(t *testing.T) {
+	e := newDaemonEnv(t, map[string]int{"a": 6300, "b": 6301})
+	admin := e.gitea.API(t)
+	bot := e.gitea.CreateUser(t, "stands-bot")
+	dev := e.gitea.CreateUser(t, "dev")
+	e.repo.AddWriter(admin, bot.Name)
+	e.repo.AddWriter(admin, dev.Name)
+	e.gitUser, e.gitToken = bot.Name, bot.Token
+	e.secrets["bot token"], e.secrets["dev token"] = bot.Token, dev.Token
+	owner, repo := e.repo.Info.Owner.UserName, e.repo.Info.Name
+
+	// Branch protection as the README documents it: stands/plan required, pushes to main only by the bot.
+	if _, _, err := admin.CreateBranchProtection(owner, repo, gitea.CreateBranchProtectionOption{RuleName: "main", BranchName: "main",
+		EnablePush: true, EnablePushWhitelist: true, PushWhitelistUsernames: []string{bot.Name},
+		EnableStatusCheck: true, StatusCheckContexts: []string{reconcile.PlanContext}}); err != nil {
+		t.Fatalf("branch protection: %v", err)
+	}
+	// Stands reach main through pull requests only now; the first two are there already.
+	e.start()
+	for _, id := range []string{"local_a_dev", "local_b_dev"} {
+		e.waitStatus(id, 4*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reconcile.Ready })
+	}
+	backend := filepath.Join(e.stateDir(), "pulumi", "local", ".pulumi", "stacks")
+	stacksBefore := listFiles(t, backend)
+	writesBefore := e.hetzner.Sim.Writes("")
+	devAPI := dev.Client(t, e.gitea)
+
+	var addPR int64
+	e.run("a pull request adding a stand", func(t *testing.T) {
+		head := e.repo.ChangeOn("add-c", "add stand c", map[string]string{standPath("c"): daemonStand("c", 6302)})
+		addPR = e.repo.Open(devAPI, "add-c", "Add stand c")
+		c := e.waitComment(addPR, head)
+		for _, want := range []string{"`local_c_dev`", "create `local-c-dev-main` (cx22, hel1)", "Monthly cost change: +"} {
+			if !strings.Contains(c, want) {
+				t.Errorf("comment lacks %q:\n%s", want, c)
+			}
+		}
+		if strings.Contains(c, "local_a_dev") {
+			t.Errorf("an unchanged stand is in the plan:\n%s", c)
+		}
+		if st := e.planStatus(head); st.State != gitea.StatusSuccess || !strings.Contains(st.Description, "1 create") {
+			t.Errorf("stands/plan: %+v", st)
+		}
+		// A push to the pull request edits the same comment.
+		head2 := e.repo.ChangeOn("add-c", "c on another port, and d", map[string]string{standPath("c"): daemonStand("c", 6312), standPath("d"): daemonStand("d", 6313)})
+		c = e.waitComment(addPR, head2)
+		if !strings.Contains(c, "local_d_dev") {
+			t.Errorf("the edited comment lacks the new stand:\n%s", c)
+		}
+		if n := e.planComments(addPR); n != 1 {
+			t.Errorf("%d plan comments after a push, want 1", n)
+		}
+	})
+
+	var brokenPR int64
+	e.run("a pull request with a broken stand.yml", func(t *testing.T) {
+		head := e.repo.ChangeOn("break-b", "b on a profile that does not exist",
+			map[string]string{standPath("b"): strings.Replace(daemonStand("b", 6301), "profile: small", "profile: huge", 1)})
+		brokenPR = e.repo.Open(devAPI, "break-b", "Break b")
+		c := e.waitComment(brokenPR, head)
+		if !strings.Contains(c, "stands/b/stand.yml:") || !strings.Contains(c, "huge") {
+			t.Errorf("comment lacks the error with file and line:\n%s", c)
+		}
+		if st := e.planStatus(head); st.State != gitea.StatusFailure {
+			t.Errorf("stands/plan: %+v", st)
+		}
+		if err := e.repo.TryMerge(devAPI, brokenPR); err == nil {
+			t.Fatal("a pull request whose plan failed was merged")
+		}
+	})
+
+	e.run("a pull request removing every stand", func(t *testing.T) {
+		head := e.repo.ChangeOn("remove-all", "remove every stand", nil, "stands")
+		pr := e.repo.Open(devAPI, "remove-all", "Remove everything")
+		c := e.waitComment(pr, head)
+		if !strings.Contains(c, "WouldRemoveAllStands") || !strings.Contains(c, ".stands/allow-destroy") {
+			t.Errorf("comment lacks the guard's refusal:\n%s", c)
+		}
+		if st := e.planStatus(head); st.State != gitea.StatusFailure {
+			t.Errorf("stands/plan: %+v", st)
+		}
+	})
+
+	e.run("previews create nothing", func(t *testing.T) {
+		if after := listFiles(t, backend); strings.Join(after, ",") != strings.Join(stacksBefore, ",") {
+			t.Errorf("stacks before the previews %v, after %v", stacksBefore, after)
+		}
+		if n := e.hetzner.Sim.Writes("") - writesBefore; n != 0 {
+			t.Errorf("%d Hetzner write calls during the previews", n)
+		}
+	})
+
+	e.run("branch protection lets a fixed pull request through", func(t *testing.T) {
+		head := e.repo.ChangeOn("break-b", "b fixed", map[string]string{standPath("b"): daemonStand("b", 6321)})
+		e.waitComment(brokenPR, head)
+		if st := e.planStatus(head); st.State != gitea.StatusSuccess {
+			t.Fatalf("stands/plan after the fix: %+v", st)
+		}
+		if err := e.repo.TryMerge(devAPI, brokenPR); err != nil {
+			t.Fatalf("merge after the plan succeeded: %v", err)
+		}
+		// The bot's status commits still land on the protected main.
+		e.waitStatus("local_b_dev", 3*time.Minute, func(s *reconcile.Status) bool {
+			return s.Phase == reconcile.Ready && s.Timings != nil && s.Reason == reconcile.ReasonApplied && strings.Contains(e.file(standPath("b")), "6321")
+		})
+	})
+
+	e.stop()
+
+	e.run("no secret in comments or commit statuses", func(t *testing.T) {
+		haystacks := map[string]string{}
+		for _, pr := range []int64{addPR, brokenPR, 3} {
+			comments, _, err := admin.ListIssueComments(owner, repo, pr, gitea.ListIssueCommentOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range comments {
+				haystacks[fmt.Sprintf("comment %d on #%d", c.ID, pr)] = c.Body
+			}
+		}
+		for _, sha := range e.allCommits() {
+			statuses, _, err := admin.ListStatuses(owner, repo, sha, gitea.ListStatusesOption{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range statuses {
+				haystacks[fmt.Sprintf("status %s on %s", s.Context, sha[:12])] = s.Description + " " + s.TargetURL
+			}
+		}
+		if len(haystacks) < 8 {
+			t.Fatalf("only %d comments and statuses found", len(haystacks))
+		}
+		control := map[string]string{"control": "x" + base64.StdEncoding.EncodeToString([]byte(e.secrets["kv-password"])) + url.QueryEscape(e.secrets["kv-password"])}
+		if len(scanSecrets(control, map[string]string{"kv": e.secrets["kv-password"]})) != 1 {
+			t.Fatal("the scan finds nothing in its positive control")
+		}
+		for _, f := range scanSecrets(haystacks, e.secrets) {
+			t.Errorf("secret found: %s", f)
+		}
+		var contexts []string
+		for k := range haystacks {
+			if strings.HasPrefix(k, "status stands/local_") {
+				contexts = append(contexts, k)
+			}
+		}
+		sort.Strings(contexts)
+		if len(contexts) == 0 {
+			t.Errorf("no stands/<stand-id> commit status on any commit")
+		}
+	})
+}
+
+func listFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && !strings.HasSuffix(p, ".bak") {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, rel)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// waitComment waits for the plan comment of pull request n to be about head.
+func (e *daemonEnv) waitComment(n int64, head string) string {
+	e.t.Helper()
+	var body string
+	e.waitFor(fmt.Sprintf("the plan comment on #%d for %s", n, head[:12]), 3*time.Minute, func() bool {
+		comments, _, err := e.gitea.API(e.t).ListIssueComments(e.repo.Info.Owner.UserName, e.repo.Info.Name, n, gitea.ListIssueCommentOptions{})
+		if err != nil {
+			return false
+		}
+		for _, c := range comments {
+			if strings.Contains(c.Body, reconcile.CommentMarker) && strings.Contains(c.Body, head[:12]) {
+				body = c.Body
+				return true
+			}
+		}
+		return false
+	})
+	return body
+}
+
+func (e *daemonEnv) planComments(n int64) int {
+	comments, _, err := e.gitea.API(e.t).ListIssueComments(e.repo.Info.Owner.UserName, e.repo.Info.Name, n, gitea.ListIssueCommentOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	count := 0
+	for _, c := range comments {
+		if strings.Contains(c.Body, reconcile.CommentMarker) {
+			count++
+		}
+	}
+	return count
+}
+
+// planStatus is the final stands/plan status of a commit (waiting while it is pending).
+func (e *daemonEnv) planStatus(sha string) *gitea.Status {
+	e.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		statuses, _, err := e.gitea.API(e.t).ListStatuses(e.repo.Info.Owner.UserName, e.repo.Info.Name, sha, gitea.ListStatusesOption{})
+		var newest *gitea.Status
+		for _, s := range statuses {
+			if s.Context == reconcile.PlanContext && (newest == nil || s.ID > newest.ID) {
+				newest = s
+			}
+		}
+		if err == nil && newest != nil && newest.State != gitea.StatusPending {
+			return newest
+		}
+		if time.Now().After(deadline) {
+			var seen []string
+			for _, s := range statuses {
+				seen = append(seen, fmt.Sprintf("%d %s %s %q", s.ID, s.Context, s.State, s.Description))
+			}
+			e.t.Fatalf("no final stands/plan on %s (%v): %v", sha[:12], err, seen)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// allCommits lists every commit of every branch.
+func (e *daemonEnv) allCommits() []string {
+	var out []string
+	for _, c := range e.commits() {
+		out = append(out, c.Hash.String())
+	}
+	return out
+}
+
+func (e *daemonEnv) stateDir() string { return e.state }
