@@ -162,11 +162,14 @@ func applyOrPreview(ctx context.Context, op string, args []string, std stdio, ge
 	in := engine.Stand{FS: fsys, Stand: r.Stand, Secrets: r.Secrets, SpecHash: hash}
 	if op == "preview" {
 		res, err := eng.Preview(ctx, in)
+		if errors.Is(err, engine.ErrNoStack) {
+			res, err = eng.PreviewNew(ctx, in) // a new stand: planned without creating its stack
+		}
 		if err != nil {
 			fail(std, "preview", err)
 			return exitError
 		}
-		return writeRecord(std, map[string]any{"id_stand": res.StandID, "operation": "preview", "changes": res.Changes})
+		return writeRecord(std, map[string]any{"id_stand": res.StandID, "operation": "preview", "changes": res.Changes, "steps": res.Steps})
 	}
 	res, err := eng.Apply(ctx, in, *force)
 	if err != nil {
