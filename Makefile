@@ -8,7 +8,7 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: all build test unit fuzz lint demo demo-apply clean tools deps
+.PHONY: all build test unit fuzz lint demo demo-apply clean tools deps vm-image e2e
 
 # Tools the tests run for real, each built from the Go module proxy in a module of its own under
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
@@ -51,14 +51,23 @@ unit:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
+# End-to-end tests on real VMs (hcloudsim's VM backend, tag e2e): the Debian image is built once by
+# scripts/vm-image.sh into $${STANDS_VM_DIR:-/var/tmp/stands-vm} and reused while its recipe is unchanged.
+vm-image:
+	scripts/vm-image.sh
+
+E2E_TIMEOUT ?= 60m
+e2e: vm-image
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run 'E2E|RealMachines' -v ./hcloudsim/vm/
+
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPreflight$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./engine/manifest
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) vet -tags e2e ./...
+	$(GO) run $(STATICCHECK) -tags e2e ./...
 
 # The main job on the embedded default: validate the example stands repository and render every stand
 # (with reserved test addresses) into $(DEMO_OUT)/. The example's secrets come from examples/demo.env.

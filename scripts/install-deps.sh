@@ -14,6 +14,8 @@ packages=(
   cloud-image-utils   # cloud-localds (NoCloud seeds)
   genisoimage
   e2fsprogs
+  vde2                # vde_switch: the private network between VMs, a hub for any number of them
+  netcat-openbsd      # nc: QEMU runs it per guest connection to reach the test registry (guestfwd cmd:)
 )
 
 missing=()

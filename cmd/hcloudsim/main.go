@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
+	"github.com/stands-engine/stands-reconciler/hcloudsim/vm"
 	"github.com/stands-engine/stands-reconciler/internal/logging"
 )
 
@@ -31,7 +32,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	token := fs.String("token", "", "bearer token clients must send (default $HCLOUDSIM_TOKEN, or the contents of $HCLOUDSIM_TOKEN_FILE, or test-token)")
 	state := fs.String("state", "", "state file: keep servers, networks and keys across restarts")
 	delay := fs.Duration("action-delay", 2*time.Second, "how long actions run before they succeed")
-	machine := fs.String("machine", "record", "machine backend: record (servers are records)")
+	machine := fs.String("machine", "record", "machine backend: record (servers are records) or vm (servers are QEMU VMs, see -vm-dir)")
+	vmDir := fs.String("vm-dir", "", "vm backend: folder of the servers' disks and sockets (default <state file>.vms, or a temporary folder)")
+	vmRegistry := fs.String("vm-registry", "", "vm backend: host:port of a registry on loopback that guests reach as "+vm.RegistryGuestAddr)
+	vmAccel := fs.String("vm-accel", "auto", "vm backend: auto (kvm when a probe boots the image with it, else tcg), tcg or kvm")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error ($LOG_LEVEL wins)")
 	seed := fs.Bool("seed-example", false, "create the network stands-net and the SSH key stands-admin the example stands expect")
 	if err := fs.Parse(args); err != nil {
@@ -50,6 +54,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch *machine {
 	case "record":
 		m = &hcloudsim.RecordMachine{}
+	case "vm":
+		dir := *vmDir
+		if dir == "" && *state != "" {
+			dir = *state + ".vms"
+		}
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "hcloudsim-vms-"); err != nil {
+				log.Error("vm folder", "err", err)
+				return 1
+			}
+		}
+		vms, err := vm.New(vm.Config{Dir: dir, Registry: *vmRegistry, Accel: *vmAccel, Log: log})
+		if err != nil {
+			log.Error("vm backend", "err", err)
+			return 1
+		}
+		// VMs keep running after the simulator stops; a restart with the same state reattaches them.
+		m = vms
 	default:
 		fmt.Fprintf(stderr, "hcloudsim: unknown machine backend %q\n", *machine)
 		return 2

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,5 +109,29 @@ func TestPulumi(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(strings.TrimPrefix(p.BackendURL, "file://"), ".pulumi", "stacks", "testenv", "dev.json")); err != nil {
 		t.Errorf("stack not in the file backend: %v", err)
+	}
+}
+
+// TestRegistry: the registry refuses anonymous access and serves the image pushed with a login.
+func TestRegistry(t *testing.T) {
+	r := StartRegistry(t)
+	ref := r.PushBinary(t, BuildStatic(t, "./cmd/stands-testapp"), "stands/testapp", "1")
+	for _, c := range []struct {
+		auth bool
+		want int
+	}{{false, http.StatusUnauthorized}, {true, http.StatusOK}} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+r.Addr+"/v2/stands/testapp/manifests/1", nil)
+		req.Header.Set("Accept", "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json")
+		if c.auth {
+			req.SetBasicAuth(r.User, r.Password)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s with auth=%v: %d, want %d", ref, c.auth, resp.StatusCode, c.want)
+		}
 	}
 }
