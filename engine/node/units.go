@@ -1,0 +1,150 @@
+// Package node holds what the engine does on a stand's servers. This file: the user systemd unit of
+// an app instance, in the flavour the node's Podman supports — a Quadlet `.kube` file from Podman 4.4
+// on, else the `podman-kube@.service` template that Podman 4.3 (Debian 12) ships, with a drop-in. The
+// unit's text carries a hash of everything the instance runs with, so a changed configuration
+// changes the unit, and the deploy restarts it (seed 001: a config change must restart the workload).
+package node
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/stands-engine/stands-reconciler/engine/manifest"
+)
+
+// Flavour is how an instance runs under user systemd.
+type Flavour string
+
+// Flavours.
+const (
+	Quadlet      Flavour = "quadlet"       // ~/.config/containers/systemd/<name>.kube; Podman ≥ 4.4
+	KubeTemplate Flavour = "podman-kube@" // podman-kube@<escaped yaml path>.service + a drop-in
+)
+
+// FlavourFor picks the flavour for a Podman version as `podman version --format {{.Client.Version}}`
+// prints it, e.g. "4.3.1" or "5.2.0-dev".
+func FlavourFor(version string) (Flavour, error) {
+	parts := strings.SplitN(strings.TrimSpace(version), ".", 3)
+	if len(parts) < 2 {
+		return "", fmt.Errorf("podman version %q: want MAJOR.MINOR", version)
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(strings.SplitN(parts[1], "-", 2)[0])
+	if err1 != nil || err2 != nil {
+		return "", fmt.Errorf("podman version %q: want MAJOR.MINOR", version)
+	}
+	if major > 4 || major == 4 && minor >= 4 {
+		return Quadlet, nil
+	}
+	return KubeTemplate, nil
+}
+
+// Network is the Podman network every instance joins (seed §8 step 9).
+const Network = "app-net"
+
+// File is a file the unit needs, written as the app user.
+type File struct {
+	Path    string // absolute
+	Mode    uint32
+	Content []byte
+}
+
+// Unit is one instance's service.
+type Unit struct {
+	Service    string // the systemd unit to start, enable and wait for
+	Files      []File // the Pod YAML and the unit (or drop-in), in writing order
+	ConfigHash string // of the rendered configuration
+}
+
+// InstanceName is an instance's name on the node: <app>--<instance>.
+func InstanceName(in *manifest.RenderedInstance) string { return in.App + "--" + in.Instance }
+
+// ConfigHash covers everything an instance runs with: its Pod YAML, the uploaded files (destination,
+// mode and content) and its images. Files are taken in destination order, so the hash does not
+// depend on how the manifest lists them.
+func ConfigHash(in *manifest.RenderedInstance) string {
+	h := sha256.New()
+	field := func(b []byte) { fmt.Fprintf(h, "%d:", len(b)); h.Write(b) }
+	field(in.Pod)
+	files := append([]manifest.RenderedFile(nil), in.Files...)
+	sort.Slice(files, func(i, j int) bool { return files[i].Dest < files[j].Dest })
+	for _, f := range files {
+		field([]byte(f.Dest))
+		field([]byte(strconv.FormatUint(uint64(f.Mode.Perm()), 8)))
+		field(f.Content)
+	}
+	for _, img := range in.Images {
+		field([]byte(img))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Units returns the instance's service for a stand on a node whose app user's home is home.
+func Units(standID string, in *manifest.RenderedInstance, home string, f Flavour) Unit {
+	name := "stands-" + InstanceName(in)
+	yaml := path.Join(home, ".config", "stands", InstanceName(in), "pod.yaml")
+	hash := ConfigHash(in)
+	header := fmt.Sprintf("# Managed by stands-reconciler for stand %s, instance %s/%s. Do not edit: the next apply replaces it.\n", standID, in.App, in.Instance)
+	u := Unit{ConfigHash: hash, Files: []File{{Path: yaml, Mode: 0o600, Content: in.Pod}}}
+	switch f {
+	case Quadlet:
+		u.Service = name + ".service"
+		u.Files = append(u.Files, File{Path: path.Join(home, ".config", "containers", "systemd", name+".kube"), Mode: 0o644, Content: []byte(header + fmt.Sprintf(`[Unit]
+Description=stands %[1]s: %[2]s/%[3]s
+Wants=network-online.target
+After=network-online.target
+
+[Kube]
+Yaml=%[4]s
+Network=%[5]s
+
+[Service]
+# A new hash is a new unit text: the apply restarts the service.
+Environment=STANDS_CONFIG_HASH=%[6]s
+TimeoutStartSec=600
+Restart=on-failure
+
+[Install]
+WantedBy=default.target
+`, standID, in.App, in.Instance, yaml, Network, hash))})
+	default:
+		u.Service = "podman-kube@" + Escape(yaml) + ".service"
+		u.Files = append(u.Files, File{Path: path.Join(home, ".config", "systemd", "user", u.Service+".d", "50-stands.conf"), Mode: 0o644,
+			Content: []byte(header + fmt.Sprintf(`[Unit]
+Description=stands %[1]s: %[2]s/%[3]s
+
+[Service]
+# A new hash is a new unit text: the apply restarts the service.
+Environment=STANDS_CONFIG_HASH=%[4]s
+TimeoutStartSec=600
+Restart=on-failure
+# The template's own command, joined to the stand's network.
+ExecStart=
+ExecStart=/usr/bin/podman kube play --replace --service-container=true --network %[5]s %%I
+`, standID, in.App, in.Instance, hash, Network))})
+	}
+	return u
+}
+
+// Escape is `systemd-escape STRING` (not --path): "/" becomes "-", and bytes other than ASCII
+// letters, digits, ":", "_" and a "." that does not lead become \xNN.
+func Escape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '/':
+			b.WriteByte('-')
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == ':', c == '_', c == '.' && i > 0:
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, `\x%02x`, c)
+		}
+	}
+	return b.String()
+}
