@@ -22,7 +22,7 @@ type Flavour string
 
 // Flavours.
 const (
-	Quadlet      Flavour = "quadlet"       // ~/.config/containers/systemd/<name>.kube; Podman ≥ 4.4
+	Quadlet      Flavour = "quadlet"      // ~/.config/containers/systemd/<name>.kube; Podman ≥ 4.4
 	KubeTemplate Flavour = "podman-kube@" // podman-kube@<escaped yaml path>.service + a drop-in
 )
 

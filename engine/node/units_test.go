@@ -31,9 +31,9 @@ func TestFlavourFor(t *testing.T) {
 func TestEscape(t *testing.T) {
 	// Outputs of systemd-escape 252 (Debian 12).
 	for in, want := range map[string]string{
-		"/home/app/hello-kube.yaml":                     `-home-app-hello\x2dkube.yaml`,
-		"/home/app/.config/stands/kv--cache/pod.yaml":   `-home-app-.config-stands-kv\x2d\x2dcache-pod.yaml`,
-		".hidden/a b":                                   `\x2ehidden-a\x20b`,
+		"/home/app/hello-kube.yaml":                   `-home-app-hello\x2dkube.yaml`,
+		"/home/app/.config/stands/kv--cache/pod.yaml": `-home-app-.config-stands-kv\x2d\x2dcache-pod.yaml`,
+		".hidden/a b": `\x2ehidden-a\x20b`,
 		"/home/app/.config/stands/web--front/pod.yaml": `-home-app-.config-stands-web\x2d\x2dfront-pod.yaml`,
 	} {
 		if got := Escape(in); got != want {
