@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   git                 # Gitea shells out to git
   openssh-client      # ssh-keygen and manual debugging of test servers
+  openssh-server      # a real sshd on loopback for the engine's SSH tests (not run as a service)
   docker-registry     # a login-protected container registry for end-to-end tests
   apache2-utils       # htpasswd for that registry
   qemu-system-x86     # VMs behind the hcloudsim VM backend
@@ -34,7 +35,9 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-# The registry package enables a system service; tests start their own registries on ephemeral ports.
-if systemctl is-enabled docker-registry >/dev/null 2>&1; then
-  $sudo systemctl disable --now docker-registry >/dev/null 2>&1 || true
-fi
+# The registry and sshd packages enable system services; tests start their own on ephemeral ports.
+for svc in docker-registry ssh; do
+  if systemctl is-enabled $svc >/dev/null 2>&1; then
+    $sudo systemctl disable --now $svc >/dev/null 2>&1 || true
+  fi
+done
