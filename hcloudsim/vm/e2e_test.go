@@ -23,6 +23,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/engine/node"
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 )
@@ -114,25 +115,43 @@ func TestTwoServersAreRealMachines(t *testing.T) {
 		}
 	}
 
-	// Podman as the app user: log in to the registry, pull, run; the host reaches the app.
+	// Node setup as the engine does it (engine/node over SSH, host key pinned), then Podman as the app
+	// user: log in to the registry, pull, run; the host reaches the app.
 	app := res.Stand.Users.App
+	conn, hostKey, err := node.Dial(ctx, servers[0].PublicNet.IPv4.IP.String()+":22", node.DialOptions{User: admin, Signer: signer, Wait: time.Minute})
+	if err != nil || hostKey == nil {
+		t.Fatalf("node dial: %v", err)
+	}
+	defer conn.Close()
+	tp := time.Now()
+	prep, err := node.Prepare(ctx, conn, app, []manifest.Port{{Number: 8080, Proto: "tcp", Zone: "public"}})
+	if err != nil {
+		t.Fatalf("node setup: %v", err)
+	}
+	t.Logf("node setup: %v; podman %s → %s units", time.Since(tp).Round(time.Second), prep.PodmanVersion, prep.Flavour)
+	if prep.Flavour != node.KubeTemplate {
+		t.Errorf("Debian 12's podman %s should use the podman-kube@ template", prep.PodmanVersion)
+	}
+	if out, err := conn.Run(ctx, node.AsApp(app, prep.AppUID, "podman network ls --format '{{.Name}}'; systemctl --user is-active podman.socket"), nil, time.Minute); err != nil ||
+		!strings.Contains(out, node.Network) || !strings.Contains(out, "active") {
+		t.Errorf("after setup: %q %v", out, err)
+	}
+	if _, err := node.Prepare(ctx, conn, app, []manifest.Port{{Number: 8080, Proto: "tcp"}}); err != nil {
+		t.Errorf("node setup again (idempotent): %v", err)
+	}
 	guestImage := strings.Replace(image, reg.Addr, RegistryGuestAddr, 1)
 	script := fmt.Sprintf(`set -e
-U=%[1]s; ID=$(id -u $U)
-sudo loginctl enable-linger $U
-for i in $(seq 180); do systemctl is-active -q user@$ID.service && break; sleep 1; done
-asapp() { sudo -u $U -H env XDG_RUNTIME_DIR=/run/user/$ID DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/$ID/bus sh -c "cd ~; $*"; }
-asapp 'podman login --tls-verify=false -u %[2]s -p %[3]s %[4]s'
-asapp 'podman pull --tls-verify=false %[5]s'
-asapp 'podman logout %[4]s'
-asapp 'podman run -d --name testapp -p 8080:8080 -e GREETING=hello-from-vm %[5]s'
-# The role port, as node setup opens it (firewalld's public zone faces QEMU's user network).
-sudo firewall-cmd --add-port=8080/tcp
+podman login --tls-verify=false -u %[1]s -p %[2]s %[3]s
+podman pull --tls-verify=false %[4]s
+podman logout %[3]s
+podman run -d --name testapp --network %[5]s -p 8080:8080 -e GREETING=hello-from-vm %[4]s
 for i in $(seq 120); do curl -fsS http://127.0.0.1:8080/ && exit 0; sleep 1; done
-exit 1
-`, app, reg.User, reg.Password, RegistryGuestAddr, guestImage)
-	tp := time.Now()
-	out := runSSH(t, clients[0], script, 15*time.Minute)
+exit 1`, reg.User, reg.Password, RegistryGuestAddr, guestImage, node.Network)
+	tp = time.Now()
+	out, err := conn.Run(ctx, node.AsApp(app, prep.AppUID, script), nil, 15*time.Minute)
+	if err != nil {
+		t.Fatalf("podman login, pull and run: %v", err)
+	}
 	t.Logf("podman login, pull and run: %v\n%s", time.Since(tp).Round(time.Second), out)
 	hostAddr, err := machines.ExposePort(ctx, servers[0].ID, 8080)
 	if err != nil {
