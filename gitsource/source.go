@@ -75,6 +75,7 @@ type Source struct {
 	identity     Identity
 	retries      int
 	timeout      time.Duration
+	recloneEvery int
 	auth         func() (transport.AuthMethod, error)
 	log          *slog.Logger
 	store        store
@@ -121,13 +122,19 @@ func WithPushRetries(n int) Option { return func(s *Source) { s.retries = n } }
 // never answers must not hold the reconciler.
 func WithTimeout(d time.Duration) Option { return func(s *Source) { s.timeout = d } }
 
+// WithRecloneEvery starts the in-memory copy of a remote repository afresh every n fetches (default
+// 500): it holds every fetched object, the reconciler's own status commits included, and would
+// otherwise only grow.
+func WithRecloneEvery(n int) Option { return func(s *Source) { s.recloneEvery = n } }
+
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(s *Source) { s.log = l } }
 
 // New returns a source for branch at url: an http(s):// or ssh:// URL, or a local repository path
 // (plain or file://), read and written in place without a clone.
 func New(url, branch string, opts ...Option) *Source {
-	s := &Source{url: url, branch: branch, identity: DefaultIdentity, retries: 5, timeout: 2 * time.Minute, log: slog.New(slog.DiscardHandler),
+	s := &Source{url: url, branch: branch, identity: DefaultIdentity, retries: 5, timeout: 2 * time.Minute, recloneEvery: 500,
+		log:  slog.New(slog.DiscardHandler),
 		auth: func() (transport.AuthMethod, error) { return nil, nil }}
 	for _, o := range opts {
 		o(s)
@@ -138,7 +145,7 @@ func New(url, branch string, opts ...Option) *Source {
 	if path, ok := localPath(url); ok {
 		s.store = &localStore{path: path}
 	} else {
-		s.store = &remoteStore{url: url}
+		s.store = &remoteStore{url: url, recloneEvery: s.recloneEvery}
 	}
 	return s
 }
@@ -394,13 +401,18 @@ type store interface {
 }
 
 type remoteStore struct {
-	url string
-	r   *git.Repository
+	url          string
+	r            *git.Repository
+	fetches      int
+	recloneEvery int
 }
 
 func (r *remoteStore) repo() *git.Repository { return r.r }
 
 func (r *remoteStore) fetch(ctx context.Context, auth transport.AuthMethod, branch string) (*plumbing.Hash, error) {
+	if r.fetches++; r.recloneEvery > 0 && r.fetches > r.recloneEvery {
+		r.r, r.fetches = nil, 1
+	}
 	if r.r == nil {
 		repo, err := git.Init(memory.NewStorage(), nil)
 		if err != nil {

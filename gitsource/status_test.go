@@ -60,6 +60,22 @@ func TestPublishToGitea(t *testing.T) {
 		}
 	})
 
+	t.Run("starting the copy afresh", func(t *testing.T) {
+		// Every fetch on a new in-memory copy: own commits are still recognised, publishing still works.
+		p := g.CreateRepo(t, "reclone")
+		human := p.Commit("stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add a")
+		src := New(p.Info.CloneURL, "main", token, WithRecloneEvery(1))
+		for i := range 3 {
+			if _, err := src.Publish(ctx, map[string][]byte{"STATUS.md": []byte(fmt.Sprintf("round %d\n", i))}, "status"); err != nil {
+				t.Fatal(err)
+			}
+			snap, err := src.Fetch(ctx)
+			if err != nil || snap.Source != human {
+				t.Fatalf("round %d: source %v (%v), want %s", i, snap, err, human)
+			}
+		}
+	})
+
 	t.Run("concurrent writers", func(t *testing.T) {
 		// Two reconcilers (or a reconciler and a human) pushing at once: every write lands, the
 		// loser of each race recreates its commit on top of the winner's.
