@@ -106,34 +106,16 @@ func TestUnitsGolden(t *testing.T) {
 // TestConfigChangeChangesTheUnit: a preference change changes only that instance's unit text.
 func TestConfigChangeChangesTheUnit(t *testing.T) {
 	before := rendered(t, "")
-	after := rendered(t, `-- stands/two-node/stand.yml --
-from_dep_manifest: ../../bases/common.yml
-stand:
-  project: demo
-  env: two-node
-nodes:
-  db:
-    profile: small
-    apps: [kv/cache]
-  web:
-    profile: small
-    apps: [web/front]
-apps:
-  kv:
-    instances:
-      cache: {}
-  web:
-    package: ../../apps/web
-    registry: local
-    instances:
-      front:
-        preferences:
-          image: registry.example.test/stands/web:1.4
-          port: 8080
-          backend_app: kv
-          backend_instance: cache
-          greeting: "A new greeting"
-`)
+	// The example itself with one preference changed, not a second copy of its manifest.
+	example, err := os.ReadFile("../../examples/stands-repo/stands/two-node/stand.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(example), `greeting: "Hello from the two-node stand"`, `greeting: "A new greeting"`, 1)
+	if changed == string(example) {
+		t.Fatal("the example's greeting is not where this test expects it")
+	}
+	after := rendered(t, "-- stands/two-node/stand.yml --\n"+changed)
 	for i := range before.Instances {
 		b, a := before.Instances[i], after.Instances[i]
 		for _, f := range []Flavour{Quadlet, KubeTemplate} {
