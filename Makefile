@@ -58,7 +58,7 @@ vm-image:
 
 E2E_TIMEOUT ?= 60m
 e2e: vm-image
-	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run 'E2E|RealMachines' -v ./hcloudsim/vm/
+	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -run 'E2E|RealMachines' -v ./hcloudsim/vm/ ./engine/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPreflight$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./engine/manifest

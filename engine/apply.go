@@ -17,6 +17,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
+	"github.com/stands-engine/stands-reconciler/engine/configset"
 	"github.com/stands-engine/stands-reconciler/engine/manifest"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 )
@@ -63,8 +64,11 @@ var ErrNoStack = errors.New("the stand has no stack")
 // ErrNotOwned marks a stack without the reconciler's ownership mark: it is never changed or destroyed.
 var ErrNotOwned = errors.New("stack is not owned by stands-reconciler")
 
-// NodesSkipped is the only node mode so far: servers are provisioned, nothing is done over SSH.
-const NodesSkipped = "skipped"
+// Node modes (Result.NodesMode, the stack's nodesMode output).
+const (
+	NodesFull    = "full"    // servers, then node setup, images and instances over SSH
+	NodesSkipped = "skipped" // servers only: everything is rendered, nothing is done over SSH
+)
 
 type serverRes struct {
 	pulumi.CustomResourceState
@@ -77,6 +81,8 @@ type serverRes struct {
 // network's range come from the stack and from Hetzner).
 type plan struct {
 	in         Stand
+	mode       string // NodesFull or NodesSkipped
+	configsets string // folder for configsets; empty: none
 	rendered   *manifest.Rendered
 	ipRange    string
 	privateKey string
@@ -89,11 +95,7 @@ func (p *plan) program(ctx *pulumi.Context) error {
 	for _, pr := range s.Profiles {
 		profiles[pr.Name] = pr
 	}
-	type node struct {
-		n   *manifest.RenderedNode
-		res *serverRes
-	}
-	var nodes []node
+	var nodes []stackNode
 	for _, n := range p.rendered.Nodes {
 		pr := profiles[s.Nodes[indexNode(s, n.Name)].Profile]
 		args := pulumi.Map{
@@ -115,38 +117,62 @@ func (p *plan) program(ctx *pulumi.Context) error {
 		if err := ctx.RegisterResource(provider.ServerType, n.Name, args, res); err != nil {
 			return err
 		}
-		nodes = append(nodes, node{n, res})
+		nodes = append(nodes, stackNode{n, res})
 	}
 	out := pulumi.Map{}
 	var addrs []any
+	done := []any{}
 	for _, n := range nodes {
 		out[n.n.Name] = pulumi.Map{"serverName": pulumi.String(n.n.ServerName), "serverId": n.res.ServerID,
 			"publicIPv4": n.res.PublicIPv4, "privateIP": n.res.PrivateIP}
 		addrs = append(addrs, n.res.PublicIPv4, n.res.PrivateIP)
+		done = append(done, n.res.ID())
 	}
-	ctx.Export(OutNodes, out)
-	ctx.Export(OutOwnedBy, pulumi.String(provider.ManagedByValue))
-	ctx.Export(OutStandID, pulumi.String(s.ID))
-	ctx.Export(OutSpecHash, pulumi.String(p.in.SpecHash))
-	ctx.Export(OutNodesMode, pulumi.String(NodesSkipped))
-	ctx.Export(OutProtect, pulumi.Bool(s.Protect))
-	ctx.Export(OutSSHPrivateKey, pulumi.ToSecret(pulumi.String(p.privateKey)))
-	ctx.Export(OutSSHPublicKey, pulumi.String(p.publicKey))
-	// Connection templates need the servers' addresses: render once they are known.
-	conn := pulumi.All(addrs...).ApplyT(func(vals []any) (string, error) {
+	// Everything on the nodes is rendered once the servers' addresses are known.
+	rendered := pulumi.All(addrs...).ApplyT(func(vals []any) (any, error) {
 		a := manifest.Addresses{NetworkIPRange: p.ipRange, SSHPublicKey: p.publicKey, Nodes: map[string]manifest.NodeAddress{}}
 		for i, n := range nodes {
 			a.Nodes[n.n.Name] = manifest.NodeAddress{PublicIPv4: vals[2*i].(string), PrivateIP: vals[2*i+1].(string)}
 		}
 		r, err := manifest.Render(p.in.FS, s, p.in.Secrets, a)
 		if err != nil {
-			return "", fmt.Errorf("render connection output: %w", err)
+			return nil, fmt.Errorf("render %s for its servers: %w", s.ID, err)
 		}
-		rec, err := ConnectionRecord(s.ID, r)
+		if p.configsets != "" && !ctx.DryRun() {
+			if _, err := configset.Write(p.configsets, r); err != nil {
+				return nil, err
+			}
+		}
+		return r, nil
+	}).(pulumi.AnyOutput)
+	if p.mode == NodesFull {
+		ids, err := p.nodeWork(ctx, nodes, rendered)
+		if err != nil {
+			return err
+		}
+		done = append(done, ids...)
+	}
+	ctx.Export(OutNodes, out)
+	ctx.Export(OutOwnedBy, pulumi.String(provider.ManagedByValue))
+	ctx.Export(OutStandID, pulumi.String(s.ID))
+	// The spec hash is what tells the next cycle there is nothing to do: it is recorded only once every
+	// resource is done.
+	ctx.Export(OutSpecHash, pulumi.All(done...).ApplyT(func([]any) string { return p.in.SpecHash }))
+	ctx.Export(OutNodesMode, pulumi.String(p.mode))
+	ctx.Export(OutProtect, pulumi.Bool(s.Protect))
+	ctx.Export(OutSSHPrivateKey, pulumi.ToSecret(pulumi.String(p.privateKey)))
+	ctx.Export(OutSSHPublicKey, pulumi.String(p.publicKey))
+	conn := rendered.ApplyT(func(v any) (string, error) {
+		rec, err := ConnectionRecord(s.ID, v.(*manifest.Rendered))
 		return string(rec), err
 	}).(pulumi.StringOutput)
 	ctx.Export(OutConnection, pulumi.ToSecret(conn))
 	return nil
+}
+
+type stackNode struct {
+	n   *manifest.RenderedNode
+	res *serverRes
 }
 
 // SecretJSON is a JSON document holding secret values. It prints as *** with every fmt verb, so a
@@ -191,7 +217,7 @@ func (e *Engine) hcloud() (*hcloud.Client, error) {
 // plan.
 func (e *Engine) prepare(ctx context.Context, in Stand, create bool) (auto.Stack, *plan, auto.OutputMap, error) {
 	s := in.Stand
-	p := &plan{in: in}
+	p := &plan{in: in, mode: e.nodesMode(), configsets: e.cfg.ConfigsetDir}
 	st, err := e.stack(ctx, StackRef{s.Project, s.Env}, p.program, create)
 	if !create && auto.IsSelectStack404Error(err) {
 		return auto.Stack{}, nil, nil, fmt.Errorf("stack %s/%s: %w", s.Project, s.Env, ErrNoStack)
@@ -261,12 +287,13 @@ func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, erro
 	if err != nil {
 		return nil, err
 	}
-	if v, ok := outs[OutSpecHash]; ok && v.Value == in.SpecHash && outs[OutProtect].Value == in.Stand.Protect && !force {
+	if v, ok := outs[OutSpecHash]; ok && v.Value == in.SpecHash && outs[OutProtect].Value == in.Stand.Protect && outs[OutNodesMode].Value == p.mode && !force {
 		log.Info("stand is up to date", "spec_hash", in.SpecHash)
 		return e.result(in, "apply", false, nil, outs, p)
 	}
+	e.sshPolicy(st, p)
 	ch, wait := e.progress(log)
-	log.Info("applying stand", "spec_hash", in.SpecHash, "nodes", len(in.Stand.Nodes))
+	log.Info("applying stand", "spec_hash", in.SpecHash, "nodes", len(in.Stand.Nodes), "nodes_mode", p.mode)
 	res, err := st.Up(ctx, optup.EventStreams(ch), optup.SuppressProgress())
 	changes := wait()
 	if err != nil {
@@ -332,7 +359,7 @@ func (e *Engine) preview(ctx context.Context, in Stand, op string) (*Result, err
 }
 
 func (e *Engine) result(in Stand, op string, changed bool, changes map[string]int, outs auto.OutputMap, p *plan) (*Result, error) {
-	r := &Result{StandID: in.Stand.ID, Operation: op, Changed: changed, Changes: changes, SpecHash: in.SpecHash, NodesMode: NodesSkipped}
+	r := &Result{StandID: in.Stand.ID, Operation: op, Changed: changed, Changes: changes, SpecHash: in.SpecHash, NodesMode: p.mode}
 	r.Nodes = nodesFrom(outs)
 	if v, ok := outs[OutConnection]; ok {
 		if s, ok := v.Value.(string); ok && s != "" {
@@ -399,6 +426,9 @@ func (e *Engine) Destroy(ctx context.Context, ref StackRef) (*Result, error) {
 		return nil, err
 	}
 	standID, _ := outs[OutStandID].Value.(string)
+	// The servers go away: nothing is removed from them first, and none is connected to (seed §9),
+	// so an unreachable server cannot hold the destroy up.
+	st.Workspace().SetEnvVar(provider.EnvNoSSH, "1")
 	ch, wait := e.progress(log)
 	_, err = st.Destroy(ctx, optdestroy.EventStreams(ch), optdestroy.SuppressProgress())
 	changes := wait()

@@ -12,6 +12,7 @@ import (
 // killed run left pending.
 type deployment struct {
 	Resources []struct {
+		URN     string         `json:"urn"`
 		Type    string         `json:"type"`
 		ID      string         `json:"id"`
 		Outputs map[string]any `json:"outputs"`

@@ -44,6 +44,12 @@ type Config struct {
 	WorkDir         string // plugin link and Pulumi home live here
 	Env             map[string]string
 	Log             *slog.Logger
+	// SkipNodes is servers-only mode: servers are provisioned and everything is rendered, but nothing
+	// is done over SSH (DESIGN.md); the default is full node deployment.
+	SkipNodes bool
+	// ConfigsetDir, when set, receives each applied stand's rendered files (seed §10):
+	// <ConfigsetDir>/<stand-id>/<app>--<instance>/…, folders 0700, files 0600.
+	ConfigsetDir string
 	// LockLease is how old another host's stack lock must be before it counts as abandoned; 0 means
 	// never (such locks are always waited for).
 	LockLease time.Duration
@@ -242,11 +248,14 @@ func (e *Engine) progressSteps(log *slog.Logger) (chan events.EngineEvent, func(
 	}
 }
 
-// Step is one planned or applied change to a server of a stand: what a reviewer needs to see,
-// never an input's value beyond the server's name, type and location.
+// Step is one planned or applied change to a stand: what a reviewer needs to see, never an input's
+// value beyond a server's name, type and location or an instance's name and configuration hash.
 type Step struct {
-	Op            string `json:"op"` // create, update, replace, delete
+	Op            string `json:"op"`             // create, update, replace, delete
+	Kind          string `json:"kind,omitempty"` // "" a server; node (its setup), images, instance
 	Node          string `json:"node"`
+	Instance      string `json:"instance,omitempty"` // <app>--<instance>
+	Changed       string `json:"changed,omitempty"`  // an instance's or node's changed inputs, comma-separated
 	ServerName    string `json:"serverName,omitempty"`
 	ServerType    string `json:"serverType,omitempty"`
 	OldServerType string `json:"oldServerType,omitempty"` // a replace or delete: the type going away
@@ -262,6 +271,21 @@ func stepOf(m apitype.StepEventMetadata) Step {
 		}
 		v, _ := s.Inputs[k].(string)
 		return v
+	}
+	if m.Type != provider.ServerType {
+		st.Kind = strings.ToLower(m.Type[strings.LastIndex(m.Type, ":")+1:])
+		if m.Type == provider.InstanceType {
+			st.Instance, st.Node = st.Node, str(m.New, "node")
+			if st.Node == "" {
+				st.Node = str(m.Old, "node")
+			}
+		}
+		st.ServerName = str(m.New, "serverName")
+		if st.ServerName == "" {
+			st.ServerName = str(m.Old, "serverName")
+		}
+		st.Changed = strings.Join(m.Diffs, ",")
+		return st
 	}
 	st.ServerName, st.ServerType, st.Location = str(m.New, "name"), str(m.New, "serverType"), str(m.New, "location")
 	st.OldServerType, st.OldLocation = str(m.Old, "serverType"), str(m.Old, "location")
@@ -298,8 +322,12 @@ func (e *Engine) logEvent(log *slog.Logger, ev events.EngineEvent, count func(ap
 		log.Warn("resource step failed", "op", string(m.Op), "name", lastURNPart(m.URN))
 	case ev.DiagnosticEvent != nil:
 		d := ev.DiagnosticEvent
-		if d.Severity == "error" || d.Severity == "warning" {
+		switch {
+		case d.Severity == "error" || d.Severity == "warning":
 			log.Warn("pulumi "+d.Severity, "name", lastURNPart(d.URN), "message", strings.TrimSpace(d.Message))
+		case d.Severity == "info" && strings.Contains(d.URN, "::"+provider.Name+":"):
+			// Progress of node work from our provider: long steps (cloud-init, pulls, hooks).
+			log.Info("node work", "name", lastURNPart(d.URN), "message", strings.TrimSpace(d.Message))
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/engine/manifest"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/hcloudsim"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
 )
@@ -70,18 +71,26 @@ type fixture struct {
 }
 
 // newFixture: the real Pulumi CLI with a file:// backend, a simulated Hetzner project, and an engine
-// serving the provider from this test binary.
+// serving the provider from this test binary, in servers-only mode (the simulated servers are not
+// machines).
 func newFixture(t *testing.T) *fixture {
+	return newFixtureWith(t, func(c *Config) { c.SkipNodes = true })
+}
+
+// newFixtureWith is newFixture with the engine's configuration tuned and the simulator's options.
+func newFixtureWith(t *testing.T, tune func(*Config), opts ...hcloudsim.Option) *fixture {
 	t.Helper()
 	pl := testenv.NewPulumi(t)
-	h := testenv.StartHetzner(t, hcloudToken)
+	h := testenv.StartHetzner(t, hcloudToken, opts...)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	eng, err := New(Config{PulumiBin: pl.Bin, BackendURL: pl.BackendURL, Passphrase: pl.Passphrase, HcloudToken: hcloudToken,
-		HcloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil))})
+	cfg := Config{PulumiBin: pl.Bin, BackendURL: pl.BackendURL, Passphrase: pl.Passphrase, HcloudToken: hcloudToken,
+		HcloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil))}
+	tune(&cfg)
+	eng, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,9 +100,15 @@ func newFixture(t *testing.T) *fixture {
 // load validates a stand of the example repository (optionally overlaid) and computes its hash.
 func load(t *testing.T, fsys fs.FS, file string) Stand {
 	t.Helper()
+	return loadWith(t, fsys, file, exampleSecrets)
+}
+
+// loadWith is load with the given SECRET_* values.
+func loadWith(t *testing.T, fsys fs.FS, file string, secrets map[string]string) Stand {
+	t.Helper()
 	res, err := manifest.Preflight(context.Background(), fsys, file, manifest.PreflightOptions{
 		LoadOptions: manifest.LoadOptions{DefaultOwner: "demo"},
-		Secrets:     manifest.EnvSource{Lookup: func(k string) (string, bool) { v, ok := exampleSecrets[k]; return v, ok }},
+		Secrets:     manifest.EnvSource{Lookup: func(k string) (string, bool) { v, ok := secrets[k]; return v, ok }},
 	})
 	if err != nil {
 		t.Fatalf("preflight: %v", err)

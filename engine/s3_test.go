@@ -38,7 +38,7 @@ func TestS3Backend(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
 	t.Setenv("AWS_REGION", "us-east-1")
 	eng, err := New(Config{PulumiBin: pl.Bin, BackendURL: backend, Passphrase: pl.Passphrase, HcloudToken: hcloudToken,
-		HcloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil))})
+		HcloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil)), SkipNodes: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -246,6 +246,9 @@ func (p *prPlan) priceSteps(row planRow, prices engine.Prices) planRow {
 		return row
 	}
 	for _, s := range row.steps {
+		if s.Kind != "" {
+			continue // node work costs nothing
+		}
 		switch s.Op {
 		case "create":
 			row.cost += price(s.ServerType, s.Location)
@@ -349,6 +352,17 @@ func actionText(a string) string {
 }
 
 func stepText(s engine.Step) string {
+	switch s.Kind {
+	case "":
+	case "instance":
+		t := fmt.Sprintf("%s instance `%s` on `%s`", s.Op, s.Instance, s.Node)
+		if s.Op == "update" && strings.Contains(s.Changed, "configHash") {
+			t += " (restarts it)"
+		}
+		return t
+	default:
+		return fmt.Sprintf("%s %s of `%s`", s.Op, s.Kind, s.Node)
+	}
 	switch s.Op {
 	case "create":
 		return fmt.Sprintf("create `%s` (%s, %s)", s.ServerName, s.ServerType, s.Location)

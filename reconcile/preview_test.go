@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/stands-engine/stands-reconciler/engine"
 )
 
 func newPreviewHarness(t *testing.T, ids ...string) (*harness, *fakeForge) {
@@ -112,5 +114,28 @@ func TestCommitStatusPerStand(t *testing.T) {
 	h.mustCycle()
 	if st := f.status("h002", "stands/local_b_dev"); !strings.HasPrefix(st, "failure: Failed") {
 		t.Errorf("stands/local_b_dev after a failure: %q", st)
+	}
+}
+
+// TestPlanShowsInstances: an instance step names the instance and its node, says whether the unit
+// restarts, and costs nothing; node work does not make the cost unknown.
+func TestPlanShowsInstances(t *testing.T) {
+	steps := []engine.Step{
+		{Op: "update", Kind: "instance", Node: "web", Instance: "web--front", Changed: "configHash,spec"},
+		{Op: "update", Kind: "instance", Node: "db", Instance: "kv--cache", Changed: "spec"},
+		{Op: "update", Kind: "images", Node: "web"},
+		{Op: "create", ServerName: "o-p-e-n", ServerType: "cx22", Location: "hel1"},
+	}
+	want := []string{"update instance `web--front` on `web` (restarts it)", "update instance `kv--cache` on `db`", "update images of `web`",
+		"create `o-p-e-n` (cx22, hel1)"}
+	for i, s := range steps {
+		if got := stepText(s); got != want[i] {
+			t.Errorf("step %d: %q, want %q", i, got, want[i])
+		}
+	}
+	p := &prPlan{priced: true}
+	row := p.priceSteps(planRow{action: "update", steps: steps}, engine.Prices{"cx22": {"hel1": {Monthly: 4.5, Currency: "EUR"}}})
+	if !p.priced || !row.counted || row.cost != 4.5 {
+		t.Errorf("cost: priced %v counted %v %v", p.priced, row.counted, row.cost)
 	}
 }

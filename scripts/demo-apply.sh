@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The engine on the example repository: a simulated Hetzner project (hcloudsim, seeded with the network
 # and SSH key the examples expect), the real Pulumi CLI, and the two-node stand previewed, applied,
-# applied again (a no-op) and destroyed. Everything stays under _demo/.
+# applied again (a no-op) and destroyed, servers only. Everything stays under _demo/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=_demo
@@ -13,7 +13,8 @@ sim=$!
 trap 'kill $sim 2>/dev/null || true' EXIT
 for _ in $(seq 50); do [ -s "$out/endpoint" ] && break; sleep 0.1; done
 export HCLOUD_ENDPOINT=$(head -n1 "$out/endpoint")
-export HCLOUD_TOKEN=test-token STANDS_PASSPHRASE=demo-passphrase STANDS_STATE_DIR="$out/state" STANDS_OWNER=demo
+# The simulated servers are not machines here: servers-only mode (make e2e runs the full mode on VMs).
+export HCLOUD_TOKEN=test-token STANDS_PASSPHRASE=demo-passphrase STANDS_STATE_DIR="$out/state" STANDS_OWNER=demo STANDS_NODES=skip
 set -a
 . examples/demo.env
 set +a

@@ -36,7 +36,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, getenv env) {
 	fs.StringVar(&f.backend, "backend", getenv("STANDS_BACKEND_URL"), "Pulumi backend URL; default file://<state-dir>/pulumi/<owner>; s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true ($STANDS_BACKEND_URL)")
 	fs.StringVar(&f.pulumi, "pulumi", getenv("STANDS_PULUMI_BIN"), "the Pulumi CLI, laid out as <root>/bin/pulumi (default: bin/pulumi next to this binary, then PATH) ($STANDS_PULUMI_BIN)")
 	fs.StringVar(&f.endpoint, "hcloud-endpoint", getenv("HCLOUD_ENDPOINT"), "Hetzner Cloud API endpoint, e.g. hcloudsim's ($HCLOUD_ENDPOINT)")
-	fs.StringVar(&f.nodes, "nodes", "skip", "node deployment: skip (servers only; SSH deployment is not implemented yet)")
+	fs.StringVar(&f.nodes, "nodes", def("STANDS_NODES", "full"), "node deployment: full (servers, then node setup and app instances over SSH) or skip (servers only) ($STANDS_NODES)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error ($LOG_LEVEL wins)")
 	fs.DurationVar(&f.lockLease, "lock-lease", 0, "treat another host's stack lock older than this as abandoned (0: always wait)")
 }
@@ -57,8 +57,8 @@ func secretSetting(getenv env, key string) (string, error) {
 }
 
 func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*engine.Config)) (*engine.Engine, string, error) {
-	if f.nodes != "skip" {
-		return nil, "", fmt.Errorf("--nodes=%s: node deployment over SSH is not implemented yet; use --nodes=skip", f.nodes)
+	if f.nodes != "skip" && f.nodes != "full" {
+		return nil, "", fmt.Errorf("--nodes=%s: want full or skip", f.nodes)
 	}
 	pass, err := secretSetting(getenv, "STANDS_PASSPHRASE")
 	if err != nil {
@@ -85,7 +85,8 @@ func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*
 		backend = "file://" + dir
 	}
 	cfg := engine.Config{PulumiBin: bin, BackendURL: backend, Passphrase: pass, HcloudToken: token,
-		HcloudEndpoint: f.endpoint, WorkDir: stateDir, Log: logging.New(std.err, f.logLevel), LockLease: f.lockLease}
+		HcloudEndpoint: f.endpoint, WorkDir: stateDir, Log: logging.New(std.err, f.logLevel), LockLease: f.lockLease,
+		SkipNodes: f.nodes == "skip", ConfigsetDir: filepath.Join(stateDir, "configsets")}
 	for _, t := range tune {
 		t(&cfg)
 	}

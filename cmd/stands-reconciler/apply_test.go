@@ -36,7 +36,7 @@ func TestApplyPreviewDestroyCommands(t *testing.T) {
 	pl := testenv.NewPulumi(t)
 	h := testenv.StartHetzner(t, "cli-token-SENTINEL")
 	vars := map[string]string{
-		"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase,
+		"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
 		"STANDS_PULUMI_BIN": pl.Bin, "STANDS_STATE_DIR": t.TempDir(), "STANDS_OWNER": "demo",
 		"PULUMI_HOME": pl.Home,
 	}
@@ -152,7 +152,7 @@ func TestEngineCommandErrors(t *testing.T) {
 		{"no token", map[string]string{"STANDS_PASSPHRASE": "p"}, []string{"destroy", "a_b_c"}, 1, "HCLOUD_TOKEN"},
 		{"no passphrase", map[string]string{"HCLOUD_TOKEN": "t"}, []string{"destroy", "a_b_c"}, 1, "STANDS_PASSPHRASE"},
 		{"bad id", nil, []string{"destroy", "not-an-id"}, 2, "neither a path nor a stand id"},
-		{"nodes mode", map[string]string{"HCLOUD_TOKEN": "t", "STANDS_PASSPHRASE": "p"}, []string{"destroy", "--nodes", "full", "a_b_c"}, 1, "not implemented"},
+		{"nodes mode", map[string]string{"HCLOUD_TOKEN": "t", "STANDS_PASSPHRASE": "p"}, []string{"destroy", "--nodes", "some", "a_b_c"}, 1, "want full or skip"},
 		{"several stands", exampleEnv, []string{"apply", "../../examples/stands-repo"}, 2, "give one stand"},
 		{"no path", nil, []string{"apply"}, 2, "exactly one PATH"},
 	}

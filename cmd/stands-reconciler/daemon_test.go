@@ -394,7 +394,7 @@ func (e *daemonEnv) start(extra ...string) {
 		"STANDS_GIT_USER=" + e.gitUser, "STANDS_GIT_TOKEN_FILE=" + secretFile("git-token", e.gitToken),
 		"STANDS_WEBHOOK_SECRET_FILE=" + secretFile("webhook-secret", e.hookKey),
 		"VAULT_ADDR=" + e.vault.Addr, "VAULT_TOKEN_FILE=" + secretFile("vault-token", e.vault.Server.RootToken),
-		"LOG_LEVEL=debug"}
+		"STANDS_NODES=skip", "LOG_LEVEL=debug"}
 	e.logFile = filepath.Join(dir, "daemon.log")
 	logf, err := os.Create(e.logFile)
 	if err != nil {

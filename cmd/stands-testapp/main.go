@@ -6,9 +6,13 @@
 //	ECHO_LISTEN  TCP echo address (":9000"; "off": none)
 //	CONFIG_FILE  a file whose first line is the greeting (else GREETING, else "hello")
 //	PEER         base URL of another instance, fetched by GET /peer
+//	BACKEND_ADDR, BACKEND_PASSWORD  a kv server (below), asked by GET /backend
+//	ENV_FILE     a file of KEY=VALUE lines giving any of the above (the environment wins)
 //
 // GET / answers "<greeting> from <hostname>"; GET /peer answers "peer said: <the peer's />";
-// GET /healthz answers "ok".
+// GET /backend answers "backend <addr> said: <reply to PING>"; GET /healthz answers "ok".
+//
+// `stands-testapp redis-server CONF` is a small Redis-protocol server instead (kv.go).
 package main
 
 import (
@@ -30,7 +34,19 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Getenv); err != nil {
+	if len(os.Args) == 3 && os.Args[1] == "redis-server" {
+		if err := runKV(ctx, os.Args[2]); err != nil {
+			slog.Error("stands-testapp kv", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
+	getenv, err := withEnvFile(os.Getenv)
+	if err != nil {
+		slog.Error("stands-testapp", "err", err)
+		os.Exit(1)
+	}
+	if err := run(ctx, getenv); err != nil {
 		slog.Error("stands-testapp", "err", err)
 		os.Exit(1)
 	}
@@ -41,6 +57,31 @@ func env(getenv func(string) string, k, def string) string {
 		return v
 	}
 	return def
+}
+
+// withEnvFile reads ENV_FILE's KEY=VALUE lines (# comments) as defaults under the environment.
+func withEnvFile(getenv func(string) string) (func(string) string, error) {
+	file := getenv("ENV_FILE")
+	if file == "" {
+		return getenv, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("ENV_FILE: %w", err)
+	}
+	vars := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			vars[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return func(k string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return vars[k]
+	}, nil
 }
 
 func greeting(getenv func(string) string) string {
@@ -59,6 +100,19 @@ func handler(getenv func(string) string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "%s from %s\n", greeting(getenv), host)
+	})
+	mux.HandleFunc("GET /backend", func(w http.ResponseWriter, _ *http.Request) {
+		addr := getenv("BACKEND_ADDR")
+		if addr == "" {
+			http.Error(w, "no BACKEND_ADDR configured", http.StatusNotFound)
+			return
+		}
+		reply, err := askKV(addr, getenv("BACKEND_PASSWORD"), "PING")
+		if err != nil {
+			http.Error(w, "backend "+addr+": "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		fmt.Fprintf(w, "backend %s said: %s\n", addr, reply)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /peer", func(w http.ResponseWriter, _ *http.Request) {

@@ -60,3 +60,66 @@ func TestAppAndPeer(t *testing.T) {
 		t.Errorf("echo: %q", line)
 	}
 }
+
+// TestKVAndBackend: the kv mode answers the example kv hook's PING after AUTH and refuses without
+// it; the web mode reads its env file and reports the backend's reply.
+func TestKVAndBackend(t *testing.T) {
+	dir := t.TempDir()
+	kv := testenv.FreePort(t)
+	conf := filepath.Join(dir, "redis.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("# test\nport %d\nbind 127.0.0.1\nrequirepass s3cret\n", kv)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = runKV(ctx, conf) }()
+	addr := fmt.Sprintf("127.0.0.1:%d", kv)
+	var reply string
+	var err error
+	for range 100 {
+		if reply, err = askKV(addr, "s3cret", "PING"); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if reply != "+PONG" {
+		t.Fatalf("PING after AUTH: %q %v", reply, err)
+	}
+	if reply, err := askKV(addr, "", "PING"); !strings.HasPrefix(reply, "-NOAUTH") {
+		t.Errorf("PING without AUTH: %q %v", reply, err)
+	}
+	if _, err := askKV(addr, "wrong", "PING"); err == nil {
+		t.Error("a wrong password was accepted")
+	}
+	if _, err := askKV(addr, "s3cret", "SET", "k", "v w"); err != nil {
+		t.Fatal(err)
+	}
+	if reply, _ := askKV(addr, "s3cret", "GET", "k"); reply != "v w" {
+		t.Errorf("GET: %q", reply)
+	}
+
+	web := testenv.FreePort(t)
+	env := filepath.Join(dir, "web.env")
+	if err := os.WriteFile(env, []byte(fmt.Sprintf("# comment\nLISTEN=127.0.0.1:%d\nGREETING=hi\nBACKEND_ADDR=%s\nBACKEND_PASSWORD=s3cret\n", web, addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	getenv, err := withEnvFile(func(k string) string { return map[string]string{"ENV_FILE": env, "ECHO_LISTEN": "off"}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = run(ctx, getenv) }()
+	var body string
+	for range 100 {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/backend", web))
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if want := "backend " + addr + " said: +PONG\n"; body != want {
+		t.Errorf("/backend: %q, want %q", body, want)
+	}
+}

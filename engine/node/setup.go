@@ -23,6 +23,7 @@ func AsApp(user string, uid int, script string) string {
 // Prepared is what node setup learnt about the node.
 type Prepared struct {
 	AppUID        int
+	AppHome       string
 	PodmanVersion string
 	Flavour       Flavour
 }
@@ -47,6 +48,10 @@ func Prepare(ctx context.Context, c *Conn, appUser string, ports []manifest.Port
 		return nil, fmt.Errorf("app user %s: uid %q", appUser, out)
 	}
 	p := &Prepared{AppUID: uid}
+	out, err = c.Run(ctx, "getent passwd "+Quote(appUser)+" | cut -d: -f6", nil, time.Minute)
+	if p.AppHome = strings.TrimSpace(out); err != nil || !strings.HasPrefix(p.AppHome, "/") {
+		return nil, fmt.Errorf("home of app user %s (%q): %v", appUser, p.AppHome, err)
+	}
 	// user@UID stays "activating" for a while after enable-linger, longer under emulation.
 	linger := fmt.Sprintf(`sudo loginctl enable-linger %s
 for i in $(seq 300); do systemctl is-active -q user@%d.service && exit 0; sleep 1; done

@@ -2,7 +2,8 @@
 // the engine starts our own binary as `pulumi-resource-stands` and calls Check/Diff/Create/Read/
 // Update/Delete for each resource. A small typed layer (resource) keeps each resource a Go struct.
 //
-// Resources: stands:index:Server — a Hetzner Cloud server, through hcloud-go.
+// Resources: stands:index:Server — a Hetzner Cloud server, through hcloud-go; stands:index:Node,
+// stands:index:Images and stands:index:Instance — the work on a server over SSH (package engine/node).
 package provider
 
 import (
@@ -11,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/diag"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
 	pprovider "github.com/pulumi/pulumi/sdk/v3/go/pulumi/provider"
@@ -38,8 +40,10 @@ const (
 
 // Serve runs the provider for the engine; it returns when the engine is done with it.
 func Serve() error {
-	return pprovider.Main(Name, func(*pprovider.HostClient) (pulumirpc.ResourceProviderServer, error) {
-		return New(), nil
+	return pprovider.Main(Name, func(host *pprovider.HostClient) (pulumirpc.ResourceProviderServer, error) {
+		p := New()
+		p.host = host
+		return p, nil
 	})
 }
 
@@ -47,10 +51,26 @@ func Serve() error {
 type resourceType interface {
 	check(ctx context.Context, news resource.PropertyMap) (resource.PropertyMap, []*pulumirpc.CheckFailure)
 	diff(ctx context.Context, id string, oldInputs, news resource.PropertyMap) (*pulumirpc.DiffResponse, error)
-	create(ctx context.Context, c *hcloud.Client, inputs resource.PropertyMap, preview bool) (string, resource.PropertyMap, error)
-	read(ctx context.Context, c *hcloud.Client, id string, state resource.PropertyMap) (string, resource.PropertyMap, error)
-	update(ctx context.Context, c *hcloud.Client, id string, olds, news resource.PropertyMap, preview bool) (resource.PropertyMap, error)
-	delete(ctx context.Context, c *hcloud.Client, id string, state resource.PropertyMap) error
+	create(ctx context.Context, c call, inputs resource.PropertyMap, preview bool) (string, resource.PropertyMap, error)
+	read(ctx context.Context, c call, id string, state resource.PropertyMap) (string, resource.PropertyMap, error)
+	update(ctx context.Context, c call, id string, olds, news resource.PropertyMap, preview bool) (resource.PropertyMap, error)
+	delete(ctx context.Context, c call, id string, state resource.PropertyMap) error
+}
+
+// call is what a resource operation may use: the Hetzner client (asked for only when needed, so node
+// work runs without a token) and the engine's log, for progress on long work.
+type call struct {
+	p   *Provider
+	urn string
+}
+
+func (c call) hc() (*hcloud.Client, error) { return c.p.hc() }
+
+// info tells the operator what a long operation is doing; the engine logs it.
+func (c call) info(ctx context.Context, msg string) {
+	if c.p.host != nil {
+		_ = c.p.host.Log(ctx, diag.Info, resource.URN(c.urn), msg)
+	}
 }
 
 // Provider implements pulumirpc.ResourceProviderServer.
@@ -63,13 +83,14 @@ type Provider struct {
 	cancel  context.CancelFunc
 	ctx     context.Context
 	newHTTP func(token, endpoint string) *hcloud.Client
+	host    *pprovider.HostClient
 }
 
 // New returns a provider; Configure gives it its Hetzner client.
 func New() *Provider {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Provider{
-		types:   map[string]resourceType{ServerType: serverResource{}},
+		types:   map[string]resourceType{ServerType: serverResource{}, NodeType: nodeResource{}, ImagesType: imagesResource{}, InstanceType: instanceResource{}},
 		ctx:     ctx,
 		cancel:  cancel,
 		newHTTP: newClient,
@@ -205,15 +226,9 @@ func (p *Provider) Create(ctx context.Context, req *pulumirpc.CreateRequest) (*p
 	if err != nil {
 		return nil, err
 	}
-	var c *hcloud.Client
-	if !req.GetPreview() {
-		if c, err = p.hc(); err != nil {
-			return nil, err
-		}
-	}
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	id, outs, err := rt.create(ctx, c, inputs, req.GetPreview())
+	id, outs, err := rt.create(ctx, call{p, req.GetUrn()}, inputs, req.GetPreview())
 	if err != nil {
 		return nil, err
 	}
@@ -233,13 +248,9 @@ func (p *Provider) Read(ctx context.Context, req *pulumirpc.ReadRequest) (*pulum
 	if err != nil {
 		return nil, err
 	}
-	c, err := p.hc()
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	id, outs, err := rt.read(ctx, c, req.GetId(), state)
+	id, outs, err := rt.read(ctx, call{p, req.GetUrn()}, req.GetId(), state)
 	if err != nil {
 		return nil, err
 	}
@@ -267,15 +278,9 @@ func (p *Provider) Update(ctx context.Context, req *pulumirpc.UpdateRequest) (*p
 	if err != nil {
 		return nil, err
 	}
-	var c *hcloud.Client
-	if !req.GetPreview() {
-		if c, err = p.hc(); err != nil {
-			return nil, err
-		}
-	}
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	outs, err := rt.update(ctx, c, req.GetId(), olds, news, req.GetPreview())
+	outs, err := rt.update(ctx, call{p, req.GetUrn()}, req.GetId(), olds, news, req.GetPreview())
 	if err != nil {
 		return nil, err
 	}
@@ -295,13 +300,9 @@ func (p *Provider) Delete(ctx context.Context, req *pulumirpc.DeleteRequest) (*e
 	if err != nil {
 		return nil, err
 	}
-	c, err := p.hc()
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	return &emptypb.Empty{}, rt.delete(ctx, c, req.GetId(), state)
+	return &emptypb.Empty{}, rt.delete(ctx, call{p, req.GetUrn()}, req.GetId(), state)
 }
 
 // stringProp reads a string property, looking through secrets.

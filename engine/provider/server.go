@@ -133,9 +133,13 @@ func computedOutputs(in resource.PropertyMap) resource.PropertyMap {
 // ErrNotOurs is returned when a server with the stand's name exists without our ownership labels.
 var ErrNotOurs = errors.New("server exists and is not managed by stands-reconciler")
 
-func (serverResource) create(ctx context.Context, c *hcloud.Client, in resource.PropertyMap, preview bool) (string, resource.PropertyMap, error) {
+func (serverResource) create(ctx context.Context, cl call, in resource.PropertyMap, preview bool) (string, resource.PropertyMap, error) {
 	if preview {
 		return "", computedOutputs(in), nil
+	}
+	c, err := cl.hc()
+	if err != nil {
+		return "", nil, err
 	}
 	args := decodeServerArgs(in)
 	network, _, err := c.Network.GetByName(ctx, args.Network)
@@ -227,8 +231,12 @@ func parseServerID(id string) (int64, error) {
 	return n, nil
 }
 
-func (serverResource) read(ctx context.Context, c *hcloud.Client, id string, st resource.PropertyMap) (string, resource.PropertyMap, error) {
+func (serverResource) read(ctx context.Context, cl call, id string, st resource.PropertyMap) (string, resource.PropertyMap, error) {
 	n, err := parseServerID(id)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := cl.hc()
 	if err != nil {
 		return "", nil, err
 	}
@@ -251,7 +259,7 @@ func (serverResource) read(ctx context.Context, c *hcloud.Client, id string, st 
 	return id, serverState(in, outputsOf(srv, nil)), nil
 }
 
-func (serverResource) update(ctx context.Context, c *hcloud.Client, id string, olds, news resource.PropertyMap, preview bool) (resource.PropertyMap, error) {
+func (serverResource) update(ctx context.Context, cl call, id string, olds, news resource.PropertyMap, preview bool) (resource.PropertyMap, error) {
 	out := ServerOutputs{}
 	out.ServerID, _ = parseServerID(id)
 	out.PublicIPv4, out.PrivateIP = stringProp(olds, pPublicIPv4), stringProp(olds, pPrivateIP)
@@ -261,6 +269,10 @@ func (serverResource) update(ctx context.Context, c *hcloud.Client, id string, o
 	if preview {
 		return serverState(news, out), nil
 	}
+	c, err := cl.hc()
+	if err != nil {
+		return nil, err
+	}
 	args := decodeServerArgs(news)
 	if _, _, err := c.Server.Update(ctx, &hcloud.Server{ID: out.ServerID}, hcloud.ServerUpdateOpts{Labels: args.Labels}); err != nil {
 		return nil, fmt.Errorf("update labels of server %s: %w", args.Name, err)
@@ -268,8 +280,12 @@ func (serverResource) update(ctx context.Context, c *hcloud.Client, id string, o
 	return serverState(news, out), nil
 }
 
-func (serverResource) delete(ctx context.Context, c *hcloud.Client, id string, st resource.PropertyMap) error {
+func (serverResource) delete(ctx context.Context, cl call, id string, st resource.PropertyMap) error {
 	n, err := parseServerID(id)
+	if err != nil {
+		return err
+	}
+	c, err := cl.hc()
 	if err != nil {
 		return err
 	}

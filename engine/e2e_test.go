@@ -1,0 +1,511 @@
+//go:build e2e
+
+package engine
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/stands-engine/stands-reconciler/engine/node"
+	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/hcloudsim"
+	"github.com/stands-engine/stands-reconciler/hcloudsim/vm"
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/internal/testfs"
+)
+
+// TestNodesE2E is issue 10's story on two real VMs behind hcloudsim, with the real Pulumi CLI and a
+// login-protected registry: the example two-node stand — its images pointed at the test registry —
+// applied from nothing in full mode; one instance's preference changed; a failing post-start hook;
+// a destroy with one node unreachable. The scenarios share the two VMs.
+func TestNodesE2E(t *testing.T) {
+	reg := testenv.StartRegistry(t)
+	image := reg.PushBinary(t, testenv.BuildStatic(t, "./cmd/stands-testapp"), "stands/testapp", "e2e")
+	guestImage := strings.Replace(image, reg.Addr, vm.RegistryGuestAddr, 1)
+	machines, err := vm.New(vm.Config{Dir: t.TempDir(), Registry: reg.Addr, Log: testLog(t)})
+	if err != nil {
+		testenv.Missing(t, "%v", err)
+	}
+	t.Cleanup(func() { _ = machines.Close() })
+	configsets := filepath.Join(t.TempDir(), "configsets")
+	f := newFixtureWith(t, func(c *Config) { c.ConfigsetDir = configsets }, hcloudsim.WithMachine(machines))
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+
+	secrets := map[string]string{"SECRET_REGISTRY_PASSWORD": reg.Password, "SECRET_KV_PASSWORD": "kv-SENTINEL-e2e"}
+	repo := e2eRepo(t, guestImage)
+	stand := loadWith(t, repo, "stands/two-node/stand.yml", secrets)
+	id := stand.Stand.ID
+
+	// 1. From nothing: servers, node setup, images, both instances, hooks.
+	t0 := time.Now()
+	res, err := f.eng.Apply(ctx, stand, false)
+	if err != nil {
+		t.Fatalf("apply from nothing: %v\nlog:\n%s", err, tailLog(f.logs.String()))
+	}
+	t.Logf("apply from nothing: %v, changes %v", time.Since(t0).Round(time.Second), res.Changes)
+	if res.NodesMode != NodesFull || res.Changes["create"] != 2+2+2+2 {
+		t.Errorf("apply: mode %q, changes %v; want full and 8 creates (2 servers, 2 nodes, 2 images, 2 instances)", res.NodesMode, res.Changes)
+	}
+	servers := f.Servers(t)
+	db, web := servers["demo-demo-two-node-db"], servers["demo-demo-two-node-web"]
+	if db == nil || web == nil {
+		t.Fatalf("servers: %v", servers)
+	}
+	dbPriv, webPub := db.PrivateNet[0].IP.String(), web.PublicNet.IPv4.IP.String()
+	keys := f.standKey(t, ctx, stand)
+	dbSSH, dbKey := sshTo(t, db, keys)
+	webSSH, webKey := sshTo(t, web, keys)
+	defer dbSSH.Close()
+	defer webSSH.Close()
+
+	// Both nodes set up; their host keys are pinned in the stack's state.
+	pinned := f.outputsOf(t, ctx, stand, provider.NodeType, "hostKey")
+	for name, key := range map[string]ssh.PublicKey{"db": dbKey, "web": webKey} {
+		if got, _ := pinned[name].(string); got != strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key))) {
+			t.Errorf("host key of %s in state %q, the server offers %s", name, got, ssh.FingerprintSHA256(key))
+		}
+	}
+	for name, uid := range f.outputsOf(t, ctx, stand, provider.NodeType, "appUid") {
+		if uid != float64(appUID) {
+			t.Errorf("node %s: app uid %v, want %d", name, uid, appUID)
+		}
+	}
+	kvUnit := "podman-kube@" + node.Escape("/home/app/.config/stands/kv--cache/pod.yaml") + ".service"
+	webUnit := "podman-kube@" + node.Escape("/home/app/.config/stands/web--front/pod.yaml") + ".service"
+	for _, c := range []struct {
+		conn *ssh.Client
+		unit string
+	}{{dbSSH, kvUnit}, {webSSH, webUnit}} {
+		if out := run(t, c.conn, appCmd("systemctl --user is-active "+node.Quote(c.unit)+"; podman network exists app-net && echo net-ok")); !strings.Contains(out, "active") || !strings.Contains(out, "net-ok") {
+			t.Errorf("%s: %q", c.unit, out)
+		}
+	}
+
+	// The app on web calls the app on db over the private network and returns db's reply; the role
+	// ports answer from the host (web's public port directly, db's internal-zone port through SSH).
+	webAddr, err := machines.ExposePort(ctx, web.ID, 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := get(t, "http://"+webAddr+"/backend"), "backend "+dbPriv+":6379 said: +PONG\n"; got != want {
+		t.Errorf("web → db: %q, want %q", got, want)
+	}
+	if got := get(t, "http://"+webAddr+"/"); !strings.HasPrefix(got, "Hello from the two-node stand from ") {
+		t.Errorf("web from the host: %q", got)
+	}
+	if got := kvPing(t, dbSSH, dbPriv+":6379", secrets["SECRET_KV_PASSWORD"]); got != "+PONG" {
+		t.Errorf("kv from the host through SSH: %q", got)
+	}
+
+	// The connection output, in full.
+	want := fmt.Sprintf(`{"id_stand": %q,
+	  "cache": {"endpoint": %q, "port": 6379, "credentials": {"user": "default", "password": "kv-SENTINEL-e2e"}, "url": "redis://default:kv-SENTINEL-e2e@%s:6379/0"},
+	  "front": {"endpoint": %q, "port": 8080, "url": "http://%s:8080/"}}`, id, dbPriv, dbPriv, webPub, webPub)
+	if !jsonEqual(t, []byte(res.Connection), []byte(want)) {
+		t.Errorf("connection output:\n%s\nwant:\n%s", res.Connection, want)
+	}
+	// The configset: what was sent, 0700 folders, 0600 files.
+	checkConfigset(t, filepath.Join(configsets, id), "kv--cache/files/home/app/stands/cache/redis.conf", "requirepass kv-SENTINEL-e2e")
+
+	// 2. One preference of one instance: the plan lists exactly that instance, and the apply restarts
+	// its unit only.
+	kvBefore, webBefore := activeSince(t, dbSSH, kvUnit), activeSince(t, webSSH, webUnit)
+	repo.(editableRepo).set("stands/two-node/stand.yml", strings.Replace(repo.(editableRepo).get("stands/two-node/stand.yml"), "Hello from the two-node stand", "Hello again", 1))
+	changed := loadWith(t, repo, "stands/two-node/stand.yml", secrets)
+	plan, err := f.eng.Preview(ctx, changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("plan of a greeting change: %+v", plan.Steps)
+	if len(plan.Steps) != 1 || plan.Steps[0].Kind != "instance" || plan.Steps[0].Instance != "web--front" || plan.Steps[0].Op != "update" ||
+		!strings.Contains(plan.Steps[0].Changed, "configHash") {
+		t.Errorf("plan of a greeting change: %+v", plan.Steps)
+	}
+	t0 = time.Now()
+	if _, err := f.eng.Apply(ctx, changed, false); err != nil {
+		t.Fatalf("apply the change: %v", err)
+	}
+	t.Logf("apply of the greeting change: %v", time.Since(t0).Round(time.Second))
+	if after := activeSince(t, dbSSH, kvUnit); after != kvBefore {
+		t.Errorf("kv's unit restarted: active since %s, was %s", after, kvBefore)
+	}
+	if after := activeSince(t, webSSH, webUnit); after == webBefore {
+		t.Errorf("web's unit was not restarted (active since %s)", after)
+	}
+	if got := get(t, "http://"+webAddr+"/"); !strings.HasPrefix(got, "Hello again from ") {
+		t.Errorf("web after the change: %q", got)
+	}
+
+	// 3. A post-start hook that fails: the apply fails with its stderr, the stack stays consistent
+	// (no pending operation, the failed spec not recorded as applied); the fixed hook converges. A
+	// hook change alone does not restart the unit.
+	webBefore = activeSince(t, webSSH, webUnit)
+	good := repo.(editableRepo).get("apps/web/hooks/healthz.sh.tmpl")
+	repo.(editableRepo).set("apps/web/hooks/healthz.sh.tmpl", "#!/bin/sh\necho \"hook-broken-on-purpose for {{ .instance }}\" >&2\nexit 3\n")
+	broken := loadWith(t, repo, "stands/two-node/stand.yml", secrets)
+	_, err = f.eng.Apply(ctx, broken, false)
+	if err == nil || !strings.Contains(err.Error(), "hook-broken-on-purpose for front") {
+		t.Fatalf("apply with a failing hook: %v", err)
+	}
+	t.Logf("apply with a failing hook fails: …%s", excerpt(err.Error(), "post-start hook", 300))
+	st, err := f.eng.stack(ctx, StackRef{"demo", "two-node"}, func(*pulumi.Context) error { return nil }, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep, err := exportDeployment(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, _ := st.Outputs(ctx)
+	if len(dep.Pending) != 0 || outs[OutSpecHash].Value == broken.SpecHash {
+		t.Errorf("after the failed hook: %d pending operations, spec hash %v recorded as applied", len(dep.Pending), outs[OutSpecHash].Value)
+	}
+	repo.(editableRepo).set("apps/web/hooks/healthz.sh.tmpl", good+"# fixed\n")
+	fixed := loadWith(t, repo, "stands/two-node/stand.yml", secrets)
+	if _, err = f.eng.Apply(ctx, fixed, false); err != nil {
+		t.Fatalf("apply with the hook fixed: %v", err)
+	}
+	if again, err := f.eng.Apply(ctx, fixed, true); err != nil || again.Changed {
+		t.Errorf("after converging, a forced apply has work: %+v %v", again, err)
+	}
+	if after := activeSince(t, webSSH, webUnit); after != webBefore {
+		t.Errorf("a hook change restarted web's unit")
+	}
+
+	// The state keeps every secret encrypted: the key, the files, the registry password.
+	scanned := 0
+	_ = filepath.WalkDir(f.backend, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		scanned++
+		for _, secret := range []string{reg.Password, "kv-SENTINEL-e2e", "BEGIN OPENSSH PRIVATE KEY"} {
+			if strings.Contains(string(data), secret) {
+				t.Errorf("%s holds a secret in clear", p)
+			}
+		}
+		return nil
+	})
+	if scanned == 0 {
+		t.Errorf("no state files under %s", f.backend)
+	}
+
+	// 4. Destroy with web unreachable: powered off, and its SSH address held by a listener that
+	// counts connections. Nothing connects to either server; both VMs are gone.
+	if _, _, err := f.Client.Server.Poweroff(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn // held open: an SSH client waits for a banner that never comes
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	ln := listenWhenFree(t, webPub+":22")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	dbSSH.Close()
+	logStart := len(f.logs.String())
+	t0 = time.Now()
+	if _, err := f.eng.Destroy(ctx, StackRef{"demo", "two-node"}); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	t.Logf("destroy: %v", time.Since(t0).Round(time.Second))
+	ln.Close()
+	mu.Lock()
+	n := len(held)
+	mu.Unlock()
+	if n != 0 {
+		t.Errorf("destroy connected %d times to the unreachable node", n)
+	}
+	if log := f.logs.String()[logStart:]; strings.Contains(log, "connecting to") {
+		t.Errorf("destroy connected to a node:\n%s", log)
+	}
+	if s := f.Servers(t); len(s) != 0 {
+		t.Errorf("servers left: %v", s)
+	}
+	if pids := machines.PIDs(); len(pids) != 0 {
+		t.Errorf("VMs left: %v", pids)
+	}
+	for _, secret := range []string{reg.Password, "kv-SENTINEL-e2e", hcloudToken} {
+		if strings.Contains(f.logs.String(), secret) {
+			t.Errorf("a secret is in the engine's log")
+		}
+	}
+}
+
+// editableRepo is the overlay repository the test edits between applies.
+type editableRepo interface {
+	fs.FS
+	get(name string) string
+	set(name, content string)
+}
+
+type mapRepo struct{ fs.FS }
+
+func (m mapRepo) get(name string) string {
+	b, err := fs.ReadFile(m.FS, name)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func (m mapRepo) set(name, content string) {
+	m.FS.(fstest.MapFS)[name].Data = []byte(content)
+}
+
+// e2eRepo is the example repository with its registry and images pointed at the test registry (as
+// the VMs reach it) and the registry marked insecure (plain HTTP).
+func e2eRepo(t *testing.T, image string) fs.FS {
+	t.Helper()
+	base, err := testfs.Dir("../examples/stands-repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	regAddr, _, _ := strings.Cut(image, "/")
+	common := string(base["bases/common.yml"].Data)
+	common = strings.Replace(common, "    url: registry.example.test\n", "    url: "+regAddr+"\n    insecure: true\n", 1)
+	common = strings.Replace(common, "registry.example.test/stands/kv:7.2", image, 1)
+	stand := strings.Replace(string(base["stands/two-node/stand.yml"].Data), "registry.example.test/stands/web:1.4", image, 1)
+	if !strings.Contains(common, "insecure: true") || !strings.Contains(common, image) || !strings.Contains(stand, image) {
+		t.Fatal("the overlay did not apply: the example changed")
+	}
+	base["bases/common.yml"].Data, base["stands/two-node/stand.yml"].Data = []byte(common), []byte(stand)
+	return mapRepo{base}
+}
+
+// standKey is the stand's SSH key from its stack.
+func (f *fixture) standKey(t *testing.T, ctx context.Context, s Stand) ssh.Signer {
+	t.Helper()
+	st, err := f.eng.stack(ctx, StackRef{s.Stand.Project, s.Stand.Env}, func(*pulumi.Context) error { return nil }, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := st.Outputs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.ParsePrivateKey([]byte(outs[OutSSHPrivateKey].Value.(string)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signer
+}
+
+// outputsOf returns one output of every resource of a type in the stand's state, by resource name.
+func (f *fixture) outputsOf(t *testing.T, ctx context.Context, s Stand, typ, key string) map[string]any {
+	t.Helper()
+	st, err := f.eng.stack(ctx, StackRef{s.Stand.Project, s.Stand.Env}, func(*pulumi.Context) error { return nil }, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep, err := exportDeployment(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]any{}
+	for _, r := range dep.Resources {
+		if r.Type == typ {
+			out[lastURNPart(r.URN)] = r.Outputs[key]
+		}
+	}
+	return out
+}
+
+func sshTo(t *testing.T, s *hcloud.Server, signer ssh.Signer) (*ssh.Client, ssh.PublicKey) {
+	t.Helper()
+	var key ssh.PublicKey
+	c, err := ssh.Dial("tcp", s.PublicNet.IPv4.IP.String()+":22", &ssh.ClientConfig{User: "admin", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		Timeout: 30 * time.Second, HostKeyCallback: func(_ string, _ net.Addr, k ssh.PublicKey) error { key = k; return nil }})
+	if err != nil {
+		t.Fatalf("ssh %s: %v", s.Name, err)
+	}
+	return c, key
+}
+
+func appCmd(script string) string { return node.AsApp("app", appUID, script) }
+
+// appUID is the app user's uid on both VMs: cloud-init creates the admin user first, then the app
+// user (checked by the test through the nodes' state).
+const appUID = 1001
+
+func run(t *testing.T, c *ssh.Client, cmd string) string {
+	t.Helper()
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	out, err := s.CombinedOutput(cmd)
+	if err != nil {
+		t.Logf("%s: %v\n%s", cmd, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// activeSince is the unit's ActiveEnterTimestampMonotonic: it changes with every (re)start.
+func activeSince(t *testing.T, c *ssh.Client, unit string) string {
+	t.Helper()
+	out := run(t, c, appCmd("systemctl --user show -p ActiveEnterTimestampMonotonic --value "+node.Quote(unit)))
+	if out == "" || out == "0" {
+		t.Fatalf("%s is not active: %q", unit, out)
+	}
+	return out
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	client := &http.Client{Timeout: 20 * time.Second}
+	var last error
+	for range 30 {
+		resp, err := client.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return string(body)
+		}
+		last = err
+		time.Sleep(2 * time.Second)
+	}
+	t.Errorf("GET %s: %v", url, last)
+	return ""
+}
+
+// kvPing speaks to the kv instance through an SSH tunnel: AUTH, then PING.
+func kvPing(t *testing.T, c *ssh.Client, addr, password string) string {
+	t.Helper()
+	conn, err := c.Dial("tcp", addr)
+	if err != nil {
+		t.Errorf("tunnel to %s: %v", addr, err)
+		return ""
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(conn, "AUTH %s\r\nPING\r\n", password)
+	r := bufio.NewReader(conn)
+	auth, _ := r.ReadString('\n')
+	pong, _ := r.ReadString('\n')
+	if strings.TrimSpace(auth) != "+OK" {
+		t.Errorf("AUTH: %q", auth)
+	}
+	return strings.TrimSpace(pong)
+}
+
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Fatalf("%s: %v", a, err)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+func checkConfigset(t *testing.T, dir, file, holds string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil || !strings.Contains(string(data), holds) {
+		t.Errorf("configset %s: %v", file, err)
+	}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		want := fs.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		}
+		if info.Mode().Perm() != want {
+			t.Errorf("configset %s: mode %v, want %v", p, info.Mode().Perm(), want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// listenWhenFree listens on addr once the powered-off VM's forwarder has let go of it.
+func listenWhenFree(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	var last error
+	for range 100 {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			return ln
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("listen %s: %v", addr, last)
+	return nil
+}
+
+// excerpt is s from the first from on (or from its start), at most n bytes.
+func excerpt(s, from string, n int) string {
+	if i := strings.Index(s, from); i >= 0 {
+		s = s[i:]
+	}
+	return s[:min(n, len(s))]
+}
+
+func tailLog(s string) string {
+	if len(s) > 6000 {
+		return "…" + s[len(s)-6000:]
+	}
+	return s
+}
+
+func testLog(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, nil))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

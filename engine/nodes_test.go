@@ -1,0 +1,33 @@
+package engine
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/engine/node"
+)
+
+// TestPullsFor: a node pulls the images of the instances placed on it, grouped by their app's
+// registry, with the registry's resolved credentials and its insecure flag.
+func TestPullsFor(t *testing.T) {
+	s := load(t, examples(t, ""), "stands/two-node/stand.yml")
+	s.Stand.Registries[0].Insecure = true
+	r, err := manifest.Render(s.FS, s.Stand, s.Secrets, manifest.PreflightAddresses(s.Stand))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for nodeName, image := range map[string]string{"db": "registry.example.test/stands/kv:7.2", "web": "registry.example.test/stands/web:1.4"} {
+		got, err := pullsFor(r, nodeName, s.Secrets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []node.Registry{{URL: "registry.example.test", Username: "robot", Password: exampleSecrets["SECRET_REGISTRY_PASSWORD"], Insecure: true, Images: []string{image}}}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %+v, want %+v", nodeName, got, want)
+		}
+	}
+	if got, err := pullsFor(r, "nowhere", s.Secrets); err != nil || len(got) != 0 {
+		t.Errorf("a node without instances pulls %+v %v", got, err)
+	}
+}
