@@ -236,7 +236,7 @@ func (e *Engine) prepare(ctx context.Context, in Stand, create bool) (auto.Stack
 	if err := checkOwned(st, outs, dep); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
-	if err := e.recoverStack(ctx, st, StackRef{s.Project, s.Env}, dep, e.log.With("stand", s.ID)); err != nil {
+	if err := e.recoverStack(ctx, st, StackRef{s.Project, s.Env}, dep, e.standLog(in)); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
 	if p.privateKey, p.publicKey, err = keyPair(outs); err != nil {
@@ -282,7 +282,7 @@ func checkOwned(st auto.Stack, outs auto.OutputMap, dep *deployment) error {
 // Apply makes the stand's servers match its manifest. When the stack's recorded spec hash equals
 // in.SpecHash and force is false, nothing runs: the result says so.
 func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, error) {
-	log := e.log.With("stand", in.Stand.ID)
+	log := e.standLog(in)
 	st, p, outs, err := e.prepare(ctx, in, true)
 	if err != nil {
 		return nil, err
@@ -310,7 +310,7 @@ func (e *Engine) Refresh(ctx context.Context, in Stand) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	ch, wait := e.progress(e.log.With("stand", in.Stand.ID, "refresh", true))
+	ch, wait := e.progress(e.standLog(in, "refresh", true))
 	_, err = st.Refresh(ctx, optrefresh.EventStreams(ch), optrefresh.SuppressProgress())
 	changes := wait()
 	if err != nil {
@@ -345,7 +345,7 @@ func (e *Engine) preview(ctx context.Context, in Stand, op string) (*Result, err
 	if op == "drift" {
 		opts = append(opts, optpreview.Refresh())
 	}
-	ch, wait := e.progressSteps(e.log.With("stand", in.Stand.ID, op, true))
+	ch, wait := e.progressSteps(e.standLog(in, op, true))
 	_, err = st.Preview(ctx, append(opts, optpreview.EventStreams(ch))...)
 	changes, steps := wait()
 	if err != nil {

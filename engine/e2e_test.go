@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -156,18 +157,57 @@ func TestNodesE2E(t *testing.T) {
 		t.Errorf("web after the change: %q", got)
 	}
 
+	// 2b. An instance added on a server, then removed while the server stays: only the new instance is
+	// created (with its port opened), and its delete stops and removes it over SSH, closing the port.
+	withFront := repo.(editableRepo).get("stands/two-node/stand.yml")
+	extra := strings.Replace(withFront, "apps: [web/front]", "apps: [web/front, web/extra]", 1) +
+		"      extra:\n        preferences:\n          image: " + guestImage + "\n          port: 8081\n" +
+		"          backend_app: kv\n          backend_instance: cache\n          greeting: extra\n"
+	repo.(editableRepo).set("stands/two-node/stand.yml", extra)
+	added := loadWith(t, repo, "stands/two-node/stand.yml", secrets)
+	extraUnit := "podman-kube@" + node.Escape("/home/app/.config/stands/web--extra/pod.yaml") + ".service"
+	webBefore = activeSince(t, webSSH, webUnit)
+	if plan, err := f.eng.Preview(ctx, added); err != nil || !sameSteps(plan.Steps, "create instance web--extra", "update node web") {
+		t.Errorf("plan of an added instance: %+v %v", plan, err)
+	}
+	if _, err := f.eng.Apply(ctx, added, false); err != nil {
+		t.Fatalf("apply an added instance: %v", err)
+	}
+	if out := run(t, webSSH, appCmd("systemctl --user is-active "+node.Quote(extraUnit))+"; sudo firewall-cmd --zone=public --list-ports"); !strings.Contains(out, "active") || !strings.Contains(out, "8081/tcp") {
+		t.Errorf("the added instance: %q", out)
+	}
+	repo.(editableRepo).set("stands/two-node/stand.yml", withFront)
+	if plan, err := f.eng.Preview(ctx, changed); err != nil || !sameSteps(plan.Steps, "delete instance web--extra", "update node web") {
+		t.Errorf("plan of a removed instance: %+v %v", plan, err)
+	}
+	if _, err := f.eng.Apply(ctx, changed, false); err != nil {
+		t.Fatalf("apply a removed instance: %v", err)
+	}
+	out := run(t, webSSH, appCmd("systemctl --user is-active "+node.Quote(extraUnit)+"; podman pod exists extra && echo pod-left; ls /home/app/stands/extra 2>&1")+
+		"; sudo firewall-cmd --zone=public --list-ports")
+	if strings.Contains(out, "pod-left") || strings.Contains(out, "8081/tcp") || !strings.Contains(out, "No such file") || strings.HasPrefix(out, "active") {
+		t.Errorf("the removed instance is left on the node: %q", out)
+	}
+	if after := activeSince(t, webSSH, webUnit); after != webBefore {
+		t.Errorf("adding and removing another instance restarted web--front")
+	}
+
 	// 3. A post-start hook that fails: the apply fails with its stderr, the stack stays consistent
 	// (no pending operation, the failed spec not recorded as applied); the fixed hook converges. A
 	// hook change alone does not restart the unit.
 	webBefore = activeSince(t, webSSH, webUnit)
 	good := repo.(editableRepo).get("apps/web/hooks/healthz.sh.tmpl")
-	repo.(editableRepo).set("apps/web/hooks/healthz.sh.tmpl", "#!/bin/sh\necho \"hook-broken-on-purpose for {{ .instance }}\" >&2\nexit 3\n")
+	// It also prints a secret, which the engine's log must not show.
+	repo.(editableRepo).set("apps/web/hooks/healthz.sh.tmpl", "#!/bin/sh\necho \"hook-broken-on-purpose for {{ .instance }}, {{ (index .instances \"kv\" \"cache\").preferences.password }}\" >&2\nexit 3\n")
 	broken := loadWith(t, repo, "stands/two-node/stand.yml", secrets)
 	_, err = f.eng.Apply(ctx, broken, false)
 	if err == nil || !strings.Contains(err.Error(), "hook-broken-on-purpose for front") {
 		t.Fatalf("apply with a failing hook: %v", err)
 	}
-	t.Logf("apply with a failing hook fails: …%s", excerpt(err.Error(), "post-start hook", 300))
+	t.Logf("apply with a failing hook fails: …%s", excerpt(broken.Secrets.Scrub(err.Error()), "post-start hook", 300))
+	if !strings.Contains(f.logs.String(), "hook-broken-on-purpose for front, ***") {
+		t.Errorf("the engine's log does not show the hook's stderr, scrubbed")
+	}
 	st, err := f.eng.stack(ctx, StackRef{"demo", "two-node"}, func(*pulumi.Context) error { return nil }, false)
 	if err != nil {
 		t.Fatal(err)
@@ -482,6 +522,22 @@ func listenWhenFree(t *testing.T, addr string) net.Listener {
 	}
 	t.Fatalf("listen %s: %v", addr, last)
 	return nil
+}
+
+// sameSteps reports whether a plan has exactly the given steps ("<op> <kind> <instance or node>"),
+// in any order.
+func sameSteps(steps []Step, want ...string) bool {
+	var got []string
+	for _, s := range steps {
+		name := s.Node
+		if s.Kind == "instance" {
+			name = s.Instance
+		}
+		got = append(got, s.Op+" "+s.Kind+" "+name)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	return slices.Equal(got, want)
 }
 
 // excerpt is s from the first from on (or from its start), at most n bytes.

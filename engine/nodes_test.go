@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"errors"
+	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/stands-engine/stands-reconciler/engine/manifest"
@@ -29,5 +32,25 @@ func TestPullsFor(t *testing.T) {
 	}
 	if got, err := pullsFor(r, "nowhere", s.Secrets); err != nil || len(got) != 0 {
 		t.Errorf("a node without instances pulls %+v %v", got, err)
+	}
+}
+
+// TestStandLogScrubs: what reaches the engine's log from a node (a hook's stderr in a Pulumi
+// diagnostic, an error) loses the stand's secret values; the rest stays.
+func TestStandLogScrubs(t *testing.T) {
+	s := load(t, examples(t, ""), "stands/two-node/stand.yml")
+	secret := exampleSecrets["SECRET_KV_PASSWORD"]
+	var buf syncBuffer
+	e := &Engine{log: slog.New(slog.NewJSONHandler(&buf, nil))}
+	log := e.standLog(s, "op", "apply "+secret)
+	log.With("node", "db "+secret).WithGroup("g").Warn("pulumi error: "+secret, "message", "hook said "+secret, "err", errors.New("ssh: "+secret), "n", 3)
+	out := buf.String()
+	if strings.Contains(out, secret) {
+		t.Errorf("a secret is in the log: %s", out)
+	}
+	for _, want := range []string{`"msg":"pulumi error: ***"`, `"message":"hook said ***"`, `"err":"ssh: ***"`, `"node":"db ***"`, `"op":"apply ***"`, `"stand":"demo_demo_two-node"`, `"n":3`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s: %s", want, out)
+		}
 	}
 }

@@ -167,14 +167,14 @@ func applyOrPreview(ctx context.Context, op string, args []string, std stdio, ge
 			res, err = eng.PreviewNew(ctx, in) // a new stand: planned without creating its stack
 		}
 		if err != nil {
-			fail(std, "preview", err)
+			fail(std, "preview", scrubbed{err, in.Secrets})
 			return exitError
 		}
 		return writeRecord(std, map[string]any{"id_stand": res.StandID, "operation": "preview", "changes": res.Changes, "steps": res.Steps})
 	}
 	res, err := eng.Apply(ctx, in, *force)
 	if err != nil {
-		fail(std, "apply", err)
+		fail(std, "apply", scrubbed{err, in.Secrets})
 		return exitError
 	}
 	if *outDir != "" && res.Connection != nil {
@@ -321,6 +321,16 @@ func runReport(ctx context.Context, name, about, key string, args []string, std 
 }
 
 // fail reports an engine error with the reason the reconciler would record for it.
+// scrubbed prints an error without the stand's secret values (a node's stderr can hold them) and
+// keeps it classifiable.
+type scrubbed struct {
+	err     error
+	secrets manifest.Secrets
+}
+
+func (s scrubbed) Error() string { return s.secrets.Scrub(s.err.Error()) }
+func (s scrubbed) Unwrap() error { return s.err }
+
 func fail(std stdio, op string, err error) {
 	c := engine.Classify(err)
 	fmt.Fprintf(std.err, "%s: %v [%s, %s]\n", op, err, c.Reason, c.Kind)

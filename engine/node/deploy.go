@@ -251,6 +251,10 @@ func Remove(ctx context.Context, c *Conn, u AppUser, d Deployment) error {
 		paths = append(paths, Quote(f.Path))
 	}
 	script += "rm -f " + strings.Join(paths, " ") + "\n"
+	// Folders the files were alone in go too, up to the app user's home (never above it).
+	for _, f := range d.files() {
+		script += fmt.Sprintf(`d=$(dirname %s); while [ "${d#"$HOME"/}" != "$d" ] && rmdir "$d" 2>/dev/null; do d=$(dirname "$d"); done`+"\n", Quote(f.Path))
+	}
 	script += "rm -rf " + Quote(path.Join(u.Home, ".config", "stands", InstanceName(d.Instance))) + "\n"
 	// The drop-in folder of the template flavour.
 	for _, f := range d.Unit.Files {

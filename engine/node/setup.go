@@ -68,20 +68,8 @@ systemctl status --no-pager user@%d.service >&2; exit 1`, Quote(appUser), uid, u
 			return nil, fmt.Errorf("%s: %w", s.what, err)
 		}
 	}
-	if len(ports) > 0 {
-		var fw strings.Builder
-		fw.WriteString("set -e\nsudo firewall-cmd --state >/dev/null\n")
-		for _, pt := range ports {
-			zone := pt.Zone
-			if zone == "" {
-				zone = "public"
-			}
-			fmt.Fprintf(&fw, "sudo firewall-cmd --permanent --zone=%s --add-port=%s >/dev/null\n", Quote(zone), Quote(pt.String()))
-		}
-		fw.WriteString("sudo firewall-cmd --reload >/dev/null\n")
-		if _, err := c.Run(ctx, fw.String(), nil, 5*time.Minute); err != nil {
-			return nil, fmt.Errorf("open role ports: %w", err)
-		}
+	if err := firewall(ctx, c, "add", ports); err != nil {
+		return nil, fmt.Errorf("open role ports: %w", err)
 	}
 	out, err = c.Run(ctx, AsApp(appUser, uid, "podman version --format '{{.Client.Version}}'"), nil, 2*time.Minute)
 	if err != nil {
@@ -92,4 +80,31 @@ systemctl status --no-pager user@%d.service >&2; exit 1`, Quote(appUser), uid, u
 		return nil, err
 	}
 	return p, nil
+}
+
+// ClosePorts closes role ports no instance of the node serves any more.
+func ClosePorts(ctx context.Context, c *Conn, ports []manifest.Port) error {
+	if err := firewall(ctx, c, "remove", ports); err != nil {
+		return fmt.Errorf("close role ports: %w", err)
+	}
+	return nil
+}
+
+// firewall adds or removes ports, each in its zone (default public), permanently and at once.
+func firewall(ctx context.Context, c *Conn, op string, ports []manifest.Port) error {
+	if len(ports) == 0 {
+		return nil
+	}
+	var fw strings.Builder
+	fw.WriteString("set -e\nsudo firewall-cmd --state >/dev/null\n")
+	for _, pt := range ports {
+		zone := pt.Zone
+		if zone == "" {
+			zone = "public"
+		}
+		fmt.Fprintf(&fw, "sudo firewall-cmd --permanent --zone=%s --%s-port=%s >/dev/null\n", Quote(zone), op, Quote(pt.String()))
+	}
+	fw.WriteString("sudo firewall-cmd --reload >/dev/null\n")
+	_, err := c.Run(ctx, fw.String(), nil, 5*time.Minute)
+	return err
 }

@@ -232,7 +232,8 @@ func PortSpec(p manifest.Port) string {
 	return p.String() + "@" + zone
 }
 
-func (r nodeResource) setup(ctx context.Context, c call, in resource.PropertyMap, pinned string) (resource.PropertyMap, error) {
+// setup prepares the node; closed are role ports an earlier setup opened that no instance serves now.
+func (r nodeResource) setup(ctx context.Context, c call, in resource.PropertyMap, pinned string, closed []string) (resource.PropertyMap, error) {
 	host := stringProp(in, pHost)
 	conn, key, err := connect(ctx, c, in, pinned, 15*time.Minute)
 	if err != nil {
@@ -242,6 +243,13 @@ func (r nodeResource) setup(ctx context.Context, c call, in resource.PropertyMap
 	ports, err := parsePorts(stringsProp(in, pPorts))
 	if err != nil {
 		return nil, err
+	}
+	gone, err := parsePorts(closed)
+	if err != nil {
+		return nil, err
+	}
+	if err := node.ClosePorts(ctx, conn, gone); err != nil {
+		return nil, fmt.Errorf("set up node %s: %w", host, err)
 	}
 	c.info(ctx, "setting up "+host+": cloud-init, user systemd, Podman, firewalld")
 	prep, err := node.Prepare(ctx, conn, stringProp(in, pAppUser), ports)
@@ -269,7 +277,7 @@ func (r nodeResource) create(ctx context.Context, c call, in resource.PropertyMa
 	if preview {
 		return "", computed(in, nodeOutputs...), nil
 	}
-	out, err := r.setup(ctx, c, in, "")
+	out, err := r.setup(ctx, c, in, "", nil)
 	if err != nil {
 		return "", nil, err
 	}
@@ -297,7 +305,15 @@ func (r nodeResource) update(ctx context.Context, c call, _ string, olds, news r
 		}
 		return out, nil
 	}
-	return r.setup(ctx, c, news, pinned)
+	var closed []string
+	if sameServer {
+		for _, p := range stringsProp(olds, pPorts) {
+			if !slices.Contains(stringsProp(news, pPorts), p) {
+				closed = append(closed, p)
+			}
+		}
+	}
+	return r.setup(ctx, c, news, pinned, closed)
 }
 
 // delete leaves the server as it is: it goes away with the stand, or keeps a harmless setup.
