@@ -204,7 +204,7 @@ func TestNodesE2E(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "hook-broken-on-purpose for front") {
 		t.Fatalf("apply with a failing hook: %v", err)
 	}
-	t.Logf("apply with a failing hook fails: …%s", excerpt(broken.Secrets.Scrub(err.Error()), "post-start hook", 300))
+	t.Logf("apply with a failing hook fails: …%s", excerpt(broken.Secrets.Scrub(err.Error()), "post-start hook of web/front (", 300))
 	if !strings.Contains(f.logs.String(), "hook-broken-on-purpose for front, ***") {
 		t.Errorf("the engine's log does not show the hook's stderr, scrubbed")
 	}

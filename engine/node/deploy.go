@@ -27,7 +27,12 @@ func (u AppUser) run(ctx context.Context, c *Conn, script string, stdin []byte, 
 	if stdin != nil {
 		in = bytes.NewReader(stdin)
 	}
-	return c.Run(ctx, AsApp(u.Name, u.UID, script), in, timeout)
+	out, err := c.Run(ctx, AsApp(u.Name, u.UID, script), in, timeout)
+	// Name what ran, not the sudo wrapper around it.
+	if ce, ok := err.(*CommandError); ok {
+		ce.Command = firstLine(script) + " (as " + u.Name + ")"
+	}
+	return out, err
 }
 
 // Registry is what a node needs to pull from a registry: its address, credentials (optional) and
