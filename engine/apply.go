@@ -83,6 +83,7 @@ type plan struct {
 	in         Stand
 	mode       string // NodesFull or NodesSkipped
 	configsets string // folder for configsets; empty: none
+	hashKey    []byte // keys the instances' configuration hashes
 	rendered   *manifest.Rendered
 	ipRange    string
 	privateKey string
@@ -217,7 +218,7 @@ func (e *Engine) hcloud() (*hcloud.Client, error) {
 // plan.
 func (e *Engine) prepare(ctx context.Context, in Stand, create bool) (auto.Stack, *plan, auto.OutputMap, error) {
 	s := in.Stand
-	p := &plan{in: in, mode: e.nodesMode(), configsets: e.cfg.ConfigsetDir}
+	p := &plan{in: in, mode: e.nodesMode(), configsets: e.cfg.ConfigsetDir, hashKey: e.configHashKey()}
 	st, err := e.stack(ctx, StackRef{s.Project, s.Env}, p.program, create)
 	if !create && auto.IsSelectStack404Error(err) {
 		return auto.Stack{}, nil, nil, fmt.Errorf("stack %s/%s: %w", s.Project, s.Env, ErrNoStack)

@@ -157,23 +157,36 @@ func TestNodesE2E(t *testing.T) {
 		t.Errorf("web after the change: %q", got)
 	}
 
-	// 2b. An instance added on a server, then removed while the server stays: only the new instance is
-	// created (with its port opened), and its delete stops and removes it over SSH, closing the port.
+	// 2b. An instance added on a server whose first start fails its hook: the apply fails, and the
+	// state keeps the unfinished instance. Fixed, it converges (its port opened); then it is removed
+	// while the server stays: its delete stops and removes it over SSH and closes the port. The other
+	// instance on the server is never restarted.
 	withFront := repo.(editableRepo).get("stands/two-node/stand.yml")
 	extra := strings.Replace(withFront, "apps: [web/front]", "apps: [web/front, web/extra]", 1) +
 		"      extra:\n        preferences:\n          image: " + guestImage + "\n          port: 8081\n" +
 		"          backend_app: kv\n          backend_instance: cache\n          greeting: extra\n"
 	repo.(editableRepo).set("stands/two-node/stand.yml", extra)
+	hook := repo.(editableRepo).get("apps/web/hooks/healthz.sh.tmpl")
+	// Rendered for front this is the hook as it was: only extra's fails.
+	repo.(editableRepo).set("apps/web/hooks/healthz.sh.tmpl", "{{ if eq .instance \"extra\" }}#!/bin/sh\necho \"first start of {{ .instance }} fails on purpose\" >&2\nexit 4\n{{ end }}"+hook)
 	added := loadWith(t, repo, "stands/two-node/stand.yml", secrets)
 	extraUnit := "podman-kube@" + node.Escape("/home/app/.config/stands/web--extra/pod.yaml") + ".service"
 	webBefore = activeSince(t, webSSH, webUnit)
 	if plan, err := f.eng.Preview(ctx, added); err != nil || !sameSteps(plan.Steps, "create instance web--extra", "update node web") {
 		t.Errorf("plan of an added instance: %+v %v", plan, err)
 	}
-	if _, err := f.eng.Apply(ctx, added, false); err != nil {
-		t.Fatalf("apply an added instance: %v", err)
+	if _, err := f.eng.Apply(ctx, added, false); err == nil || !strings.Contains(err.Error(), "first start of extra fails on purpose") {
+		t.Fatalf("apply an added instance whose hook fails: %v", err)
 	}
-	if out := run(t, webSSH, appCmd("systemctl --user is-active "+node.Quote(extraUnit))+"; sudo firewall-cmd --zone=public --list-ports"); !strings.Contains(out, "active") || !strings.Contains(out, "8081/tcp") {
+	if ids := f.outputsOf(t, ctx, stand, provider.InstanceType, "configHash"); ids["web--extra"] == nil {
+		t.Errorf("the state forgot the instance whose create failed: %v", ids)
+	}
+	repo.(editableRepo).set("apps/web/hooks/healthz.sh.tmpl", hook)
+	added = loadWith(t, repo, "stands/two-node/stand.yml", secrets)
+	if _, err := f.eng.Apply(ctx, added, false); err != nil {
+		t.Fatalf("apply the added instance, fixed: %v", err)
+	}
+	if out := run(t, webSSH, appCmd("systemctl --user is-active "+node.Quote(extraUnit))+"; sudo firewall-cmd --zone=public --list-ports"); !strings.HasPrefix(out, "active\n") || !strings.Contains(out, "8081/tcp") {
 		t.Errorf("the added instance: %q", out)
 	}
 	repo.(editableRepo).set("stands/two-node/stand.yml", withFront)
@@ -190,6 +203,12 @@ func TestNodesE2E(t *testing.T) {
 	}
 	if after := activeSince(t, webSSH, webUnit); after != webBefore {
 		t.Errorf("adding and removing another instance restarted web--front")
+	}
+	// What runs is what the state says: the unit's configuration hash is the recorded one.
+	hashes := f.outputsOf(t, ctx, stand, provider.InstanceType, "configHash")
+	if env := run(t, webSSH, appCmd("systemctl --user show -p Environment --value "+node.Quote(webUnit))); hashes["web--front"] == nil ||
+		!strings.Contains(env, fmt.Sprintf("STANDS_CONFIG_HASH=%v", hashes["web--front"])) {
+		t.Errorf("web--front runs with %q, the state records %v", env, hashes["web--front"])
 	}
 
 	// 3. A post-start hook that fails: the apply fails with its stderr, the stack stays consistent

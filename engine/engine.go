@@ -22,6 +22,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/sig"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -251,11 +252,14 @@ func (e *Engine) progressSteps(log *slog.Logger) (chan events.EngineEvent, func(
 // Step is one planned or applied change to a stand: what a reviewer needs to see, never an input's
 // value beyond a server's name, type and location or an instance's name and configuration hash.
 type Step struct {
-	Op            string `json:"op"`             // create, update, replace, delete
-	Kind          string `json:"kind,omitempty"` // "" a server; node (its setup), images, instance
-	Node          string `json:"node"`
-	Instance      string `json:"instance,omitempty"` // <app>--<instance>
-	Changed       string `json:"changed,omitempty"`  // an instance's or node's changed inputs, comma-separated
+	Op       string `json:"op"`             // create, update, replace, delete
+	Kind     string `json:"kind,omitempty"` // "" a server; node (its setup), images, instance
+	Node     string `json:"node"`
+	Instance string `json:"instance,omitempty"` // <app>--<instance>
+	Changed  string `json:"changed,omitempty"`  // an instance's or node's changed inputs, comma-separated
+	// ConfigUnknown: the instance's configuration depends on servers not made yet, so whether it
+	// changes is only known during the apply.
+	ConfigUnknown bool   `json:"configUnknown,omitempty"`
 	ServerName    string `json:"serverName,omitempty"`
 	ServerType    string `json:"serverType,omitempty"`
 	OldServerType string `json:"oldServerType,omitempty"` // a replace or delete: the type going away
@@ -285,6 +289,7 @@ func stepOf(m apitype.StepEventMetadata) Step {
 			st.ServerName = str(m.Old, "serverName")
 		}
 		st.Changed = strings.Join(m.Diffs, ",")
+		st.ConfigUnknown = str(m.New, "configHash") == sig.UnknownStringValue
 		return st
 	}
 	st.ServerName, st.ServerType, st.Location = str(m.New, "name"), str(m.New, "serverType"), str(m.New, "location")

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/stands-engine/stands-reconciler/engine/manifest"
@@ -31,6 +32,7 @@ func (h scrubHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h scrubHandler) attr(a slog.Attr) slog.Attr {
+	a.Value = a.Value.Resolve()
 	switch a.Value.Kind() {
 	case slog.KindString:
 		return slog.String(a.Key, h.secrets.Scrub(a.Value.String()))
@@ -41,9 +43,8 @@ func (h scrubHandler) attr(a slog.Attr) slog.Attr {
 		}
 		return slog.Group(a.Key, as...)
 	case slog.KindAny:
-		if err, ok := a.Value.Any().(error); ok {
-			return slog.String(a.Key, h.secrets.Scrub(err.Error()))
-		}
+		// Errors, Stringers, maps, slices: whatever they print as, scrubbed.
+		return slog.String(a.Key, h.secrets.Scrub(fmt.Sprint(a.Value.Any())))
 	}
 	return a
 }

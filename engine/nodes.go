@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"crypto/hkdf"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -23,6 +25,16 @@ type nodeRes struct {
 }
 
 type plainRes struct{ pulumi.CustomResourceState }
+
+// configHashKey keys the instances' configuration hashes, derived from the passphrase: stable for an
+// owner's backend, unknown to whoever reads the state without it.
+func (e *Engine) configHashKey() []byte {
+	key, err := hkdf.Key(sha256.New, []byte(e.cfg.Passphrase), nil, "stands-reconciler instance config hash", 32)
+	if err != nil {
+		panic(err) // only for a length sha256 cannot give
+	}
+	return key
+}
 
 func (e *Engine) nodesMode() string {
 	if e.cfg.SkipNodes {
@@ -136,9 +148,9 @@ func (p *plan) nodeWork(ctx *pulumi.Context, nodes []stackNode, rendered pulumi.
 		err := ctx.RegisterResource(provider.InstanceType, node.InstanceName(in), pulumi.Map{
 			"host": on.server.PublicIPv4, "user": pulumi.String(s.Users.Sudo), "privateKey": privateKey, "hostKey": on.setup.HostKey,
 			"appUser": pulumi.String(s.Users.App), "appUid": on.setup.AppUID, "appHome": on.setup.AppHome, "flavour": on.setup.Flavour,
-			"serverName": pulumi.String(s.ServerName(s.Nodes[indexNode(s, in.Node)])),
+			"serverName": pulumi.String(s.ServerName(s.Nodes[indexNode(s, in.Node)])), "serverId": on.server.ServerID,
 			"standId":    pulumi.String(s.ID), "app": pulumi.String(app), "instance": pulumi.String(inst), "node": pulumi.String(in.Node),
-			"configHash": rendered.ApplyT(func(v any) string { return node.ConfigHash(find(v)) }).(pulumi.StringOutput),
+			"configHash": rendered.ApplyT(func(v any) string { return node.ConfigHash(p.hashKey, find(v)) }).(pulumi.StringOutput),
 			"spec":       pulumi.ToSecret(spec),
 		}, res, pulumi.DependsOn(deps))
 		if err != nil {

@@ -356,7 +356,10 @@ func stepText(s engine.Step) string {
 	case "":
 	case "instance":
 		t := fmt.Sprintf("%s instance `%s` on `%s`", s.Op, s.Instance, s.Node)
-		if s.Op == "update" && strings.Contains(s.Changed, "configHash") {
+		switch {
+		case s.Op == "update" && s.ConfigUnknown:
+			t += " (may restart it: its configuration depends on servers not made yet)"
+		case s.Op == "update" && strings.Contains(s.Changed, "configHash"):
 			t += " (restarts it)"
 		}
 		return t

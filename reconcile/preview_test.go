@@ -124,9 +124,11 @@ func TestPlanShowsInstances(t *testing.T) {
 		{Op: "update", Kind: "instance", Node: "web", Instance: "web--front", Changed: "configHash,spec"},
 		{Op: "update", Kind: "instance", Node: "db", Instance: "kv--cache", Changed: "spec"},
 		{Op: "update", Kind: "images", Node: "web"},
+		{Op: "update", Kind: "instance", Node: "db", Instance: "kv--cache", Changed: "configHash,host,spec", ConfigUnknown: true},
 		{Op: "create", ServerName: "o-p-e-n", ServerType: "cx22", Location: "hel1"},
 	}
 	want := []string{"update instance `web--front` on `web` (restarts it)", "update instance `kv--cache` on `db`", "update images of `web`",
+		"update instance `kv--cache` on `db` (may restart it: its configuration depends on servers not made yet)",
 		"create `o-p-e-n` (cx22, hel1)"}
 	for i, s := range steps {
 		if got := stepText(s); got != want[i] {

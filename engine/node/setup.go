@@ -49,8 +49,11 @@ func Prepare(ctx context.Context, c *Conn, appUser string, ports []manifest.Port
 	}
 	p := &Prepared{AppUID: uid}
 	out, err = c.Run(ctx, "getent passwd "+Quote(appUser)+" | cut -d: -f6", nil, time.Minute)
-	if p.AppHome = strings.TrimSpace(out); err != nil || !strings.HasPrefix(p.AppHome, "/") {
-		return nil, fmt.Errorf("home of app user %s (%q): %v", appUser, p.AppHome, err)
+	if p.AppHome = strings.TrimSpace(out); err != nil {
+		return nil, fmt.Errorf("home of app user %s: %w", appUser, err)
+	}
+	if !strings.HasPrefix(p.AppHome, "/") {
+		return nil, fmt.Errorf("app user %s has no home folder (getent says %q)", appUser, p.AppHome)
 	}
 	// user@UID stays "activating" for a while after enable-linger, longer under emulation.
 	linger := fmt.Sprintf(`sudo loginctl enable-linger %s

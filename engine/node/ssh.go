@@ -30,6 +30,8 @@ type DialOptions struct {
 	// 15-second timeout.
 	Wait time.Duration
 	Log  *slog.Logger
+	// Progress, when set, hears about the wait (first attempt, then every tenth).
+	Progress func(msg string)
 }
 
 // Conn is an SSH connection to a node.
@@ -81,6 +83,9 @@ func Dial(ctx context.Context, addr string, o DialOptions) (*Conn, ssh.PublicKey
 		}
 		if attempt == 1 || attempt%10 == 0 {
 			o.Log.Info("waiting for SSH", "addr", addr, "attempt", attempt, "err", err)
+			if o.Progress != nil {
+				o.Progress(fmt.Sprintf("waiting for SSH on %s (attempt %d): %v", addr, attempt, err))
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -164,10 +169,17 @@ func (c *Conn) Run(ctx context.Context, cmd string, stdin io.Reader, timeout tim
 	return stdout.String(), ce
 }
 
+// tail keeps whole lines only, so a secret is never cut in two (half a secret escapes scrubbing).
 func tail(s string) string {
 	s = strings.TrimSpace(s)
 	if len(s) > maxStderr {
-		s = "…" + s[len(s)-maxStderr:]
+		s = s[len(s)-maxStderr:]
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			s = s[i+1:]
+		} else {
+			s = "" // one line longer than the limit: none of it rather than part of it
+		}
+		s = "…\n" + s
 	}
 	return s
 }

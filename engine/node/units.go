@@ -6,6 +6,7 @@
 package node
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -66,9 +67,11 @@ func InstanceName(in *manifest.RenderedInstance) string { return in.App + "--" +
 
 // ConfigHash covers everything an instance runs with: its Pod YAML, the uploaded files (destination,
 // mode and content) and its images. Files are taken in destination order, so the hash does not
-// depend on how the manifest lists them.
-func ConfigHash(in *manifest.RenderedInstance) string {
-	h := sha256.New()
+// depend on how the manifest lists them. It is keyed (HMAC-SHA-256): the content holds secrets and
+// the hash sits in plain text in the stack's state and in the unit, so without the key a guessed
+// secret cannot be checked against it.
+func ConfigHash(key []byte, in *manifest.RenderedInstance) string {
+	h := hmac.New(sha256.New, key)
 	field := func(b []byte) { fmt.Fprintf(h, "%d:", len(b)); h.Write(b) }
 	field(in.Pod)
 	files := append([]manifest.RenderedFile(nil), in.Files...)
@@ -84,11 +87,11 @@ func ConfigHash(in *manifest.RenderedInstance) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// Units returns the instance's service for a stand on a node whose app user's home is home.
-func Units(standID string, in *manifest.RenderedInstance, home string, f Flavour) Unit {
+// Units returns the instance's service for a stand on a node whose app user's home is home; hash is
+// its ConfigHash.
+func Units(standID string, in *manifest.RenderedInstance, home string, f Flavour, hash string) Unit {
 	name := "stands-" + InstanceName(in)
 	yaml := path.Join(home, ".config", "stands", InstanceName(in), "pod.yaml")
-	hash := ConfigHash(in)
 	header := fmt.Sprintf("# Managed by stands-reconciler for stand %s, instance %s/%s. Do not edit: the next apply replaces it.\n", standID, in.App, in.Instance)
 	u := Unit{ConfigHash: hash, Files: []File{{Path: yaml, Mode: 0o600, Content: in.Pod}}}
 	switch f {

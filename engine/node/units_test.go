@@ -70,7 +70,7 @@ func TestUnitsGolden(t *testing.T) {
 	r := rendered(t, "")
 	for _, f := range []Flavour{Quadlet, KubeTemplate} {
 		for _, in := range r.Instances {
-			u := Units(r.Stand.ID, in, "/home/app", f)
+			u := Units(r.Stand.ID, in, "/home/app", f, ConfigHash(testKey, in))
 			for _, file := range u.Files[1:] { // [0] is the Pod YAML, golden in engine/configset
 				golden := filepath.Join("testdata", strings.TrimSuffix(string(f), "@"), InstanceName(in), filepath.Base(file.Path))
 				if *update {
@@ -119,11 +119,21 @@ func TestConfigChangeChangesTheUnit(t *testing.T) {
 	for i := range before.Instances {
 		b, a := before.Instances[i], after.Instances[i]
 		for _, f := range []Flavour{Quadlet, KubeTemplate} {
-			ub, ua := Units("s", b, "/home/app", f), Units("s", a, "/home/app", f)
+			ub, ua := Units("s", b, "/home/app", f, ConfigHash(testKey, b)), Units("s", a, "/home/app", f, ConfigHash(testKey, a))
 			changed := string(ub.Files[1].Content) != string(ua.Files[1].Content)
 			if want := b.App == "web"; changed != want || (ub.ConfigHash != ua.ConfigHash) != want {
 				t.Errorf("%s/%s %s: unit changed %v, hash %s → %s", b.App, b.Instance, f, changed, ub.ConfigHash, ua.ConfigHash)
 			}
 		}
+	}
+}
+
+var testKey = []byte("stands-test-key")
+
+// TestConfigHashIsKeyed: the same configuration under another key has another hash.
+func TestConfigHashIsKeyed(t *testing.T) {
+	in := rendered(t, "").Instances[0]
+	if a, b := ConfigHash(testKey, in), ConfigHash([]byte("other"), in); a == b || a != ConfigHash(testKey, in) {
+		t.Errorf("hashes %s %s", a, b)
 	}
 }

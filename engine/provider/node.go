@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -180,7 +181,7 @@ func connect(ctx context.Context, c call, m resource.PropertyMap, pinned string,
 	if err != nil {
 		return nil, nil, fmt.Errorf("the stand's SSH key: %w", err)
 	}
-	o := node.DialOptions{User: stringProp(m, pUser), Signer: signer, Wait: wait}
+	o := node.DialOptions{User: stringProp(m, pUser), Signer: signer, Wait: wait, Progress: func(msg string) { c.info(ctx, msg) }}
 	if pinned != "" {
 		if o.HostKey, _, _, _, err = ssh.ParseAuthorizedKey([]byte(pinned)); err != nil {
 			return nil, nil, fmt.Errorf("the pinned host key of %s: %w", stringProp(m, pHost), err)
@@ -389,21 +390,29 @@ func deploymentOf(m resource.PropertyMap) (node.Deployment, node.AppUser, error)
 	}
 	u := appUserOf(m)
 	in := spec.rendered(stringProp(m, pApp), stringProp(m, pInstance), stringProp(m, pNode))
-	return node.Plan(stringProp(m, pStandID), in, u, node.Flavour(stringProp(m, pFlavour))), u, nil
+	return node.Plan(stringProp(m, pStandID), in, u, node.Flavour(stringProp(m, pFlavour)), stringProp(m, pConfigHash)), u, nil
 }
 
-func (instanceResource) deploy(ctx context.Context, c call, in resource.PropertyMap) error {
+// deploy deploys an instance; prev is the state it replaces (an update), nil for a create. touched
+// reports whether anything may have changed on the node (a failure after connecting).
+func (instanceResource) deploy(ctx context.Context, c call, in, prev resource.PropertyMap) (touched bool, err error) {
 	d, u, err := deploymentOf(in)
 	if err != nil {
-		return err
+		return false, err
+	}
+	o := node.DeployOptions{Progress: func(msg string) { c.info(ctx, msg) }}
+	if prev != nil {
+		if p, _, err := deploymentOf(prev); err == nil {
+			o.Previous = &p
+		}
 	}
 	conn, _, err := connect(ctx, c, in, stringProp(in, pHostKey), 5*time.Minute)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close()
-	_, err = node.Deploy(ctx, conn, u, d, node.DeployOptions{Progress: func(msg string) { c.info(ctx, msg) }})
-	return err
+	_, err = node.Deploy(ctx, conn, u, d, o)
+	return true, err
 }
 
 func instanceID(in resource.PropertyMap) string {
@@ -412,7 +421,12 @@ func instanceID(in resource.PropertyMap) string {
 
 func (r instanceResource) create(ctx context.Context, c call, in resource.PropertyMap, preview bool) (string, resource.PropertyMap, error) {
 	if !preview {
-		if err := r.deploy(ctx, c, in); err != nil {
+		if touched, err := r.deploy(ctx, c, in, nil); err != nil {
+			if touched {
+				// Files or a unit may be on the node: the state keeps the instance, so the next run
+				// retries it (an update) and a delete can remove it.
+				return instanceID(in), in, &initFailed{err}
+			}
 			return "", nil, err
 		}
 	}
@@ -423,9 +437,9 @@ func (instanceResource) read(_ context.Context, _ call, id string, st resource.P
 	return id, st, nil
 }
 
-func (r instanceResource) update(ctx context.Context, c call, _ string, _, news resource.PropertyMap, preview bool) (resource.PropertyMap, error) {
+func (r instanceResource) update(ctx context.Context, c call, _ string, olds, news resource.PropertyMap, preview bool) (resource.PropertyMap, error) {
 	if !preview {
-		if err := r.deploy(ctx, c, news); err != nil {
+		if _, err := r.deploy(ctx, c, news, olds); err != nil {
 			return nil, err
 		}
 	}
@@ -433,17 +447,34 @@ func (r instanceResource) update(ctx context.Context, c call, _ string, _, news 
 }
 
 // delete removes the instance from its server when the server stays (DESIGN.md); a server that goes
-// away takes the instance with it, and is never connected to.
+// away takes the instance with it, and is never connected to. A server that is not the one the
+// instance was deployed to (deleted already, or another one under the same name) holds nothing of it.
 func (instanceResource) delete(ctx context.Context, c call, _ string, st resource.PropertyMap) error {
 	server := stringProp(st, pServerName)
 	if os.Getenv(EnvNoSSH) == "1" || !slices.Contains(strings.Split(os.Getenv(EnvKeepServers), ","), server) {
 		return nil
+	}
+	if id := numberProp(st, pServerID); id != 0 {
+		if hc, err := c.hc(); err == nil {
+			srv, _, err := hc.Server.GetByID(ctx, id)
+			if err != nil {
+				return fmt.Errorf("look up server %s (id %d): %w", server, id, err)
+			}
+			if srv == nil {
+				c.info(ctx, fmt.Sprintf("server %s (id %d) is gone: nothing to remove", server, id))
+				return nil
+			}
+		}
 	}
 	d, u, err := deploymentOf(st)
 	if err != nil {
 		return err
 	}
 	conn, _, err := connect(ctx, c, st, stringProp(st, pHostKey), 2*time.Minute)
+	if errors.Is(err, node.ErrHostKeyChanged) {
+		c.info(ctx, server+" is another machine than the instance's: nothing to remove")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -451,3 +482,9 @@ func (instanceResource) delete(ctx context.Context, c call, _ string, st resourc
 	c.info(ctx, "removing "+d.Instance.App+"/"+d.Instance.Instance+" from "+server)
 	return node.Remove(ctx, conn, u, d)
 }
+
+// initFailed is a create that failed after it changed something: the resource exists, unfinished.
+type initFailed struct{ err error }
+
+func (e *initFailed) Error() string { return e.err.Error() }
+func (e *initFailed) Unwrap() error { return e.err }

@@ -8,6 +8,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/diag"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/util/rpcutil/rpcerror"
 	pprovider "github.com/pulumi/pulumi/sdk/v3/go/pulumi/provider"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 	"google.golang.org/grpc/codes"
@@ -229,6 +231,15 @@ func (p *Provider) Create(ctx context.Context, req *pulumirpc.CreateRequest) (*p
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	id, outs, err := rt.create(ctx, call{p, req.GetUrn()}, inputs, req.GetPreview())
+	var partial *initFailed
+	if errors.As(err, &partial) {
+		props, merr := plugin.MarshalProperties(outs, marshal)
+		if merr != nil {
+			return nil, merr
+		}
+		return nil, rpcerror.WithDetails(rpcerror.New(codes.Unknown, err.Error()),
+			&pulumirpc.ErrorResourceInitFailed{Id: id, Properties: props, Inputs: req.GetProperties(), Reasons: []string{err.Error()}})
+	}
 	if err != nil {
 		return nil, err
 	}
