@@ -149,7 +149,7 @@ func (p *plan) nodeWork(ctx *pulumi.Context, nodes []stackNode, rendered pulumi.
 			"host": on.server.PublicIPv4, "user": pulumi.String(s.Users.Sudo), "privateKey": privateKey, "hostKey": on.setup.HostKey,
 			"appUser": pulumi.String(s.Users.App), "appUid": on.setup.AppUID, "appHome": on.setup.AppHome, "flavour": on.setup.Flavour,
 			"serverName": pulumi.String(s.ServerName(s.Nodes[indexNode(s, in.Node)])), "serverId": on.server.ServerID,
-			"standId":    pulumi.String(s.ID), "app": pulumi.String(app), "instance": pulumi.String(inst), "node": pulumi.String(in.Node),
+			"standId": pulumi.String(s.ID), "app": pulumi.String(app), "instance": pulumi.String(inst), "node": pulumi.String(in.Node),
 			"configHash": rendered.ApplyT(func(v any) string { return node.ConfigHash(p.hashKey, find(v)) }).(pulumi.StringOutput),
 			"spec":       pulumi.ToSecret(spec),
 		}, res, pulumi.DependsOn(deps))
