@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -42,7 +41,7 @@ func TestNodesE2E(t *testing.T) {
 	reg := testenv.StartRegistry(t)
 	image := reg.PushBinary(t, testenv.BuildStatic(t, "./cmd/stands-testapp"), "stands/testapp", "e2e")
 	guestImage := strings.Replace(image, reg.Addr, vm.RegistryGuestAddr, 1)
-	machines, err := vm.New(vm.Config{Dir: t.TempDir(), Registry: reg.Addr, Log: testLog(t)})
+	machines, err := vm.New(vm.Config{Dir: t.TempDir(), Registry: reg.Addr, Log: testenv.Logger(t)})
 	if err != nil {
 		testenv.Missing(t, "%v", err)
 	}
@@ -572,15 +571,4 @@ func tailLog(s string) string {
 		return "…" + s[len(s)-6000:]
 	}
 	return s
-}
-
-func testLog(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, nil))
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }

@@ -9,7 +9,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -36,7 +35,7 @@ import (
 func TestTwoServersAreRealMachines(t *testing.T) {
 	reg := testenv.StartRegistry(t)
 	image := reg.PushBinary(t, testenv.BuildStatic(t, "./cmd/stands-testapp"), "stands/testapp", "1")
-	machines, err := New(Config{Dir: t.TempDir(), Registry: reg.Addr, Log: testLogger(t)})
+	machines, err := New(Config{Dir: t.TempDir(), Registry: reg.Addr, Log: testenv.Logger(t)})
 	if err != nil {
 		testenv.Missing(t, "%v", err)
 	}
@@ -198,15 +197,6 @@ exit 1`, reg.User, reg.Password, RegistryGuestAddr, guestImage, node.Network)
 			t.Errorf("qemu %d of server %d still runs after delete", pid, id)
 		}
 	}
-}
-
-func testLogger(t *testing.T) *slog.Logger { return slog.New(slog.NewTextHandler(testWriter{t}, nil)) }
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }
 
 // dialSSH retries until the server's sshd answers with the key from its user data. The host key is
