@@ -180,7 +180,10 @@ func Deploy(ctx context.Context, c *Conn, u AppUser, d Deployment, o DeployOptio
 		}
 	}
 	svc := Quote(d.Unit.Service)
-	state, _ := u.run(ctx, c, "check "+d.Unit.Service, "test -e "+marker+" && echo pending; systemctl --user is-active -q "+svc+" || echo inactive; true", nil, time.Minute)
+	state, err := u.run(ctx, c, "check "+d.Unit.Service, "test -e "+marker+" && echo pending; systemctl --user is-active -q "+svc+" || echo inactive; true", nil, time.Minute)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", name, err)
+	}
 	restart := strings.Contains(state, "pending") || strings.Contains(state, "inactive")
 	if restart {
 		say("starting %s (%d files changed)", d.Unit.Service, len(differ))
