@@ -122,20 +122,12 @@ func (serverResource) diff(_ context.Context, _ string, olds, news resource.Prop
 	return resp, nil
 }
 
-func computedOutputs(in resource.PropertyMap) resource.PropertyMap {
-	st := in.Copy()
-	for _, k := range []string{pServerID, pPublicIPv4, pPrivateIP, pNetworkID} {
-		st[resource.PropertyKey(k)] = resource.MakeComputed(resource.NewStringProperty(""))
-	}
-	return st
-}
-
 // ErrNotOurs is returned when a server with the stand's name exists without our ownership labels.
 var ErrNotOurs = errors.New("server exists and is not managed by stands-reconciler")
 
 func (serverResource) create(ctx context.Context, cl call, in resource.PropertyMap, preview bool) (string, resource.PropertyMap, error) {
 	if preview {
-		return "", computedOutputs(in), nil
+		return "", computed(in, pServerID, pPublicIPv4, pPrivateIP, pNetworkID), nil
 	}
 	c, err := cl.hc()
 	if err != nil {
