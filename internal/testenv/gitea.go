@@ -96,7 +96,7 @@ func StartGitea(t testing.TB) *Gitea {
 		URL:      fmt.Sprintf("http://127.0.0.1:%d/", httpPort),
 		SSHAddr:  fmt.Sprintf("127.0.0.1:%d", sshPort),
 		User:     "stands",
-		Password: "pw-" + randomHex(8),
+		Password: "pw-" + RandomHex(8),
 		Dir:      dir,
 	}
 	conf := filepath.Join(dir, "custom", "conf", "app.ini")
@@ -167,7 +167,7 @@ ENABLED = false
 MODE = file
 LEVEL = Info
 ROOT_PATH = %[2]s/log
-`, currentUser(), dir, httpPort, g.URL, sshPort, staticRoot, randomHex(32), "tok-"+randomHex(32))
+`, currentUser(), dir, httpPort, g.URL, sshPort, staticRoot, RandomHex(32), "tok-"+RandomHex(32))
 	if err := os.WriteFile(conf, []byte(ini), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,8 @@ func currentUser() string {
 	return "nobody"
 }
 
-func randomHex(n int) string {
+// RandomHex is n random bytes in hex, for names and credentials a test makes up.
+func RandomHex(n int) string {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
 		panic(err)

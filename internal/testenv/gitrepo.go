@@ -55,7 +55,7 @@ func (g *Gitea) SSHAuth(t testing.TB) *gitssh.PublicKeys {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := g.API(t).CreatePublicKey(gitea.CreateKeyOption{Title: "key-" + randomHex(4), Key: string(ssh.MarshalAuthorizedKey(sshPub))}); err != nil {
+	if _, _, err := g.API(t).CreatePublicKey(gitea.CreateKeyOption{Title: "key-" + RandomHex(4), Key: string(ssh.MarshalAuthorizedKey(sshPub))}); err != nil {
 		t.Fatalf("add SSH key: %v", err)
 	}
 	auth := &gitssh.PublicKeys{User: "git", Signer: signer}
@@ -252,7 +252,7 @@ type User struct {
 // CreateUser makes a non-admin user through the admin API and a token as that user.
 func (g *Gitea) CreateUser(t testing.TB, name string) *User {
 	t.Helper()
-	password := "pw-" + randomHex(8)
+	password := "pw-" + RandomHex(8)
 	no := false
 	if _, _, err := g.API(t).AdminCreateUser(gitea.CreateUserOption{Username: name, Email: name + "@example.test", Password: password,
 		MustChangePassword: &no}); err != nil {

@@ -36,7 +36,7 @@ func StartRegistry(t testing.TB) *Registry {
 	bin := Binary(t, "docker-registry", "STANDS_REGISTRY_BIN")
 	htpasswd := Binary(t, "htpasswd", "STANDS_HTPASSWD_BIN")
 	dir := t.TempDir()
-	r := &Registry{Addr: fmt.Sprintf("127.0.0.1:%d", FreePort(t)), User: "robot", Password: "reg-" + randomHex(8)}
+	r := &Registry{Addr: fmt.Sprintf("127.0.0.1:%d", FreePort(t)), User: "robot", Password: "reg-" + RandomHex(8)}
 	out, err := exec.Command(htpasswd, "-Bbn", r.User, r.Password).Output()
 	if err != nil {
 		t.Fatalf("htpasswd: %v", err)

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -133,5 +134,41 @@ func TestRegistry(t *testing.T) {
 		if resp.StatusCode != c.want {
 			t.Errorf("%s with auth=%v: %d, want %d", ref, c.auth, resp.StatusCode, c.want)
 		}
+	}
+}
+
+// TestVault: the real Vault starts ready for KV v2, and keeps its data through `vault operator seal`
+// and unseal, and through a restart, after which it is sealed until unsealed.
+func TestVault(t *testing.T) {
+	v := StartVault(t)
+	ctx := context.Background()
+	kv := v.Client(t).KVv2("secret")
+	if _, err := kv.Put(ctx, "stands/x", map[string]any{"value": "kept"}); err != nil {
+		t.Fatal(err)
+	}
+	read := func(when string) {
+		t.Helper()
+		if got, err := kv.Get(ctx, "stands/x"); err != nil || got.Data["value"] != "kept" {
+			t.Fatalf("read %s: %+v %v", when, got, err)
+		}
+	}
+	v.Seal(t)
+	if _, err := kv.Get(ctx, "stands/x"); err == nil {
+		t.Fatal("a sealed Vault answered a read")
+	}
+	v.Unseal(t)
+	read("after unseal")
+	v.Stop(t)
+	if v.Healthy() {
+		t.Fatal("a stopped Vault is healthy")
+	}
+	v.Start(t)
+	if v.Healthy() {
+		t.Fatal("a restarted Vault is unsealed before Unseal")
+	}
+	v.Unseal(t)
+	read("after a restart")
+	if !v.Healthy() {
+		t.Fatal("an unsealed Vault is not healthy")
 	}
 }

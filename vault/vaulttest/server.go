@@ -542,14 +542,15 @@ func (s *Server) kvMetadata(m *kvMount, key string) (map[string]any, *apiError) 
 		return nil, errNotFound
 	}
 	versions := map[string]any{}
-	oldest := sec.current
 	for n, v := range sec.versions {
 		meta := versionMeta(v, n)
 		delete(meta, "version")
 		delete(meta, "custom_metadata")
 		versions[strconv.Itoa(n)] = meta
-		oldest = min(oldest, n)
 	}
+	// Vault moves oldest_version only when it trims versions past max_versions, which this stand-in
+	// never does: until then it is 0, not the lowest version kept (the contract suite found this).
+	oldest := 0
 	return envelope(map[string]any{
 		"cas_required": false, "created_time": sec.created.UTC().Format(time.RFC3339Nano), "current_version": sec.current,
 		"custom_metadata": nil, "delete_version_after": "0s", "max_versions": 0, "oldest_version": oldest,

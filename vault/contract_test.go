@@ -1,41 +1,43 @@
-package vaulttest
+package vault
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
-	vault "github.com/hashicorp/vault/api"
+	vaultapi "github.com/hashicorp/vault/api"
+
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/vault/vaulttest"
 )
 
-// The contract suite: the same cases, through the real hashicorp/vault/api client, against the
-// stand-in (always) and against a real Vault (when VAULT_ADDR and VAULT_TOKEN are set, with a root or
-// equally privileged token). Expected payloads follow Vault's API documentation: KV v2
-// (/secret/data, /secret/metadata), token auth (lookup-self, renew-self, create) and AppRole.
+// The contract suite: what this package relies on in Vault's HTTP API, driven through the real
+// hashicorp/vault/api client against a real Vault (bin/vault, `make tools`). Expected payloads follow
+// Vault's API documentation: KV v2 (/secret/data, /secret/metadata), token auth (lookup-self,
+// renew-self, create) and AppRole. It pins that behaviour when tools/vault moves to a new version.
+// It also judges the stand-in (vault/vaulttest): run on the real server, it found the stand-in wrong
+// about oldest_version.
 
-// TestContract runs the suite against the stand-in and, when VAULT_ADDR and VAULT_TOKEN name a real
-// Vault (root token), against it too, so the stand-in's expectations are checked against the real thing
-// wherever one is reachable.
+// TestContract runs the suite on a real Vault, initialised and unsealed as in production (not a dev
+// server), and on the stand-in.
 func TestContract(t *testing.T) {
+	v := testenv.StartVault(t)
+	t.Run("real Vault "+v.Version(t), func(t *testing.T) { runContract(t, v.Addr, v.RootToken) })
 	t.Run("stand-in", func(t *testing.T) {
-		s, addr := Start(t)
+		s, addr := vaulttest.Start(t)
 		runContract(t, addr, s.RootToken)
 	})
-	if addr, tok := os.Getenv("VAULT_ADDR"), os.Getenv("VAULT_TOKEN"); addr != "" && tok != "" {
-		t.Run("real Vault at "+addr, func(t *testing.T) { runContract(t, addr, tok) })
-	}
 }
 
-func newClient(t *testing.T, addr, tok string) *vault.Client {
+func newClient(t *testing.T, addr, tok string) *vaultapi.Client {
 	t.Helper()
-	cfg := vault.DefaultConfig()
+	cfg := vaultapi.DefaultConfig()
 	cfg.Address = addr
 	cfg.MaxRetries = 0
-	c, err := vault.NewClient(cfg)
+	c, err := vaultapi.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +47,7 @@ func newClient(t *testing.T, addr, tok string) *vault.Client {
 
 func wantStatus(t *testing.T, err error, status int) {
 	t.Helper()
-	var re *vault.ResponseError
+	var re *vaultapi.ResponseError
 	if !errors.As(err, &re) || re.StatusCode != status {
 		t.Fatalf("want HTTP %d, got %v", status, err)
 	}
@@ -54,8 +56,8 @@ func wantStatus(t *testing.T, err error, status int) {
 func runContract(t *testing.T, addr, rootToken string) {
 	ctx := context.Background()
 	root := newClient(t, addr, rootToken)
-	mount := "contract-" + randomID(4)
-	if err := root.Sys().MountWithContext(ctx, mount, &vault.MountInput{Type: "kv", Options: map[string]string{"version": "2"}}); err != nil {
+	mount := "contract-" + testenv.RandomHex(4)
+	if err := root.Sys().MountWithContext(ctx, mount, &vaultapi.MountInput{Type: "kv", Options: map[string]string{"version": "2"}}); err != nil {
 		t.Fatalf("mount KV v2: %v", err)
 	}
 	t.Cleanup(func() { _ = root.Sys().Unmount(mount) })
@@ -86,7 +88,7 @@ func runContract(t *testing.T, addr, rootToken string) {
 			t.Fatalf("get version 1: %+v %v", old, err)
 		}
 		meta, err := kv.GetMetadata(ctx, "stands/a/connection")
-		if err != nil || meta.CurrentVersion != 2 || len(meta.Versions) != 2 || meta.OldestVersion != 1 {
+		if err != nil || meta.CurrentVersion != 2 || len(meta.Versions) != 2 || meta.OldestVersion != 0 {
 			t.Fatalf("metadata: %+v %v", meta, err)
 		}
 		list, err := root.Logical().ListWithContext(ctx, mount+"/metadata/stands")
@@ -96,16 +98,16 @@ func runContract(t *testing.T, addr, rootToken string) {
 	})
 
 	t.Run("check-and-set", func(t *testing.T) {
-		_, err := kv.Put(ctx, "cas", map[string]any{"value": "x"}, vault.WithCheckAndSet(0))
+		_, err := kv.Put(ctx, "cas", map[string]any{"value": "x"}, vaultapi.WithCheckAndSet(0))
 		if err != nil {
 			t.Fatalf("create with cas=0: %v", err)
 		}
-		_, err = kv.Put(ctx, "cas", map[string]any{"value": "y"}, vault.WithCheckAndSet(0))
+		_, err = kv.Put(ctx, "cas", map[string]any{"value": "y"}, vaultapi.WithCheckAndSet(0))
 		wantStatus(t, err, http.StatusBadRequest)
 	})
 
 	t.Run("missing and deleted secrets", func(t *testing.T) {
-		if _, err := kv.Get(ctx, "does/not/exist"); !errors.Is(err, vault.ErrSecretNotFound) {
+		if _, err := kv.Get(ctx, "does/not/exist"); !errors.Is(err, vaultapi.ErrSecretNotFound) {
 			t.Fatalf("missing secret: want ErrSecretNotFound, got %v", err)
 		}
 		raw, err := root.Logical().ReadWithContext(ctx, mount+"/data/does/not/exist")
@@ -137,7 +139,7 @@ func runContract(t *testing.T, addr, rootToken string) {
 	})
 
 	t.Run("token lookup and expiry", func(t *testing.T) {
-		sec, err := root.Auth().Token().CreateWithContext(ctx, &vault.TokenCreateRequest{TTL: "2s", Policies: []string{"default"}})
+		sec, err := root.Auth().Token().CreateWithContext(ctx, &vaultapi.TokenCreateRequest{TTL: "2s", Policies: []string{"default"}})
 		if err != nil || sec.Auth == nil || sec.Auth.ClientToken == "" || sec.Auth.LeaseDuration != 2 || !sec.Auth.Renewable {
 			t.Fatalf("create token: %+v %v", sec, err)
 		}
@@ -164,7 +166,7 @@ func runContract(t *testing.T, addr, rootToken string) {
 	})
 
 	t.Run("renewal up to the max TTL", func(t *testing.T) {
-		sec, err := root.Auth().Token().CreateWithContext(ctx, &vault.TokenCreateRequest{TTL: "2s", ExplicitMaxTTL: "5s"})
+		sec, err := root.Auth().Token().CreateWithContext(ctx, &vaultapi.TokenCreateRequest{TTL: "2s", ExplicitMaxTTL: "5s"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,12 +188,12 @@ func runContract(t *testing.T, addr, rootToken string) {
 	})
 
 	t.Run("LifetimeWatcher renews until the max TTL", func(t *testing.T) {
-		sec, err := root.Auth().Token().CreateWithContext(ctx, &vault.TokenCreateRequest{TTL: "2s", ExplicitMaxTTL: "6s"})
+		sec, err := root.Auth().Token().CreateWithContext(ctx, &vaultapi.TokenCreateRequest{TTL: "2s", ExplicitMaxTTL: "6s"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c := newClient(t, addr, sec.Auth.ClientToken)
-		w, err := c.NewLifetimeWatcher(&vault.LifetimeWatcherInput{Secret: sec, Increment: 2})
+		w, err := c.NewLifetimeWatcher(&vaultapi.LifetimeWatcherInput{Secret: sec, Increment: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,12 +220,12 @@ func runContract(t *testing.T, addr, rootToken string) {
 	})
 
 	t.Run("AppRole login", func(t *testing.T) {
-		err := root.Sys().EnableAuthWithOptionsWithContext(ctx, "approle", &vault.EnableAuthOptions{Type: "approle"})
-		var re *vault.ResponseError
+		err := root.Sys().EnableAuthWithOptionsWithContext(ctx, "approle", &vaultapi.EnableAuthOptions{Type: "approle"})
+		var re *vaultapi.ResponseError
 		if err != nil && !(errors.As(err, &re) && re.StatusCode == http.StatusBadRequest) {
 			t.Fatalf("enable approle: %v", err)
 		}
-		role := "stands-" + randomID(3)
+		role := "stands-" + testenv.RandomHex(3)
 		if _, err := root.Logical().WriteWithContext(ctx, "auth/approle/role/"+role, map[string]any{"token_ttl": "60s", "token_max_ttl": "120s", "token_policies": []string{"stands"}}); err != nil {
 			t.Fatalf("create role: %v", err)
 		}
@@ -258,4 +260,5 @@ func runContract(t *testing.T, addr, rootToken string) {
 		_, err = anon.Logical().WriteWithContext(ctx, "auth/approle/login", map[string]any{"role_id": rid.Data["role_id"], "secret_id": "wrong"})
 		wantStatus(t, err, http.StatusBadRequest)
 	})
+
 }
