@@ -85,6 +85,8 @@ type Client struct {
 	prefix string
 	log    *slog.Logger
 
+	kick chan struct{} // a refused token: KeepAlive logs in again without waiting for renewal
+
 	mu    sync.Mutex
 	login *vaultapi.Secret
 }
@@ -114,7 +116,7 @@ func New(ctx context.Context, addr string, auth Auth, opts ...Option) (*Client, 
 		return nil, fmt.Errorf("vault client: %w", err)
 	}
 	api.ClearToken()
-	c := &Client{api: api, auth: auth, mount: "secret", log: slog.New(slog.DiscardHandler)}
+	c := &Client{api: api, auth: auth, mount: "secret", log: slog.New(slog.DiscardHandler), kick: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(c)
 	}
@@ -135,11 +137,18 @@ func (c *Client) relogin(ctx context.Context) error {
 	return nil
 }
 
-// classify marks transport failures and server errors as ErrUnavailable.
+// classify marks transport failures, server errors (a sealed Vault answers 503) and refusals of the
+// token (403) as ErrUnavailable: none of them is the stand's fault, and each ends with no change to
+// the stand (Vault back, unsealed, a new login or token). Paths are confined to the prefix before
+// they get here, so a 403 means the token expired, was revoked or has a policy that does not cover
+// the prefix.
 func classify(err error) error {
 	var re *vaultapi.ResponseError
 	if errors.As(err, &re) {
-		if re.StatusCode >= 500 || re.StatusCode == http.StatusTooManyRequests {
+		switch {
+		case re.StatusCode == http.StatusForbidden:
+			return fmt.Errorf("%w: vault refuses the reconciler's token (expired, revoked, or its policy does not allow this path): %w", ErrUnavailable, err)
+		case re.StatusCode >= 500 || re.StatusCode == http.StatusTooManyRequests:
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return err
@@ -148,6 +157,24 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// classify is the package's classify for a call made with the current login: a refused token makes
+// KeepAlive log in again at once instead of waiting for its renewal to notice.
+func (c *Client) classify(err error) error {
+	var re *vaultapi.ResponseError
+	if errors.As(err, &re) && re.StatusCode == http.StatusForbidden {
+		c.reloginSoon()
+	}
+	return classify(err)
+}
+
+// reloginSoon asks KeepAlive to log in again now.
+func (c *Client) reloginSoon() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (c *Client) key(p string) string {
@@ -165,7 +192,7 @@ func (c *Client) Secret(ctx context.Context, ref manifest.SecretRef) (string, er
 		return "", fmt.Errorf("%w: %s/%s", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path))
 	}
 	if err != nil {
-		return "", fmt.Errorf("read secret %s: %w", ref, classify(err))
+		return "", fmt.Errorf("read secret %s: %w", ref, c.classify(err))
 	}
 	if s == nil || s.Data == nil { // a deleted version comes back without data
 		return "", fmt.Errorf("%w: %s/%s is deleted", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path))
@@ -186,14 +213,15 @@ func (c *Client) Secret(ctx context.Context, ref manifest.SecretRef) (string, er
 // <mount>/<prefix>/stands/<stand-id>/connection, field "value".
 func (c *Client) WriteConnection(ctx context.Context, standID string, record json.RawMessage) error {
 	if _, err := c.api.KVv2(c.mount).Put(ctx, c.key(path.Join("stands", standID, "connection")), map[string]any{"value": string(record)}); err != nil {
-		return fmt.Errorf("write connection of %s: %w", standID, classify(err))
+		return fmt.Errorf("write connection of %s: %w", standID, c.classify(err))
 	}
 	return nil
 }
 
 // KeepAlive renews the login until ctx ends, and logs in again whenever renewal stops (max TTL
-// reached, token revoked). Run it in its own goroutine.
+// reached, token revoked) or Vault refuses the token. Run it in its own goroutine.
 func (c *Client) KeepAlive(ctx context.Context) {
+	last := time.Now() // of the last login attempt
 	for ctx.Err() == nil {
 		c.mu.Lock()
 		login := c.login
@@ -203,30 +231,48 @@ func (c *Client) KeepAlive(ctx context.Context) {
 			c.watch(ctx, login)
 		default:
 			// Not renewable: keep it until shortly before it expires (a token without a TTL, such as a
-			// root token, forever), then log in again.
-			ttl, _ := login.TokenTTL()
-			if ttl <= 0 {
-				<-ctx.Done()
-				return
+			// root token, until Vault refuses it), then log in again.
+			var expiry <-chan time.Time
+			if ttl, _ := login.TokenTTL(); ttl > 0 {
+				expiry = time.After(max(ttl*9/10, time.Second))
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(max(ttl*9/10, time.Second)):
+			case <-expiry:
+			case <-c.kick:
 			}
 		}
-		if ctx.Err() != nil {
+		// A token that renewal gives up on at once (its max TTL is near) would otherwise be looked up
+		// again and again until it expires.
+		if !sleep(ctx, time.Until(last.Add(minLoginInterval))) {
 			return
 		}
+		last = time.Now()
 		if err := c.relogin(ctx); err != nil {
 			c.log.Warn("vault login failed", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(5 * time.Second):
+			if !sleep(ctx, 5*time.Second) {
+				return
 			}
 			continue
 		}
 		c.log.Info("logged in to vault again")
 	}
+}
+
+// minLoginInterval spaces logins out.
+const minLoginInterval = time.Second
+
+// sleep waits d, or less when ctx ends first; it reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	return ctx.Err() == nil
 }
 
 func (c *Client) watch(ctx context.Context, login *vaultapi.Secret) {
@@ -253,6 +299,8 @@ func (c *Client) watch(ctx context.Context, login *vaultapi.Secret) {
 			return
 		case <-w.RenewCh():
 			c.log.Debug("vault token renewed")
+		case <-c.kick:
+			return
 		}
 	}
 }

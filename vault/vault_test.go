@@ -13,61 +13,103 @@ import (
 	vaultapi "github.com/hashicorp/vault/api"
 
 	"github.com/stands-engine/stands-reconciler/engine/manifest"
-	"github.com/stands-engine/stands-reconciler/vault/vaulttest"
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
 )
 
-func root(t *testing.T, addr, tok string) *vaultapi.Client {
+func ref(t *testing.T, s string) manifest.SecretRef {
 	t.Helper()
-	cfg := vaultapi.DefaultConfig()
-	cfg.Address = addr
-	c, err := vaultapi.NewClient(cfg)
+	r, err := manifest.ParseSecretRef(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetToken(tok)
-	return c
+	return r
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// replaceFile swaps a credential file's content as a rotation does: a new file renamed over it.
+func replaceFile(t *testing.T, p, content string) {
+	t.Helper()
+	tmp := p + ".new"
+	if err := os.WriteFile(tmp, []byte(content+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func put(t *testing.T, c *vaultapi.Client, path string, data map[string]any) {
+	t.Helper()
+	if _, err := c.KVv2("secret").Put(context.Background(), path, data); err != nil {
+		t.Fatalf("put %s: %v", path, err)
+	}
+}
+
+// newToken is a token made by admin with the given TTL and explicit max TTL ("" for none).
+func newToken(t *testing.T, admin *vaultapi.Client, ttl, maxTTL string) string {
+	t.Helper()
+	s, err := admin.Auth().Token().Create(&vaultapi.TokenCreateRequest{TTL: ttl, ExplicitMaxTTL: maxTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Auth.ClientToken
+}
+
+// readsAgain waits until c reads the secret k again.
+func readsAgain(t *testing.T, c *Client, what string, timeout time.Duration) {
+	t.Helper()
+	eventually(t, what, timeout, func() error {
+		_, err := c.Secret(context.Background(), ref(t, "k"))
+		return err
+	})
+}
+
+// eventually retries cond every 200 ms until it holds or timeout passes.
+func eventually(t *testing.T, what string, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func TestSecretsAndConnection(t *testing.T) {
-	srv, addr := vaulttest.Start(t)
+	v := testenv.StartVault(t)
 	ctx := context.Background()
-	admin := root(t, addr, srv.RootToken)
-	kv := admin.KVv2("secret")
-	for p, data := range map[string]map[string]any{
-		"stands/registry-password": {"value": "reg-SENTINEL"},
-		"stands/db/main":           {"user": "app", "value": "db-SENTINEL"},
-		"stands/gone":              {"value": "x"},
-	} {
-		if _, err := kv.Put(ctx, p, data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := kv.Delete(ctx, "stands/gone"); err != nil {
+	admin := v.Client(t)
+	put(t, admin, "stands/registry-password", map[string]any{"value": "reg-SENTINEL"})
+	put(t, admin, "stands/db/main", map[string]any{"user": "app", "value": "db-SENTINEL"})
+	put(t, admin, "stands/gone", map[string]any{"value": "x"})
+	if err := admin.KVv2("secret").Delete(ctx, "stands/gone"); err != nil {
 		t.Fatal(err)
 	}
-	tokFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokFile, []byte(srv.RootToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := New(ctx, addr, TokenFile(tokFile), WithPrefix("stands"))
+	c, err := New(ctx, v.Addr, TokenFile(writeFile(t, "token", v.RootToken)), WithPrefix("stands"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := func(s string) manifest.SecretRef {
-		r, err := manifest.ParseSecretRef(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
 	for in, want := range map[string]string{"registry-password": "reg-SENTINEL", "db/main#user": "app", "db/main": "db-SENTINEL"} {
-		if got, err := c.Secret(ctx, ref(in)); err != nil || got != want {
+		if got, err := c.Secret(ctx, ref(t, in)); err != nil || got != want {
 			t.Errorf("%s = %q, %v", in, got, err)
 		}
 	}
 	for _, missing := range []string{"nope", "gone", "db/main#password"} {
-		_, err := c.Secret(ctx, ref(missing))
-		if !errors.Is(err, manifest.ErrSecretNotFound) || strings.Contains(err.Error(), "SENTINEL") {
+		_, err := c.Secret(ctx, ref(t, missing))
+		if !errors.Is(err, manifest.ErrSecretNotFound) || errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "SENTINEL") {
 			t.Errorf("%s: %v", missing, err)
 		}
 	}
@@ -78,15 +120,17 @@ func TestSecretsAndConnection(t *testing.T) {
 	if err := c.WriteConnection(ctx, "o_p_e", rec); err != nil {
 		t.Fatal(err)
 	}
-	got, err := kv.Get(ctx, "stands/stands/o_p_e/connection")
+	got, err := admin.KVv2("secret").Get(ctx, "stands/stands/o_p_e/connection")
 	if err != nil || got.Data["value"] != string(rec) {
 		t.Fatalf("connection in vault: %+v %v", got, err)
 	}
 }
 
+// TestUnavailable: an address nobody listens on and a token Vault refuses are both waited out
+// (ErrUnavailable), never taken for a missing secret; the refusal says so.
 func TestUnavailable(t *testing.T) {
-	srv, addr := vaulttest.Start(t)
-	c, err := New(context.Background(), addr, Token(srv.RootToken))
+	v := testenv.StartVault(t)
+	c, err := New(context.Background(), v.Addr, Token(v.RootToken))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,34 +139,104 @@ func TestUnavailable(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, manifest.ErrSecretNotFound) {
 		t.Fatalf("unreachable vault: %v", err)
 	}
-	if _, err := New(context.Background(), addr, Token("hvs.wrong")); err == nil || errors.Is(err, ErrUnavailable) {
+	_, err = New(context.Background(), v.Addr, Token("hvs.wrong"))
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "refuses the reconciler's token") {
 		t.Fatalf("bad token: %v", err)
 	}
 }
 
-// TestAppRoleKeepAlive: an AppRole login whose token lives 2 s (max 4 s) stays usable for 8 s: renewed,
-// then replaced by a new login when renewal reaches the max TTL.
-func TestAppRoleKeepAlive(t *testing.T) {
-	srv, addr := vaulttest.Start(t)
+// TestSealed: `vault operator seal` makes every call ErrUnavailable — reads, connection writes and
+// logins — and after unseal the same client reads again without a new login.
+func TestSealed(t *testing.T) {
+	v := testenv.StartVault(t)
+	ctx := context.Background()
+	put(t, v.Client(t), "k", map[string]any{"value": "v"})
+	c, err := New(ctx, v.Addr, Token(v.RootToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Seal(t)
+	if _, err := c.Secret(ctx, ref(t, "k")); !errors.Is(err, ErrUnavailable) || errors.Is(err, manifest.ErrSecretNotFound) {
+		t.Errorf("read while sealed: %v", err)
+	}
+	if err := c.WriteConnection(ctx, "o_p_e", json.RawMessage(`{}`)); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("connection write while sealed: %v", err)
+	}
+	if _, err := New(ctx, v.Addr, Token(v.RootToken)); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("login while sealed: %v", err)
+	}
+	v.Unseal(t)
+	if got, err := c.Secret(ctx, ref(t, "k")); err != nil || got != "v" {
+		t.Errorf("read after unseal: %q %v", got, err)
+	}
+}
+
+// TestTokenPastMaxTTL: a token file whose token reaches its max TTL leaves the client ErrUnavailable
+// (renewal cannot outlive it, and logging in again reads the same token); once the file holds a new
+// token, KeepAlive logs in with it and reads work again, without a restart.
+func TestTokenPastMaxTTL(t *testing.T) {
+	v := testenv.StartVault(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	admin := root(t, addr, srv.RootToken)
-	if err := admin.Sys().EnableAuthWithOptions("approle", &vaultapi.EnableAuthOptions{Type: "approle"}); err != nil {
+	admin := v.Client(t)
+	put(t, admin, "k", map[string]any{"value": "v"})
+	file := writeFile(t, "token", newToken(t, admin, "2s", "4s"))
+	c, err := New(ctx, v.Addr, TokenFile(file), WithLogger(testenv.Logger(t)))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Logical().Write("auth/approle/role/stands", map[string]any{"token_ttl": "2s", "token_max_ttl": "4s"}); err != nil {
+	go c.KeepAlive(ctx)
+	// Renewed past its first TTL of 2 s…
+	time.Sleep(3 * time.Second)
+	if _, err := c.Secret(ctx, ref(t, "k")); err != nil {
+		t.Fatalf("read within the max TTL: %v", err)
+	}
+	// …and refused past its max TTL of 4 s.
+	time.Sleep(2 * time.Second)
+	_, err = c.Secret(ctx, ref(t, "k"))
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, manifest.ErrSecretNotFound) {
+		t.Fatalf("read past the max TTL: %v", err)
+	}
+	replaceFile(t, file, newToken(t, admin, "1h", ""))
+	readsAgain(t, c, "a read with the rotated token", 15*time.Second)
+}
+
+// TestRevokedTokenReplaced: a token revoked long before its renewal is due is noticed at the first
+// refused read, not at the next renewal (40 minutes away here): the client logs in again at once and
+// takes the token file's new content.
+func TestRevokedTokenReplaced(t *testing.T) {
+	v := testenv.StartVault(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	admin := v.Client(t)
+	put(t, admin, "k", map[string]any{"value": "v"})
+	old := newToken(t, admin, "1h", "")
+	file := writeFile(t, "token", old)
+	c, err := New(ctx, v.Addr, TokenFile(file), WithLogger(testenv.Logger(t)))
+	if err != nil {
 		t.Fatal(err)
 	}
-	rid, _ := admin.Logical().Read("auth/approle/role/stands/role-id")
-	sid, _ := admin.Logical().Write("auth/approle/role/stands/secret-id", nil)
-	sidFile := filepath.Join(t.TempDir(), "secret-id")
-	if err := os.WriteFile(sidFile, []byte(sid.Data["secret_id"].(string)), 0o600); err != nil {
+	go c.KeepAlive(ctx)
+	replaceFile(t, file, newToken(t, admin, "1h", ""))
+	if err := admin.Auth().Token().RevokeTree(old); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.KVv2("secret").Put(ctx, "k", map[string]any{"value": "v"}); err != nil {
-		t.Fatal(err)
+	if _, err := c.Secret(ctx, ref(t, "k")); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("read with the revoked token: %v", err)
 	}
-	c, err := New(ctx, addr, AppRole{RoleID: rid.Data["role_id"].(string), SecretIDFile: sidFile})
+	readsAgain(t, c, "a read with the new token", 5*time.Second)
+}
+
+// TestAppRoleKeepAlive: an AppRole login under the operators' policy alone (no default policy) whose
+// token lives 2 s (max 4 s) stays usable for 8 s: renewed, then replaced by a new login when renewal
+// reaches the max TTL.
+func TestAppRoleKeepAlive(t *testing.T) {
+	v := testenv.StartVault(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	put(t, v.Client(t), "stands/k", map[string]any{"value": "v"})
+	auth := policyRole(t, v, map[string]any{"token_ttl": "2s", "token_max_ttl": "4s"})
+	c, err := New(ctx, v.Addr, auth, WithPrefix("stands"), WithLogger(testenv.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +244,8 @@ func TestAppRoleKeepAlive(t *testing.T) {
 	go c.KeepAlive(ctx)
 	for range 8 {
 		time.Sleep(time.Second)
-		if v, err := c.Secret(ctx, manifest.SecretRef{Path: "k", Field: "value"}); err != nil || v != "v" {
-			t.Fatalf("secret while keeping alive: %q %v", v, err)
+		if got, err := c.Secret(ctx, ref(t, "k")); err != nil || got != "v" {
+			t.Fatalf("secret while keeping alive: %q %v", got, err)
 		}
 	}
 	if c.api.Token() == first {

@@ -31,7 +31,6 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
 	"github.com/stands-engine/stands-reconciler/reconcile"
-	"github.com/stands-engine/stands-reconciler/vault/vaulttest"
 )
 
 // daemonStand is a one-node stand of project p on the example base; port varies its spec.
@@ -53,16 +52,44 @@ apps:
 `, p, port)
 }
 
+// plainStand is a one-node stand of project p without apps or registries: it references no secret,
+// so it is judged even while Vault is down, and the guard against removing every stand does not
+// stand in for the ones under test.
+func plainStand(p string) string {
+	return fmt.Sprintf(`stand:
+  project: %s
+  env: dev
+users:
+  sudo: admin
+  app: app
+ssh:
+  key_name_admin: stands-admin
+node_profiles:
+  small:
+    location: hel1
+    type_serv: cx22
+    image: debian-12
+    network: stands-net
+    cloud-init: ../../bases/cloud-init.yaml.tmpl
+nodes:
+  main:
+    profile: small
+    apps: []
+`, p)
+}
+
 func standPath(p string) string { return "stands/" + p + "/stand.yml" }
 
 // daemonEnv is everything TestDaemon runs against: real Gitea, the real Pulumi CLI behind a counting
-// wrapper, hcloudsim and the Vault stand-in, and the daemon in a process of its own.
+// wrapper, hcloudsim and a real Vault, and the daemon in a process of its own, logged in to Vault as
+// in production: an AppRole under the policy the docs give operators, and nothing more.
 type daemonEnv struct {
 	t       *testing.T
 	gitea   *testenv.Gitea
 	repo    *testenv.Repo
 	hetzner *testenv.Hetzner
-	vault   *vaulttest.Listener
+	vault   *testenv.Vault
+	roleID  string // the reconciler's AppRole; its secret id is secrets["vault secret id"]
 	reader  *gitsource.Source
 	counts  string // one line per Pulumi CLI process: its arguments
 	logFile string
@@ -82,7 +109,9 @@ type daemonEnv struct {
 func newDaemonEnv(t *testing.T, stands map[string]int) *daemonEnv {
 	pl := testenv.NewPulumi(t)
 	e := &daemonEnv{t: t, pl: pl, gitea: testenv.StartGitea(t), hetzner: testenv.StartHetzner(t, "hcloud-tok-"+hex.EncodeToString(randomBytes(8)))}
-	e.vault = vaulttest.Serve(t, vaulttest.New())
+	e.vault = testenv.StartVault(t)
+	roleID, secretID := e.vault.AppRole(t, "stands-reconciler", testenv.ReconcilerPolicy(t), nil)
+	e.roleID = roleID
 	e.repo = e.gitea.CreateRepo(t, "stands")
 	e.gitUser, e.gitToken = e.gitea.User, e.gitea.Token
 	e.reader = gitsource.New(e.repo.Info.CloneURL, "main", gitsource.WithToken(e.gitea.User, func() (string, error) { return e.gitea.Token, nil }))
@@ -93,7 +122,8 @@ func newDaemonEnv(t *testing.T, stands map[string]int) *daemonEnv {
 		"passphrase":        pl.Passphrase,
 		"gitea token":       e.gitea.Token,
 		"webhook secret":    "hook-" + hex.EncodeToString(randomBytes(8)),
-		"vault token":       e.vault.Server.RootToken,
+		"vault root token":  e.vault.RootToken,
+		"vault secret id":   secretID,
 	}
 	e.hookKey = e.secrets["webhook secret"]
 	for _, name := range []string{"kv-password", "registry-password"} {
@@ -120,10 +150,11 @@ func newDaemonEnv(t *testing.T, stands map[string]int) *daemonEnv {
 
 func TestDaemon(t *testing.T) {
 	e := newDaemonEnv(t, map[string]int{"a": 6300, "b": 6301, "c": 6302, "d": 6303})
+	e.repo.Change("a stand without secrets", map[string]string{standPath("p"): plainStand("p")})
 	vc := e.vaultClient()
 	e.start()
 
-	ids := []string{"local_a_dev", "local_b_dev", "local_c_dev", "local_d_dev"}
+	ids := []string{"local_a_dev", "local_b_dev", "local_c_dev", "local_d_dev", "local_p_dev"}
 	for _, id := range ids {
 		e.waitStatus(id, 4*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reconcile.Ready })
 	}
@@ -165,7 +196,7 @@ func TestDaemon(t *testing.T) {
 		}
 	})
 
-	e.run("one change of five runs one pulumi up", func(t *testing.T) {
+	e.run("one change of six runs one pulumi up", func(t *testing.T) {
 		ups := e.ups()
 		commit := e.repo.Change("c: another port", map[string]string{standPath("c"): daemonStand("c", 6399)})
 		e.waitStatus("local_c_dev", 3*time.Minute, func(s *reconcile.Status) bool {
@@ -173,7 +204,7 @@ func TestDaemon(t *testing.T) {
 		})
 		e.waitLog("cycle planned", e.logCount("cycle planned")+2, time.Minute)
 		if got := e.ups() - ups; got != 1 {
-			t.Errorf("%d pulumi up processes for one changed stand of five, want 1", got)
+			t.Errorf("%d pulumi up processes for one changed stand of six, want 1", got)
 		}
 	})
 
@@ -205,10 +236,10 @@ func TestDaemon(t *testing.T) {
 		}
 	})
 
-	e.run("Vault down applies nothing", func(t *testing.T) {
-		ups := e.ups()
-		e.vault.Stop()
-		commit := e.repo.Change("a: another port", map[string]string{standPath("a"): daemonStand("a", 6398)})
+	e.run("Vault sealed, then restarted: nothing applied or destroyed until unsealed", func(t *testing.T) {
+		ups, deletes := e.ups(), e.deletes()
+		e.vault.Seal(t) // `vault operator seal`
+		commit := e.repo.Change("a: another port; remove c", map[string]string{standPath("a"): daemonStand("a", 6398)}, "stands/c")
 		s := e.waitStatus("local_a_dev", 2*time.Minute, func(s *reconcile.Status) bool {
 			return s.Reason == reconcile.ReasonVaultUnavailable
 		})
@@ -216,12 +247,29 @@ func TestDaemon(t *testing.T) {
 			t.Errorf("the status does not name the cause: %+v", s)
 		}
 		e.waitReady(http.StatusServiceUnavailable)
+		// A restart on top: unreachable for a while, then back but sealed, as a real Vault comes back.
+		e.vault.Stop(t)
+		e.waitLog("cycle planned", e.logCount("cycle planned")+2, time.Minute)
+		e.vault.Start(t)
+		e.waitLog("cycle planned", e.logCount("cycle planned")+2, time.Minute)
+		// Only the hold stands in the way of c's destroy: one destroy per cycle is always allowed, c is
+		// not protected, and p, which needs no secret, keeps the guard against removing every stand
+		// out of it.
 		if got := e.ups() - ups; got != 0 {
-			t.Errorf("%d pulumi up while Vault was down", got)
+			t.Errorf("%d pulumi up while Vault was sealed or down", got)
 		}
-		e.vault.Start()
+		if got := e.deletes() - deletes; got != 0 {
+			t.Errorf("%d server deletions while Vault was sealed or down", got)
+		}
+		if s := e.waitStatus("local_c_dev", time.Second, func(*reconcile.Status) bool { return true }); s.Phase == reconcile.Destroyed {
+			t.Errorf("c destroyed while Vault was sealed: %+v", s)
+		}
+		e.vault.Unseal(t)
 		e.waitStatus("local_a_dev", 3*time.Minute, func(s *reconcile.Status) bool {
 			return s.Phase == reconcile.Ready && s.LastSuccessfulCommit == commit
+		})
+		e.waitStatus("local_c_dev", 3*time.Minute, func(s *reconcile.Status) bool {
+			return s.Phase == reconcile.Destroyed && s.LastSuccessfulCommit == commit
 		})
 		e.waitReady(http.StatusOK)
 	})
@@ -239,7 +287,7 @@ func TestDaemon(t *testing.T) {
 	})
 
 	e.run("removing every stand is refused until approved", func(t *testing.T) {
-		rest := []string{"local_a_dev", "local_b_dev", "local_c_dev", "local_e_dev"}
+		rest := []string{"local_a_dev", "local_b_dev", "local_e_dev", "local_p_dev"}
 		deletes := e.deletes()
 		e.repo.Change("remove every stand", nil, "stands")
 		for _, id := range rest {
@@ -347,31 +395,16 @@ func containsShiftedBase64(text, v string) bool {
 	return false
 }
 
-func (e *daemonEnv) vaultClient() *vaultapi.Client {
-	cfg := vaultapi.DefaultConfig()
-	cfg.Address = e.vault.Addr
-	c, err := vaultapi.NewClient(cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	c.SetToken(e.vault.Server.RootToken)
-	return c
-}
+func (e *daemonEnv) vaultClient() *vaultapi.Client { return e.vault.Client(e.t) }
 
 // start runs the daemon in its own process with the real Pulumi CLI behind a wrapper on PATH that
 // records each process's arguments.
 func (e *daemonEnv) start(extra ...string) {
 	t, pl := e.t, e.pl
 	dir := t.TempDir()
-	wrapBin := filepath.Join(dir, "wrap", "bin")
-	if err := os.MkdirAll(wrapBin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	e.counts = filepath.Join(dir, "pulumi-processes.txt")
-	script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >> %q\nexec %q \"$@\"\n", e.counts, pl.Bin)
-	if err := os.WriteFile(filepath.Join(wrapBin, "pulumi"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper, counts := countingPulumi(t, pl.Bin)
+	wrapBin := filepath.Dir(wrapper)
+	e.counts = counts
 	secretFile := func(name, value string) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(value+"\n"), 0o600); err != nil {
@@ -393,7 +426,7 @@ func (e *daemonEnv) start(extra ...string) {
 		"STANDS_PASSPHRASE_FILE=" + secretFile("passphrase", pl.Passphrase),
 		"STANDS_GIT_USER=" + e.gitUser, "STANDS_GIT_TOKEN_FILE=" + secretFile("git-token", e.gitToken),
 		"STANDS_WEBHOOK_SECRET_FILE=" + secretFile("webhook-secret", e.hookKey),
-		"VAULT_ADDR=" + e.vault.Addr, "VAULT_TOKEN_FILE=" + secretFile("vault-token", e.vault.Server.RootToken),
+		"VAULT_ADDR=" + e.vault.Addr, "VAULT_ROLE_ID=" + e.roleID, "VAULT_SECRET_ID_FILE=" + secretFile("vault-secret-id", e.secrets["vault secret id"]),
 		"STANDS_NODES=skip", "LOG_LEVEL=debug"}
 	e.logFile = filepath.Join(dir, "daemon.log")
 	logf, err := os.Create(e.logFile)
@@ -494,9 +527,28 @@ func (e *daemonEnv) head() string {
 	return snap.Commit
 }
 
+// countingPulumi puts a wrapper in front of the Pulumi CLI that records each process's arguments, a
+// line each, in counts.
+func countingPulumi(t *testing.T, bin string) (wrapper, counts string) {
+	t.Helper()
+	dir := t.TempDir()
+	wrapper, counts = filepath.Join(dir, "bin", "pulumi"), filepath.Join(dir, "pulumi-processes.txt")
+	if err := os.MkdirAll(filepath.Dir(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >> %q\nexec %q \"$@\"\n", counts, bin)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper, counts
+}
+
 // ups counts `pulumi up` processes.
-func (e *daemonEnv) ups() int {
-	data, _ := os.ReadFile(e.counts)
+func (e *daemonEnv) ups() int { return countUps(e.counts) }
+
+// countUps counts the `pulumi up` processes a countingPulumi wrapper recorded.
+func countUps(counts string) int {
+	data, _ := os.ReadFile(counts)
 	n := 0
 	for line := range strings.Lines(string(data)) {
 		// The Automation API puts --non-interactive first.
@@ -508,9 +560,11 @@ func (e *daemonEnv) ups() int {
 }
 
 // deletes counts server deletions in hcloudsim's call log.
-func (e *daemonEnv) deletes() int {
+func (e *daemonEnv) deletes() int { return serverDeletes(e.hetzner) }
+
+func serverDeletes(h *testenv.Hetzner) int {
 	n := 0
-	for _, c := range e.hetzner.Sim.Calls() {
+	for _, c := range h.Sim.Calls() {
 		if c.Method == http.MethodDelete && strings.HasPrefix(c.Path, "/servers/") {
 			n++
 		}

@@ -14,6 +14,7 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	vaultapi "github.com/hashicorp/vault/api"
 
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
@@ -28,46 +29,8 @@ import (
 func TestReconcileOnceLocalRepository(t *testing.T) {
 	pl := testenv.NewPulumi(t)
 	h := testenv.StartHetzner(t, "once-token")
-	dir := t.TempDir()
-	repo, err := git.PlainInit(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := repo.Storer.SetReference(plumbing.NewSymbolicReference(plumbing.HEAD, plumbing.NewBranchReferenceName("main"))); err != nil {
-		t.Fatal(err)
-	}
-	base, err := testfs.Dir(filepath.Join(testenv.RepoRoot(), "examples", "stands-repo"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p := range base {
-		if strings.HasPrefix(p, "stands/") {
-			delete(base, p)
-		}
-	}
-	if err := testfs.WriteDir(dir, base); err != nil {
-		t.Fatal(err)
-	}
-	commit := func(files map[string]string) string {
-		t.Helper()
-		for p, c := range files {
-			if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		wt, _ := repo.Worktree()
-		if err := wt.AddGlob("."); err != nil {
-			t.Fatal(err)
-		}
-		hash, err := wt.Commit("change", &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return hash.String()
-	}
+	lr := newLocalStandsRepo(t)
+	dir, repo, commit, statusHead, statusOf := lr.dir, lr.repo, lr.commit, lr.statusHead, lr.status
 	mainHead := commit(map[string]string{standPath("a"): daemonStand("a", 6300)})
 	state := t.TempDir()
 	vars := map[string]string{"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
@@ -79,30 +42,6 @@ func TestReconcileOnceLocalRepository(t *testing.T) {
 		t.Helper()
 		return runCLI(t, context.Background(), newRecorder(vars), "reconcile", "--once", "--repo", dir, "--drift-interval", "0")
 	}
-	statusHead := func() string {
-		ref, err := repo.Reference(plumbing.NewBranchReferenceName("stands-status"), true)
-		if err != nil {
-			t.Fatalf("status branch: %v", err)
-		}
-		return ref.Hash().String()
-	}
-	statusOf := func(id string) reconcile.Status {
-		t.Helper()
-		snap, err := gitsource.New(dir, "stands-status").Fetch(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := fs.ReadFile(snap.Files, "status/"+id+".json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s reconcile.Status
-		if err := json.Unmarshal(data, &s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-
 	r := once()
 	if r.code != 0 || !strings.Contains(r.stdout, `"stands":{"local_a_dev":"Ready"}`) {
 		t.Fatalf("reconcile --once: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
@@ -136,6 +75,96 @@ func TestReconcileOnceLocalRepository(t *testing.T) {
 	if s := statusOf("local_b_dev"); s.Phase != reconcile.Failed || !strings.Contains(s.Message, "stands/b/stand.yml:") {
 		t.Errorf("broken stand: %+v", s)
 	}
+}
+
+// localStandsRepo is a Git repository on disk for `reconcile --once`: the example's bases and app
+// packages on main, and the stands a test commits.
+type localStandsRepo struct {
+	t    *testing.T
+	dir  string
+	repo *git.Repository
+}
+
+func newLocalStandsRepo(t *testing.T) *localStandsRepo {
+	t.Helper()
+	dir := t.TempDir()
+	repo, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.Storer.SetReference(plumbing.NewSymbolicReference(plumbing.HEAD, plumbing.NewBranchReferenceName("main"))); err != nil {
+		t.Fatal(err)
+	}
+	base, err := testfs.Dir(filepath.Join(testenv.RepoRoot(), "examples", "stands-repo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range base {
+		if strings.HasPrefix(p, "stands/") {
+			delete(base, p)
+		}
+	}
+	if err := testfs.WriteDir(dir, base); err != nil {
+		t.Fatal(err)
+	}
+	return &localStandsRepo{t: t, dir: dir, repo: repo}
+}
+
+// commit writes files, removes the paths in remove and commits everything on main.
+func (l *localStandsRepo) commit(files map[string]string, remove ...string) string {
+	t := l.t
+	t.Helper()
+	for p, c := range files {
+		if err := os.MkdirAll(filepath.Join(l.dir, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(l.dir, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range remove {
+		if err := os.RemoveAll(filepath.Join(l.dir, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wt, _ := l.repo.Worktree()
+	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
+		t.Fatal(err)
+	}
+	hash, err := wt.Commit("change", &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hash.String()
+}
+
+// statusHead is the head of the stands-status branch, where `reconcile --once` on a local
+// repository commits its status.
+func (l *localStandsRepo) statusHead() string {
+	ref, err := l.repo.Reference(plumbing.NewBranchReferenceName("stands-status"), true)
+	if err != nil {
+		l.t.Fatalf("status branch: %v", err)
+	}
+	return ref.Hash().String()
+}
+
+// status reads a stand's committed status file.
+func (l *localStandsRepo) status(id string) reconcile.Status {
+	t := l.t
+	t.Helper()
+	snap, err := gitsource.New(l.dir, "stands-status").Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := fs.ReadFile(snap.Files, "status/"+id+".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s reconcile.Status
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestCredentialFileRotation: a credential given as *_FILE is read again when the file is replaced,
@@ -174,5 +203,101 @@ func TestCredentialFileRotation(t *testing.T) {
 	}
 	if _, err := newCredential(ctx, newRecorder(map[string]string{"T_FILE": filepath.Join(dir, "missing")}).getenv, "T", slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "T_FILE") {
 		t.Errorf("a missing credential file: %v", err)
+	}
+}
+
+// TestReconcileOnceVaultTokenPastMaxTTL: a Vault token past its max TTL is an outage, not bad input.
+// `reconcile --once` with it applies and destroys nothing — a changed stand and a removed one wait,
+// saying VaultUnavailable — and the next run, with a new token in the same file, catches up. The
+// tokens carry only the policy the docs give operators.
+func TestReconcileOnceVaultTokenPastMaxTTL(t *testing.T) {
+	pl := testenv.NewPulumi(t)
+	h := testenv.StartHetzner(t, "once-token")
+	v := testenv.StartVault(t)
+	lr := newLocalStandsRepo(t)
+	ctx := context.Background()
+	admin := v.Client(t)
+	if err := admin.Sys().PutPolicyWithContext(ctx, "stands-reconciler", testenv.ReconcilerPolicy(t)); err != nil {
+		t.Fatal(err)
+	}
+	for name, env := range map[string]string{"kv-password": "SECRET_KV_PASSWORD", "registry-password": "SECRET_REGISTRY_PASSWORD"} {
+		if _, err := admin.KVv2("secret").Put(ctx, "stands/"+name, map[string]any{"value": exampleEnv[env]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	token := func(ttl, maxTTL string) string {
+		s, err := admin.Auth().Token().CreateWithContext(ctx, &vaultapi.TokenCreateRequest{
+			Policies: []string{"stands-reconciler"}, NoDefaultPolicy: true, TTL: ttl, ExplicitMaxTTL: maxTTL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Auth.ClientToken
+	}
+	tokenFile := filepath.Join(t.TempDir(), "vault-token")
+	setToken := func(tok string) {
+		t.Helper()
+		if err := os.WriteFile(tokenFile+".new", []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tokenFile+".new", tokenFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrapper, counts := countingPulumi(t, pl.Bin)
+	vars := map[string]string{"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
+		"STANDS_PULUMI_BIN": wrapper, "STANDS_STATE_DIR": t.TempDir(), "VAULT_ADDR": v.Addr, "VAULT_TOKEN_FILE": tokenFile}
+	once := func(want int) result {
+		t.Helper()
+		r := runCLI(t, ctx, newRecorder(vars), "reconcile", "--once", "--repo", lr.dir, "--drift-interval", "0")
+		if r.code != want {
+			t.Fatalf("reconcile --once: exit %d, want %d\nstdout: %s\nstderr: %s", r.code, want, r.stdout, r.stderr)
+		}
+		return r
+	}
+
+	setToken(token("1h", ""))
+	lr.commit(map[string]string{standPath("a"): daemonStand("a", 6300), standPath("b"): daemonStand("b", 6301), standPath("p"): plainStand("p")})
+	once(exitOK)
+	for _, id := range []string{"local_a_dev", "local_b_dev", "local_p_dev"} {
+		if s := lr.status(id); s.Phase != reconcile.Ready {
+			t.Fatalf("%s before the outage: %+v", id, s)
+		}
+	}
+	servers := len(h.Servers(t))
+
+	changed := lr.commit(map[string]string{standPath("a"): daemonStand("a", 6399)}, "stands/b")
+	expiring := token("1s", "2s")
+	setToken(expiring)
+	time.Sleep(2500 * time.Millisecond)
+	ups, deletes := countUps(counts), serverDeletes(h)
+	r := once(exitOK)
+	if s := lr.status("local_a_dev"); s.Reason != reconcile.ReasonVaultUnavailable || s.LastSuccessfulCommit == changed {
+		t.Errorf("the changed stand with a token past its max TTL: %+v", s)
+	}
+	// Only the hold stands in the way of b's destroy: one destroy per cycle is always allowed, and p,
+	// which needs no secret, keeps the guard against removing every stand out of it.
+	if s := lr.status("local_b_dev"); s.Phase == reconcile.Destroyed {
+		t.Errorf("the removed stand was destroyed with a token past its max TTL: %+v", s)
+	}
+	if got := countUps(counts) - ups; got != 0 {
+		t.Errorf("%d pulumi up with a token past its max TTL", got)
+	}
+	if got, n := serverDeletes(h)-deletes, len(h.Servers(t)); got != 0 || n != servers {
+		t.Errorf("%d server deletions, %d servers of %d left, with a token past its max TTL", got, n, servers)
+	}
+	if strings.Contains(r.stdout+r.stderr, expiring) {
+		t.Error("the run printed the token")
+	}
+
+	setToken(token("1h", ""))
+	once(exitOK)
+	if s := lr.status("local_a_dev"); s.Phase != reconcile.Ready || s.LastSuccessfulCommit != changed {
+		t.Errorf("the changed stand with a new token: %+v", s)
+	}
+	if s := lr.status("local_b_dev"); s.Phase != reconcile.Destroyed || s.LastSuccessfulCommit != changed {
+		t.Errorf("the removed stand with a new token: %+v", s)
+	}
+	if got := serverDeletes(h) - deletes; got != 1 {
+		t.Errorf("%d server deletions after the new token, want 1 (b's)", got)
 	}
 }
