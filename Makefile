@@ -54,8 +54,8 @@ test: fuzz unit
 # The Vault contract suite runs verbose on its own, so CI's log lists every case the real Vault passed.
 unit:
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -v -run '^TestContract$$' ./vault/
-	$(GO) test -race -count=1 -skip '^TestContract$$' ./...
+	$(GO) test -race -count=1 -v -run '^TestVaultContract$$' ./vault/
+	$(GO) test -race -count=1 -skip '^TestVaultContract$$' ./...
 
 # End-to-end tests on real VMs (hcloudsim's VM backend, tag e2e): the Debian image is built once by
 # scripts/vm-image.sh into $${STANDS_VM_DIR:-/var/tmp/stands-vm} and reused while its recipe is unchanged.

@@ -1,5 +1,7 @@
 # Vault policy of stands-reconciler: the least it needs, for the defaults --vault-mount=secret and
-# --vault-prefix=stands (with others, replace "secret/" and "stands/" below). Bind it alone to the
+# --vault-prefix=stands. With others, replace "secret" (the mount) and the first "stands" of each
+# path (the prefix); the second "stands" of the connection path is the folder connection records
+# always live in under the prefix. Bind it alone to the
 # reconciler's AppRole (token_no_default_policy=true): the two token paths at the end are all it
 # needs of Vault's default policy. vault/policy_test.go proves on a real Vault that this grants
 # exactly what is listed here.

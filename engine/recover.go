@@ -96,11 +96,31 @@ func (e *Engine) clearStaleLocks(ctx context.Context, ref StackRef, log *slog.Lo
 	return nil
 }
 
-// alive reports whether a process exists (signal 0 checks without sending anything).
+// alive reports whether a process runs (signal 0 checks without sending anything). A zombie is
+// not running: a killed Pulumi CLI whose parent died first waits as one until init reaps it, which
+// some inits do late or never, and its lock is as stale as a reaped one's.
 func alive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	return !zombie(pid)
+}
+
+// zombie reads the process state from /proc/<pid>/stat: "Z" (zombie) or "X" (dead). Without /proc
+// it says no, leaving signal 0 to decide.
+func zombie(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state …: comm may hold spaces and parentheses, so the state follows the last ")".
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 || i+2 >= len(data) {
+		return false
+	}
+	state := data[i+2]
+	return state == 'Z' || state == 'X'
 }

@@ -19,6 +19,20 @@ func TestClearStaleLocks(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
+	// Killed and not reaped: a zombie, as a killed Pulumi CLI is until init gets to it.
+	killed := exec.Command("sleep", "60")
+	if err := killed.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := killed.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = killed.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); !zombie(killed.Process.Pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed process never became a zombie")
+		}
+	}
 	recent, old := time.Now().Add(-time.Minute), time.Now().Add(-3*time.Hour)
 	cases := []struct {
 		name    string
@@ -30,6 +44,7 @@ func TestClearStaleLocks(t *testing.T) {
 		removed bool
 	}{
 		{"dead process of this host", dead.Process.Pid, host, recent, 0, nil, true},
+		{"killed process of this host, not yet reaped", killed.Process.Pid, host, recent, 0, nil, true},
 		{"live process of this host", os.Getpid(), host, old, time.Hour, ErrUpdateInProgress, false},
 		{"another host, no lease", 1, "elsewhere", old, 0, ErrLockedElsewhere, false},
 		{"another host within the lease", 1, "elsewhere", recent, time.Hour, ErrLockedElsewhere, false},

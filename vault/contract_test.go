@@ -21,9 +21,9 @@ import (
 // the stand-in wrong about oldest_version, then unable to enforce policies or be sealed, and the
 // stand-in was retired.
 
-// TestContract runs the suite on a real Vault, initialised and unsealed as in production (not a dev
-// server).
-func TestContract(t *testing.T) {
+// TestVaultContract runs the suite on a real Vault, initialised and unsealed as in production (not
+// a dev server).
+func TestVaultContract(t *testing.T) {
 	v := testenv.StartVault(t)
 	t.Run("real Vault "+v.Version(t), func(t *testing.T) { runContract(t, v.Addr, v.RootToken, v.UnsealKey) })
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"testing"
 
+	"github.com/hashicorp/hcl"
 	vaultapi "github.com/hashicorp/vault/api"
 
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
@@ -63,6 +65,29 @@ func TestLeastPrivilegePolicy(t *testing.T) {
 		t.Errorf("token policies %v, want only %s", pol, policyName)
 	}
 
+	// The file grants these rules and no other: a stanza added for another path would pass the
+	// probes below unless one happened to name it.
+	var rules struct {
+		Path map[string]struct {
+			Capabilities []string `hcl:"capabilities"`
+		} `hcl:"path"`
+	}
+	if err := hcl.Decode(&rules, testenv.ReconcilerPolicy(t)); err != nil {
+		t.Fatalf("parse deploy/vault-policy.hcl: %v", err)
+	}
+	granted := map[string][]string{}
+	for path, r := range rules.Path {
+		granted[path] = slices.Sorted(slices.Values(r.Capabilities))
+	}
+	if want := map[string][]string{
+		"secret/data/stands/*":                   {"read"},
+		"secret/data/stands/stands/+/connection": {"create", "read", "update"},
+		"auth/token/lookup-self":                 {"read"},
+		"auth/token/renew-self":                  {"update"},
+	}; !maps.EqualFunc(granted, want, slices.Equal) {
+		t.Errorf("deploy/vault-policy.hcl grants %v, want exactly %v", granted, want)
+	}
+
 	// Everything else, as Vault itself judges the token. "deny" is Vault's word for none.
 	deny := []string{"deny"}
 	for path, want := range map[string][]string{
@@ -81,6 +106,10 @@ func TestLeastPrivilegePolicy(t *testing.T) {
 		"secret/destroy/stands/stands/o_p_e/connection":  deny,
 		"secret/undelete/stands/registry-password":       deny,
 		"secret/config":                                  deny,
+		"kv/data/stands/registry-password":               deny, // another mount of the same layout
+		"sys/wrapping/wrap":                              deny,
+		"sys/leases/renew":                               deny,
+		"auth/token/revoke-self":                         deny,
 		"cubbyhole/x":                                    deny,
 		"auth/token/lookup-self":                         {"read"},
 		"auth/token/renew-self":                          {"update"},

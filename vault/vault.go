@@ -34,8 +34,18 @@ type Auth interface {
 type Token string
 
 func (t Token) login(ctx context.Context, c *vaultapi.Client) (*vaultapi.Secret, error) {
+	// Checked on a copy: a token file caught mid-rotation must not replace a token that works.
+	check, err := c.Clone()
+	if err != nil {
+		return nil, err
+	}
+	check.SetToken(string(t))
+	s, err := check.Auth().Token().LookupSelfWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
 	c.SetToken(string(t))
-	return c.Auth().Token().LookupSelfWithContext(ctx)
+	return s, nil
 }
 
 // TokenFile authenticates with a token read from a file at each login (systemd credentials, a
@@ -85,7 +95,7 @@ type Client struct {
 	prefix string
 	log    *slog.Logger
 
-	kick chan struct{} // a refused token: KeepAlive logs in again without waiting for renewal
+	kick chan struct{} // Vault refused the current token: KeepAlive checks it without waiting for renewal
 
 	mu    sync.Mutex
 	login *vaultapi.Secret
@@ -159,22 +169,18 @@ func classify(err error) error {
 	return err
 }
 
-// classify is the package's classify for a call made with the current login: a refused token makes
-// KeepAlive log in again at once instead of waiting for its renewal to notice.
-func (c *Client) classify(err error) error {
+// classify is the package's classify for a call made with token: when Vault refuses the token that
+// is still the current one, KeepAlive checks it at once (and logs in again if it is dead) instead of
+// waiting for its renewal to notice. A refusal of a token a new login already replaced says nothing.
+func (c *Client) classify(token string, err error) error {
 	var re *vaultapi.ResponseError
-	if errors.As(err, &re) && re.StatusCode == http.StatusForbidden {
-		c.reloginSoon()
+	if errors.As(err, &re) && re.StatusCode == http.StatusForbidden && c.api.Token() == token {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
 	}
 	return classify(err)
-}
-
-// reloginSoon asks KeepAlive to log in again now.
-func (c *Client) reloginSoon() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
 }
 
 func (c *Client) key(p string) string {
@@ -187,12 +193,13 @@ func (c *Client) key(p string) string {
 // Secret resolves a reference: <mount>/data/<prefix>/<path>, field "value" unless the reference names
 // one. Implements manifest.SecretSource. Errors name the reference, never a value.
 func (c *Client) Secret(ctx context.Context, ref manifest.SecretRef) (string, error) {
+	token := c.api.Token()
 	s, err := c.api.KVv2(c.mount).Get(ctx, c.key(ref.Path))
 	if errors.Is(err, vaultapi.ErrSecretNotFound) {
 		return "", fmt.Errorf("%w: %s/%s", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path))
 	}
 	if err != nil {
-		return "", fmt.Errorf("read secret %s: %w", ref, c.classify(err))
+		return "", fmt.Errorf("read secret %s: %w", ref, c.classify(token, err))
 	}
 	if s == nil || s.Data == nil { // a deleted version comes back without data
 		return "", fmt.Errorf("%w: %s/%s is deleted", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path))
@@ -212,23 +219,26 @@ func (c *Client) Secret(ctx context.Context, ref manifest.SecretRef) (string, er
 // WriteConnection stores a stand's unmasked connection record at
 // <mount>/<prefix>/stands/<stand-id>/connection, field "value".
 func (c *Client) WriteConnection(ctx context.Context, standID string, record json.RawMessage) error {
+	token := c.api.Token()
 	if _, err := c.api.KVv2(c.mount).Put(ctx, c.key(path.Join("stands", standID, "connection")), map[string]any{"value": string(record)}); err != nil {
-		return fmt.Errorf("write connection of %s: %w", standID, c.classify(err))
+		return fmt.Errorf("write connection of %s: %w", standID, c.classify(token, err))
 	}
 	return nil
 }
 
 // KeepAlive renews the login until ctx ends, and logs in again whenever renewal stops (max TTL
-// reached, token revoked) or Vault refuses the token. Run it in its own goroutine.
+// reached, token revoked) or Vault refuses a token that is dead; a failed login is tried again every
+// 5 s until one succeeds. Run it in its own goroutine.
 func (c *Client) KeepAlive(ctx context.Context) {
 	last := time.Now() // of the last login attempt
 	for ctx.Err() == nil {
 		c.mu.Lock()
 		login := c.login
 		c.mu.Unlock()
+		kicked := false
 		switch {
 		case login != nil && (login.Auth != nil && login.Auth.Renewable || login.Data["renewable"] == true):
-			c.watch(ctx, login)
+			kicked = c.watch(ctx, login)
 		default:
 			// Not renewable: keep it until shortly before it expires (a token without a TTL, such as a
 			// root token, until Vault refuses it), then log in again.
@@ -240,6 +250,21 @@ func (c *Client) KeepAlive(ctx context.Context) {
 			case <-ctx.Done():
 			case <-expiry:
 			case <-c.kick:
+				kicked = true
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if kicked {
+			if _, err := c.api.Auth().Token().LookupSelfWithContext(ctx); err == nil {
+				// The token is alive, so its policy refused the path: a new login would get the same
+				// policy, and with AppRole mint a token each time.
+				c.log.Warn("vault refused a request with a valid token: its policy does not cover the stands' paths")
+				if !sleep(ctx, minLoginInterval) {
+					return
+				}
+				continue
 			}
 		}
 		// A token that renewal gives up on at once (its max TTL is near) would otherwise be looked up
@@ -247,13 +272,20 @@ func (c *Client) KeepAlive(ctx context.Context) {
 		if !sleep(ctx, time.Until(last.Add(minLoginInterval))) {
 			return
 		}
-		last = time.Now()
-		if err := c.relogin(ctx); err != nil {
+		for {
+			last = time.Now()
+			err := c.relogin(ctx)
+			if err == nil {
+				break
+			}
 			c.log.Warn("vault login failed", "err", err)
 			if !sleep(ctx, 5*time.Second) {
 				return
 			}
-			continue
+		}
+		select { // refusals of the token just replaced
+		case <-c.kick:
+		default:
 		}
 		c.log.Info("logged in to vault again")
 	}
@@ -275,7 +307,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	return ctx.Err() == nil
 }
 
-func (c *Client) watch(ctx context.Context, login *vaultapi.Secret) {
+// watch renews login until renewal ends or ctx does; it reports whether a refusal cut it short.
+func (c *Client) watch(ctx context.Context, login *vaultapi.Secret) (kicked bool) {
 	secret := login
 	if secret.Auth == nil { // a token lookup: renew the token itself
 		ttl, _ := login.TokenTTL()
@@ -300,7 +333,7 @@ func (c *Client) watch(ctx context.Context, login *vaultapi.Secret) {
 		case <-w.RenewCh():
 			c.log.Debug("vault token renewed")
 		case <-c.kick:
-			return
+			return true
 		}
 	}
 }

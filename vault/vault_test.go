@@ -217,6 +217,18 @@ func TestRevokedTokenReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	go c.KeepAlive(ctx)
+	// The watcher renews once at its start; a revocation before that would be noticed by renewal
+	// alone, without the refused read this test is about.
+	eventually(t, "the first renewal", 10*time.Second, func() error {
+		s, err := admin.Auth().Token().LookupWithContext(ctx, old)
+		if err != nil {
+			return err
+		}
+		if s.Data["last_renewal_time"] == nil {
+			return errors.New("not renewed yet")
+		}
+		return nil
+	})
 	replaceFile(t, file, newToken(t, admin, "1h", ""))
 	if err := admin.Auth().Token().RevokeTree(old); err != nil {
 		t.Fatal(err)
@@ -225,6 +237,40 @@ func TestRevokedTokenReplaced(t *testing.T) {
 		t.Fatalf("read with the revoked token: %v", err)
 	}
 	readsAgain(t, c, "a read with the new token", 5*time.Second)
+}
+
+// TestPolicyRefusalKeepsLogin: a 403 on a path the policy does not cover, with a token that is
+// alive, is waited out like any refusal but logs in no new token: a new AppRole login would get the
+// same policy and leave one more live token behind at every cycle.
+func TestPolicyRefusalKeepsLogin(t *testing.T) {
+	v := testenv.StartVault(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	put(t, v.Client(t), "stands/k", map[string]any{"value": "v"})
+	put(t, v.Client(t), "stands/other", map[string]any{"value": "v"})
+	roleID, secretID := v.AppRole(t, "narrow", `
+path "secret/data/stands/k" { capabilities = ["read"] }
+path "auth/token/lookup-self" { capabilities = ["read"] }
+path "auth/token/renew-self" { capabilities = ["update"] }
+`, map[string]any{"token_ttl": "1h"})
+	c, err := New(ctx, v.Addr, AppRole{RoleID: roleID, SecretIDFile: writeFile(t, "secret-id", secretID)}, WithPrefix("stands"), WithLogger(testenv.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go c.KeepAlive(ctx)
+	first := c.api.Token()
+	for range 5 {
+		if _, err := c.Secret(ctx, ref(t, "other")); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("read outside the policy: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	if c.api.Token() != first {
+		t.Error("refusals of a valid token made the client log in again")
+	}
+	if got, err := c.Secret(ctx, ref(t, "k")); err != nil || got != "v" {
+		t.Errorf("read within the policy: %q %v", got, err)
+	}
 }
 
 // TestAppRoleKeepAlive: an AppRole login under the operators' policy alone (no default policy) whose

@@ -110,7 +110,7 @@ func newDaemonEnv(t *testing.T, stands map[string]int) *daemonEnv {
 	pl := testenv.NewPulumi(t)
 	e := &daemonEnv{t: t, pl: pl, gitea: testenv.StartGitea(t), hetzner: testenv.StartHetzner(t, "hcloud-tok-"+hex.EncodeToString(randomBytes(8)))}
 	e.vault = testenv.StartVault(t)
-	roleID, secretID := e.vault.AppRole(t, "stands-reconciler", testenv.ReconcilerPolicy(t), nil)
+	roleID, secretID := e.vault.AppRole(t, "stands-reconciler", testenv.ReconcilerPolicy(t), map[string]any{"token_ttl": "1h", "token_max_ttl": "24h"})
 	e.roleID = roleID
 	e.repo = e.gitea.CreateRepo(t, "stands")
 	e.gitUser, e.gitToken = e.gitea.User, e.gitea.Token
@@ -261,8 +261,11 @@ func TestDaemon(t *testing.T) {
 		if got := e.deletes() - deletes; got != 0 {
 			t.Errorf("%d server deletions while Vault was sealed or down", got)
 		}
-		if s := e.waitStatus("local_c_dev", time.Second, func(*reconcile.Status) bool { return true }); s.Phase == reconcile.Destroyed {
-			t.Errorf("c destroyed while Vault was sealed: %+v", s)
+		if s := e.waitStatus("local_c_dev", time.Second, func(*reconcile.Status) bool { return true }); s.Phase != reconcile.Blocked || s.Reason != reconcile.ReasonVaultUnavailable {
+			t.Errorf("c while Vault was sealed or down: %+v, want Blocked by VaultUnavailable", s)
+		}
+		if s := e.waitStatus("local_p_dev", time.Second, func(*reconcile.Status) bool { return true }); s.Phase != reconcile.Ready {
+			t.Errorf("p, which needs no secret, while Vault was sealed: %+v", s)
 		}
 		e.vault.Unseal(t)
 		e.waitStatus("local_a_dev", 3*time.Minute, func(s *reconcile.Status) bool {

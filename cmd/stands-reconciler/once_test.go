@@ -276,8 +276,14 @@ func TestReconcileOnceVaultTokenPastMaxTTL(t *testing.T) {
 	}
 	// Only the hold stands in the way of b's destroy: one destroy per cycle is always allowed, and p,
 	// which needs no secret, keeps the guard against removing every stand out of it.
-	if s := lr.status("local_b_dev"); s.Phase == reconcile.Destroyed {
-		t.Errorf("the removed stand was destroyed with a token past its max TTL: %+v", s)
+	if s := lr.status("local_b_dev"); s.Phase != reconcile.Blocked || s.Reason != reconcile.ReasonVaultUnavailable {
+		t.Errorf("the removed stand with a token past its max TTL: %+v, want Blocked by VaultUnavailable", s)
+	}
+	if s := lr.status("local_p_dev"); s.Phase != reconcile.Ready {
+		t.Errorf("p, which needs no secret, with a token past its max TTL: %+v", s)
+	}
+	if !strings.Contains(r.stderr, "refuses the reconciler's token") {
+		t.Errorf("the log does not say Vault refuses the token:\n%s", r.stderr)
 	}
 	if got := countUps(counts) - ups; got != 0 {
 		t.Errorf("%d pulumi up with a token past its max TTL", got)

@@ -1,9 +1,11 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -75,15 +77,23 @@ log_level     = "info"
 
 func (v *Vault) logPath() string { return filepath.Join(v.Dir, "vault.log") }
 
-// start runs `vault server` and waits until its API answers (sealed or not).
+// start runs `vault server` and waits until it says it has started and its API answers (sealed or
+// not). Its own log decides, not the port: a port taken by another server between FreePort and the
+// start must fail this start, not hand the test someone else's Vault.
 func (v *Vault) start() error {
 	logFile, err := os.OpenFile(v.logPath(), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
+	st, err := logFile.Stat()
+	if err != nil {
+		logFile.Close()
+		return err
+	}
+	from := st.Size()
 	cmd := exec.Command(v.bin, "server", "-config", v.conf)
 	// Only what Vault needs: none of the test's own credentials, and no ~/.vault-token of the user's.
-	cmd.Env = []string{"HOME=" + v.Dir, "PATH=/usr/bin:/bin", "VAULT_DISABLE_USER_LOCKOUT=true"}
+	cmd.Env = []string{"HOME=" + v.Dir, "PATH=/usr/bin:/bin"}
 	cmd.Dir, cmd.Stdout, cmd.Stderr = v.Dir, logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -95,9 +105,11 @@ func (v *Vault) start() error {
 	c := v.client("")
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		// sys/seal-status answers whether sealed or not, initialised or not.
-		if _, err := c.Sys().SealStatus(); err == nil {
-			return nil
+		if v.startedSince(from) {
+			// sys/seal-status answers whether sealed or not, initialised or not.
+			if _, err := c.Sys().SealStatus(); err == nil {
+				return nil
+			}
 		}
 		select {
 		case err := <-v.exited:
@@ -108,9 +120,21 @@ func (v *Vault) start() error {
 		}
 		if time.Now().After(deadline) {
 			v.stop()
-			return errors.New("vault server did not answer within 60s")
+			return errors.New("vault server did not start within 60s")
 		}
 	}
+}
+
+// startedSince reports whether the log, from offset from on, has Vault's line for a server that
+// bound its listeners.
+func (v *Vault) startedSince(from int64) bool {
+	f, err := os.Open(v.logPath())
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.NewSectionReader(f, from, 1<<20))
+	return err == nil && bytes.Contains(data, []byte("Vault server started!"))
 }
 
 // initialise makes the new server usable: one unseal key, unsealed, KV v2 at secret/.
@@ -282,7 +306,7 @@ func (v *Vault) Version(t testing.TB) string {
 
 // Healthy reports whether the server is up, unsealed and active (sys/health answers 200).
 func (v *Vault) Healthy() bool {
-	resp, err := http.Get(v.Addr + "/v1/sys/health")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(v.Addr + "/v1/sys/health")
 	if err != nil {
 		return false
 	}

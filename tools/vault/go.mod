@@ -1,6 +1,6 @@
 // Builds the Vault server the tests and the local demo use (make tools). A module of its own, so its
 // dependency graph never mixes with the reconciler's. v1.21.0 because its go.mod requires published
-// sdk and api versions (later tags point at an in-tree sdk no release matches); the two replace lines
+// sdk and api versions (v1.21.4 points at an in-tree sdk no release matches); the two replace lines
 // are Vault's own non-local ones, without which its dependency versions do not resolve the same way.
 module github.com/stands-engine/stands-reconciler/tools/vault
 
