@@ -298,7 +298,7 @@ func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, erro
 	res, err := st.Up(ctx, optup.EventStreams(ch), optup.SuppressProgress())
 	changes := wait()
 	if err != nil {
-		return nil, fmt.Errorf("pulumi up %s: %w", in.Stand.ID, err)
+		return nil, e.savedElsewhere(ctx, StackRef{in.Stand.Project, in.Stand.Env}, fmt.Errorf("pulumi up %s: %w", in.Stand.ID, err))
 	}
 	log.Info("stand applied", "changes", changes)
 	return e.result(in, "apply", isChange(changes), changes, res.Outputs, p)
@@ -434,7 +434,7 @@ func (e *Engine) Destroy(ctx context.Context, ref StackRef) (*Result, error) {
 	_, err = st.Destroy(ctx, optdestroy.EventStreams(ch), optdestroy.SuppressProgress())
 	changes := wait()
 	if err != nil {
-		return nil, fmt.Errorf("pulumi destroy %s: %w", id, err)
+		return nil, e.savedElsewhere(ctx, ref, fmt.Errorf("pulumi destroy %s: %w", id, err))
 	}
 	if err := st.Workspace().RemoveStack(ctx, st.Name()); err != nil {
 		return nil, fmt.Errorf("remove stack %s: %w", id, err)

@@ -47,6 +47,11 @@ const (
 	ReasonFailed             Reason = "Failed"
 )
 
+// isCheckpointLoad reports whether the CLI failed to read the stack's checkpoint.
+func isCheckpointLoad(err error) bool {
+	return strings.Contains(strings.ToLower(err.Error()), "failed to load checkpoint")
+}
+
 // Classification is what an error means to the reconciler.
 type Classification struct {
 	Reason Reason
@@ -54,7 +59,7 @@ type Classification struct {
 }
 
 // rule maps an error to a classification: by type first, by the Pulumi CLI's text otherwise (the CLI
-// reports through its output, not through types). This table is the only place that matches error text.
+// reports through its output, not through types). This file is the only place that matches error text.
 type rule struct {
 	reason Reason
 	kind   Kind

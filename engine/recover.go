@@ -96,6 +96,26 @@ func (e *Engine) clearStaleLocks(ctx context.Context, ref StackRef, log *slog.Lo
 	return nil
 }
 
+// savedElsewhere tells a checkpoint caught mid-save from a broken one. The diy backend saves a
+// checkpoint by moving the old one aside and writing the new one, so a CLI that reads it meanwhile
+// fails to load it; a lock taken a moment later would have refused it instead. When the checkpoint
+// reads whole again now, err was another update's, not a broken state: ErrUpdateInProgress.
+func (e *Engine) savedElsewhere(ctx context.Context, ref StackRef, err error) error {
+	if !isCheckpointLoad(err) {
+		return err
+	}
+	b, berr := e.backendBucket(ctx)
+	if berr != nil {
+		return err
+	}
+	defer b.Close()
+	data, rerr := readKey(ctx, b, ".pulumi/stacks/"+ref.Project+"/"+ref.Env+".json")
+	if rerr != nil || data == nil || !json.Valid(data) {
+		return err
+	}
+	return fmt.Errorf("%w: the stack's checkpoint was being saved by another update: %w", ErrUpdateInProgress, err)
+}
+
 // alive reports whether a process runs (signal 0 checks without sending anything). A zombie is
 // not running: a killed Pulumi CLI whose parent died first waits as one until init reaps it, which
 // some inits do late or never, and its lock is as stale as a reaped one's.

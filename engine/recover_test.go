@@ -74,3 +74,38 @@ func TestClearStaleLocks(t *testing.T) {
 		})
 	}
 }
+
+// TestSavedElsewhere: a CLI that failed to load a checkpoint another update was saving waits as an
+// update conflict; one that failed on a checkpoint that is still unreadable fails as it did.
+func TestSavedElsewhere(t *testing.T) {
+	loadErr := errors.New("pulumi up demo_demo_x: failed to run update: exit status 1\nstderr: error: failed to load checkpoint: EOF")
+	for _, c := range []struct {
+		name       string
+		checkpoint string // "" for none
+		err        error
+		want       Reason
+	}{
+		{"checkpoint whole again", `{"version":3,"checkpoint":{}}`, loadErr, ReasonUpdateConflict},
+		{"checkpoint still empty", " ", loadErr, ReasonFailed},
+		{"no checkpoint", "", loadErr, ReasonFailed},
+		{"another failure", `{"version":3,"checkpoint":{}}`, errors.New("pulumi up demo_demo_x: exit status 1"), ReasonFailed},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if c.checkpoint != "" {
+				stacks := filepath.Join(dir, ".pulumi", "stacks", "demo")
+				if err := os.MkdirAll(stacks, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(stacks, "x.json"), []byte(c.checkpoint), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e := &Engine{cfg: Config{BackendURL: "file://" + dir}}
+			err := e.savedElsewhere(context.Background(), StackRef{Project: "demo", Env: "x"}, c.err)
+			if got := Classify(err).Reason; got != c.want || !errors.Is(err, c.err) {
+				t.Errorf("%v: classified %s, want %s", err, got, c.want)
+			}
+		})
+	}
+}

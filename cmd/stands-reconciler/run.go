@@ -114,7 +114,8 @@ func daemon(ctx context.Context, f *daemonFlags, once bool, std stdio, getenv en
 	if err != nil {
 		return fail(err)
 	}
-	eng, pass, err := f.engine(std, getenv, f.owner, func(c *engine.Config) { c.HcloudTokenFunc = hcloudToken.Value })
+	// One logger for the loop and the engine: two handlers on one writer would each lock only itself.
+	eng, pass, err := f.engine(std, getenv, f.owner, func(c *engine.Config) { c.HcloudTokenFunc, c.Log = hcloudToken.Value, log })
 	if err != nil {
 		return fail(err)
 	}
