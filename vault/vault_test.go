@@ -53,6 +53,22 @@ func put(t *testing.T, c *vaultapi.Client, path string, data map[string]any) {
 	}
 }
 
+// keptAlive logs in to addr and keeps the login alive with KeepAlive until the test ends, waiting
+// for KeepAlive to return so nothing logs after the test.
+func keptAlive(t *testing.T, addr string, auth Auth, opts ...Option) *Client {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c, err := New(ctx, addr, auth, append([]Option{WithLogger(testenv.Logger(t))}, opts...)...)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { c.KeepAlive(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
 // newToken is a token made by admin with the given TTL and explicit max TTL ("" for none).
 func newToken(t *testing.T, admin *vaultapi.Client, ttl, maxTTL string) string {
 	t.Helper()
@@ -176,16 +192,11 @@ func TestSealed(t *testing.T) {
 // token, KeepAlive logs in with it and reads work again, without a restart.
 func TestTokenPastMaxTTL(t *testing.T) {
 	v := testenv.StartVault(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := context.Background()
 	admin := v.Client(t)
 	put(t, admin, "k", map[string]any{"value": "v"})
 	file := writeFile(t, "token", newToken(t, admin, "2s", "4s"))
-	c, err := New(ctx, v.Addr, TokenFile(file), WithLogger(testenv.Logger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go c.KeepAlive(ctx)
+	c := keptAlive(t, v.Addr, TokenFile(file))
 	// Renewed past its first TTL of 2 s…
 	time.Sleep(3 * time.Second)
 	if _, err := c.Secret(ctx, ref(t, "k")); err != nil {
@@ -193,7 +204,7 @@ func TestTokenPastMaxTTL(t *testing.T) {
 	}
 	// …and refused past its max TTL of 4 s.
 	time.Sleep(2 * time.Second)
-	_, err = c.Secret(ctx, ref(t, "k"))
+	_, err := c.Secret(ctx, ref(t, "k"))
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, manifest.ErrSecretNotFound) {
 		t.Fatalf("read past the max TTL: %v", err)
 	}
@@ -206,17 +217,12 @@ func TestTokenPastMaxTTL(t *testing.T) {
 // takes the token file's new content.
 func TestRevokedTokenReplaced(t *testing.T) {
 	v := testenv.StartVault(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := context.Background()
 	admin := v.Client(t)
 	put(t, admin, "k", map[string]any{"value": "v"})
 	old := newToken(t, admin, "1h", "")
 	file := writeFile(t, "token", old)
-	c, err := New(ctx, v.Addr, TokenFile(file), WithLogger(testenv.Logger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go c.KeepAlive(ctx)
+	c := keptAlive(t, v.Addr, TokenFile(file))
 	// The watcher renews once at its start; a revocation before that would be noticed by renewal
 	// alone, without the refused read this test is about.
 	eventually(t, "the first renewal", 10*time.Second, func() error {
@@ -244,8 +250,7 @@ func TestRevokedTokenReplaced(t *testing.T) {
 // same policy and leave one more live token behind at every cycle.
 func TestPolicyRefusalKeepsLogin(t *testing.T) {
 	v := testenv.StartVault(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := context.Background()
 	put(t, v.Client(t), "stands/k", map[string]any{"value": "v"})
 	put(t, v.Client(t), "stands/other", map[string]any{"value": "v"})
 	roleID, secretID := v.AppRole(t, "narrow", `
@@ -253,11 +258,7 @@ path "secret/data/stands/k" { capabilities = ["read"] }
 path "auth/token/lookup-self" { capabilities = ["read"] }
 path "auth/token/renew-self" { capabilities = ["update"] }
 `, map[string]any{"token_ttl": "1h"})
-	c, err := New(ctx, v.Addr, AppRole{RoleID: roleID, SecretIDFile: writeFile(t, "secret-id", secretID)}, WithPrefix("stands"), WithLogger(testenv.Logger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go c.KeepAlive(ctx)
+	c := keptAlive(t, v.Addr, AppRole{RoleID: roleID, SecretIDFile: writeFile(t, "secret-id", secretID)}, WithPrefix("stands"))
 	first := c.api.Token()
 	for range 5 {
 		if _, err := c.Secret(ctx, ref(t, "other")); !errors.Is(err, ErrUnavailable) {
@@ -278,16 +279,10 @@ path "auth/token/renew-self" { capabilities = ["update"] }
 // reaches the max TTL.
 func TestAppRoleKeepAlive(t *testing.T) {
 	v := testenv.StartVault(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := context.Background()
 	put(t, v.Client(t), "stands/k", map[string]any{"value": "v"})
-	auth := policyRole(t, v, map[string]any{"token_ttl": "2s", "token_max_ttl": "4s"})
-	c, err := New(ctx, v.Addr, auth, WithPrefix("stands"), WithLogger(testenv.Logger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := keptAlive(t, v.Addr, policyRole(t, v, map[string]any{"token_ttl": "2s", "token_max_ttl": "4s"}), WithPrefix("stands"))
 	first := c.api.Token()
-	go c.KeepAlive(ctx)
 	for range 8 {
 		time.Sleep(time.Second)
 		if got, err := c.Secret(ctx, ref(t, "k")); err != nil || got != "v" {

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,9 +33,7 @@ type Gitea struct {
 	bin      string
 	conf     string
 	env      []string
-	web      *exec.Cmd
-	exited   chan error
-	logFile  *os.File
+	web      *process // nil while stopped
 }
 
 // Start serves `gitea web` (again, after Stop) and waits until HTTP and SSH answer.
@@ -45,20 +42,14 @@ func (g *Gitea) Start(t testing.TB) {
 	if g.web != nil {
 		t.Fatal("gitea is already running")
 	}
-	logFile, err := os.OpenFile(filepath.Join(g.Dir, "web.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(g.bin, "--config", g.conf, "--work-path", g.Dir, "web")
 	cmd.Env, cmd.Dir = g.env, g.Dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	web, err := startProcess(cmd, filepath.Join(g.Dir, "web.log"))
+	if err != nil {
 		t.Fatalf("start gitea web: %v", err)
 	}
-	g.web, g.logFile, g.exited = cmd, logFile, make(chan error, 1)
-	go func() { g.exited <- cmd.Wait() }()
-	if err := g.waitReady(g.exited, 90*time.Second); err != nil {
+	g.web = web
+	if err := g.waitReady(90 * time.Second); err != nil {
 		t.Fatalf("gitea did not start: %v\n%s", err, tail(filepath.Join(g.Dir, "web.log"), filepath.Join(g.Dir, "log", "gitea.log")))
 	}
 }
@@ -73,14 +64,7 @@ func (g *Gitea) stop() {
 	if g.web == nil {
 		return
 	}
-	_ = syscall.Kill(-g.web.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-g.exited:
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(-g.web.Process.Pid, syscall.SIGKILL)
-		<-g.exited
-	}
-	g.logFile.Close()
+	g.web.stop()
 	g.web = nil
 }
 
@@ -201,14 +185,12 @@ ROOT_PATH = %[2]s/log
 	return g
 }
 
-func (g *Gitea) waitReady(exited <-chan error, timeout time.Duration) error {
+func (g *Gitea) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	client := &http.Client{Timeout: 2 * time.Second}
 	for {
-		select {
-		case err := <-exited:
+		if done, err := g.web.exitedNow(); done {
 			return fmt.Errorf("gitea web exited: %v", err)
-		default:
 		}
 		resp, err := client.Get(g.URL + "api/v1/version")
 		if err == nil {

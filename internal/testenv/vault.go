@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,11 +28,9 @@ type Vault struct {
 	UnsealKey string // the only key share (base64)
 	Dir       string // config, storage, log
 
-	bin     string
-	conf    string
-	cmd     *exec.Cmd
-	exited  chan error
-	logFile *os.File
+	bin    string
+	conf   string
+	server *process // nil while stopped
 }
 
 // StartVault starts a Vault server, initialises and unseals it and mounts KV v2 at secret/, until the
@@ -81,27 +78,18 @@ func (v *Vault) logPath() string { return filepath.Join(v.Dir, "vault.log") }
 // not). Its own log decides, not the port: a port taken by another server between FreePort and the
 // start must fail this start, not hand the test someone else's Vault.
 func (v *Vault) start() error {
-	logFile, err := os.OpenFile(v.logPath(), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
+	var from int64
+	if st, err := os.Stat(v.logPath()); err == nil {
+		from = st.Size()
 	}
-	st, err := logFile.Stat()
-	if err != nil {
-		logFile.Close()
-		return err
-	}
-	from := st.Size()
 	cmd := exec.Command(v.bin, "server", "-config", v.conf)
 	// Only what Vault needs: none of the test's own credentials, and no ~/.vault-token of the user's.
-	cmd.Env = []string{"HOME=" + v.Dir, "PATH=/usr/bin:/bin"}
-	cmd.Dir, cmd.Stdout, cmd.Stderr = v.Dir, logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("start vault server: %w", err)
+	cmd.Env, cmd.Dir = []string{"HOME=" + v.Dir, "PATH=/usr/bin:/bin"}, v.Dir
+	server, err := startProcess(cmd, v.logPath())
+	if err != nil {
+		return err
 	}
-	v.cmd, v.logFile, v.exited = cmd, logFile, make(chan error, 1)
-	go func() { v.exited <- cmd.Wait() }()
+	v.server = server
 	c := v.client("")
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -111,13 +99,11 @@ func (v *Vault) start() error {
 				return nil
 			}
 		}
-		select {
-		case err := <-v.exited:
-			v.exited <- err
+		if done, err := server.exitedNow(); done {
 			v.stop()
 			return fmt.Errorf("vault server exited: %v", err)
-		case <-time.After(50 * time.Millisecond):
 		}
+		time.Sleep(50 * time.Millisecond)
 		if time.Now().After(deadline) {
 			v.stop()
 			return errors.New("vault server did not start within 60s")
@@ -218,7 +204,7 @@ func (v *Vault) Stop(t testing.TB) {
 // comes back sealed: Unseal it.
 func (v *Vault) Start(t testing.TB) {
 	t.Helper()
-	if v.cmd != nil {
+	if v.server != nil {
 		t.Fatal("vault is already running")
 	}
 	var err error
@@ -232,18 +218,11 @@ func (v *Vault) Start(t testing.TB) {
 }
 
 func (v *Vault) stop() {
-	if v.cmd == nil {
+	if v.server == nil {
 		return
 	}
-	_ = syscall.Kill(-v.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-v.exited:
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(-v.cmd.Process.Pid, syscall.SIGKILL)
-		<-v.exited
-	}
-	v.logFile.Close()
-	v.cmd = nil
+	v.server.stop()
+	v.server = nil
 }
 
 // ReconcilerPolicy is the Vault policy the docs give operators for the reconciler
