@@ -283,6 +283,11 @@ func checkOwned(st auto.Stack, outs auto.OutputMap, dep *deployment) error {
 // Apply makes the stand's servers match its manifest. When the stack's recorded spec hash equals
 // in.SpecHash and force is false, nothing runs: the result says so.
 func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, error) {
+	unlock, err := e.stacks.lock(ctx, StackRef{in.Stand.Project, in.Stand.Env})
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	log := e.standLog(in)
 	st, p, outs, err := e.prepare(ctx, in, true)
 	if err != nil {
@@ -307,6 +312,11 @@ func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, erro
 // Refresh reads the stand's servers back from Hetzner into its stack: a server deleted out of band
 // leaves the state, so the next apply creates it again.
 func (e *Engine) Refresh(ctx context.Context, in Stand) (*Result, error) {
+	unlock, err := e.stacks.lock(ctx, StackRef{in.Stand.Project, in.Stand.Env})
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	st, p, _, err := e.prepare(ctx, in, false)
 	if err != nil {
 		return nil, err
@@ -399,6 +409,11 @@ func nodesFrom(outs auto.OutputMap) []Node {
 // Destroy deletes a stand's servers and removes its stack. It needs only the stack's name — never the
 // manifest, never SSH (seed §3/§9). A stack that does not exist is already destroyed.
 func (e *Engine) Destroy(ctx context.Context, ref StackRef) (*Result, error) {
+	unlock, err := e.stacks.lock(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	id := ref.Project + "/" + ref.Env
 	log := e.log.With("stack", id)
 	st, err := e.stack(ctx, ref, func(*pulumi.Context) error { return nil }, false)

@@ -63,6 +63,7 @@ type Engine struct {
 	pluginDir string
 	home      string
 	log       *slog.Logger
+	stacks    *stackLocks
 }
 
 // New checks the configuration and prepares the plugin folder: a link named pulumi-resource-stands
@@ -81,7 +82,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{cfg: cfg, pluginDir: filepath.Join(cfg.WorkDir, "plugins"), home: filepath.Join(cfg.WorkDir, "pulumi-home"), log: cfg.Log}
+	e := &Engine{cfg: cfg, pluginDir: filepath.Join(cfg.WorkDir, "plugins"), home: filepath.Join(cfg.WorkDir, "pulumi-home"), log: cfg.Log, stacks: &stackLocks{}}
 	for _, d := range []string{e.pluginDir, e.home} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)
