@@ -69,7 +69,7 @@ e2e: vm-image
 	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -run 'E2E|RealMachines' -v ./hcloudsim/vm/ ./engine/
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzPreflight$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./engine/manifest
+	$(GO) test -run '^$$' -fuzz '^FuzzPreflight$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./manifest
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -6,6 +6,7 @@ package diff
 import (
 	"cmp"
 	"fmt"
+	"github.com/stands-engine/stands-reconciler/reason"
 	"math"
 	"slices"
 )
@@ -19,6 +20,7 @@ type Desired struct {
 	// Invalid is set when the stand's manifest failed validation: it fails alone, and its stack, if
 	// any, is left as it is (never destroyed because its file is broken).
 	Invalid bool
+	Problem string // why it is invalid: the Blocked action's detail
 }
 
 // Actual is a stack of the backend.
@@ -44,7 +46,7 @@ type Input struct {
 	AllowDestroy map[string]bool
 	// Hold, when set, blocks every destroy of this cycle with it as the reason: an outside service the
 	// cycle depends on (Vault) is down, and nothing is destroyed on partial knowledge.
-	Hold string
+	Hold reason.Reason
 	// AllowMassDestroy lifts the share and zero guards for every stand (a flag for emergencies).
 	AllowMassDestroy bool
 }
@@ -61,23 +63,15 @@ const (
 	Blocked Kind = "blocked"
 )
 
-// Reasons for noop and blocked actions.
-const (
-	ReasonUpToDate          = "UpToDate"
-	ReasonSuspended         = "Suspended"
-	ReasonInvalid           = "InvalidManifest"
-	ReasonForeign           = "ForeignStack"
-	ReasonSourceUnavailable = "SourceUnavailable"
-	ReasonProtected         = "Protected"
-	ReasonMassDeletion      = "MassDeletionGuard"
-	ReasonLastStand         = "WouldRemoveAllStands"
-)
-
 // Action is one decision.
 type Action struct {
 	Kind   Kind
 	ID     string
-	Reason string // why, for noop and blocked; what changed, for the others
+	Reason reason.Reason // why, for noop and blocked
+	Detail string        // what changed, or the guard's numbers; never a value of the manifest
+	// SpecHash is the desired spec of a declared stand: two plans decide the same for a stand only
+	// when they also want the same spec of it.
+	SpecHash string
 }
 
 var kindOrder = map[Kind]int{Create: 0, Update: 1, Destroy: 2, Noop: 3, Blocked: 4}
@@ -104,20 +98,20 @@ func Plan(in Input) []Action {
 		a, exists := actual[d.ID]
 		switch {
 		case d.Invalid:
-			out = append(out, Action{Blocked, d.ID, ReasonInvalid})
+			out = append(out, Action{Kind: Blocked, ID: d.ID, SpecHash: d.SpecHash, Reason: reason.Invalid, Detail: d.Problem})
 			continue
 		case d.Suspend:
-			out = append(out, Action{Noop, d.ID, ReasonSuspended})
+			out = append(out, Action{Kind: Noop, ID: d.ID, SpecHash: d.SpecHash, Reason: reason.SuspendedByRepo})
 		case !exists:
-			out = append(out, Action{Create, d.ID, "new stand"})
+			out = append(out, Action{Kind: Create, ID: d.ID, SpecHash: d.SpecHash, Detail: "new stand"})
 		case !a.Owned:
-			out = append(out, Action{Blocked, d.ID, ReasonForeign})
+			out = append(out, Action{Kind: Blocked, ID: d.ID, SpecHash: d.SpecHash, Reason: reason.Foreign})
 		case a.SpecHash == d.SpecHash && a.Protected == d.Protect:
-			out = append(out, Action{Noop, d.ID, ReasonUpToDate})
+			out = append(out, Action{Kind: Noop, ID: d.ID, SpecHash: d.SpecHash, Reason: reason.UpToDate})
 		case a.SpecHash == d.SpecHash:
-			out = append(out, Action{Update, d.ID, "protect changed"})
+			out = append(out, Action{Kind: Update, ID: d.ID, SpecHash: d.SpecHash, Detail: "protect changed"})
 		default:
-			out = append(out, Action{Update, d.ID, "spec changed"})
+			out = append(out, Action{Kind: Update, ID: d.ID, SpecHash: d.SpecHash, Detail: "spec changed"})
 		}
 		validDesired++
 	}
@@ -127,13 +121,13 @@ func Plan(in Input) []Action {
 		switch {
 		case desired[a.ID]:
 		case !a.Owned:
-			out = append(out, Action{Noop, a.ID, ReasonForeign})
+			out = append(out, Action{Kind: Noop, ID: a.ID, Reason: reason.Foreign})
 		case !in.SourceOK:
-			out = append(out, Action{Blocked, a.ID, ReasonSourceUnavailable})
+			out = append(out, Action{Kind: Blocked, ID: a.ID, Reason: reason.SourceUnavailable})
 		case in.Hold != "":
-			out = append(out, Action{Blocked, a.ID, in.Hold})
+			out = append(out, Action{Kind: Blocked, ID: a.ID, Reason: in.Hold})
 		case a.Protected:
-			out = append(out, Action{Blocked, a.ID, ReasonProtected})
+			out = append(out, Action{Kind: Blocked, ID: a.ID, Reason: reason.Protected})
 		default:
 			candidates = append(candidates, a)
 		}
@@ -142,7 +136,7 @@ func Plan(in Input) []Action {
 	var guarded []Actual
 	for _, a := range candidates {
 		if in.AllowMassDestroy || in.AllowDestroy[a.ID] {
-			out = append(out, Action{Destroy, a.ID, "removed from the repository (approved)"})
+			out = append(out, Action{Kind: Destroy, ID: a.ID, Detail: "removed from the repository (approved)"})
 		} else {
 			guarded = append(guarded, a)
 		}
@@ -152,12 +146,12 @@ func Plan(in Input) []Action {
 	for _, a := range guarded {
 		switch {
 		case toZero:
-			out = append(out, Action{Blocked, a.ID, fmt.Sprintf("%s: the repository would have no stands left; approve in .stands/allow-destroy", ReasonLastStand)})
+			out = append(out, Action{Kind: Blocked, ID: a.ID, Reason: reason.LastStand, Detail: "the repository would have no stands left; approve in .stands/allow-destroy"})
 		case len(guarded) > capacity:
-			out = append(out, Action{Blocked, a.ID, fmt.Sprintf("%s: %d stands removed at once, more than %d (%.0f%% of %d); approve in .stands/allow-destroy",
-				ReasonMassDeletion, len(guarded), capacity, share*100, owned)})
+			out = append(out, Action{Kind: Blocked, ID: a.ID, Reason: reason.MassDeletion, Detail: fmt.Sprintf(
+				"%d stands removed at once, more than %d (%.0f%% of %d); approve in .stands/allow-destroy", len(guarded), capacity, share*100, owned)})
 		default:
-			out = append(out, Action{Destroy, a.ID, "removed from the repository"})
+			out = append(out, Action{Kind: Destroy, ID: a.ID, Detail: "removed from the repository"})
 		}
 	}
 	slices.SortFunc(out, func(x, y Action) int {

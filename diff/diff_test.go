@@ -2,6 +2,7 @@ package diff
 
 import (
 	"fmt"
+	"github.com/stands-engine/stands-reconciler/reason"
 	"strings"
 	"testing"
 )
@@ -14,8 +15,7 @@ func render(actions []Action) string {
 	for _, a := range actions {
 		s := string(a.Kind) + ":" + a.ID
 		if a.Kind == Blocked || a.Kind == Noop {
-			r, _, _ := strings.Cut(a.Reason, ":")
-			s += ":" + r
+			s += ":" + string(a.Reason)
 		}
 		parts = append(parts, s)
 	}
@@ -98,8 +98,8 @@ func TestMassDeletionReasonSaysWhy(t *testing.T) {
 	}
 	plan := Plan(Input{SourceOK: true, Desired: []Desired{{ID: "0", SpecHash: "1"}}, Actual: actual})
 	for _, a := range plan {
-		if a.Kind == Blocked && !strings.Contains(a.Reason, "9 stands removed at once, more than 5 (50% of 10)") {
-			t.Errorf("reason %q", a.Reason)
+		if a.Kind == Blocked && (a.Reason != reason.MassDeletion || !strings.Contains(a.Detail, "9 stands removed at once, more than 5 (50% of 10)")) {
+			t.Errorf("reason %s, detail %q", a.Reason, a.Detail)
 		}
 	}
 }

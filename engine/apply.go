@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"sort"
 	"strings"
 
@@ -18,41 +17,10 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/stands-engine/stands-reconciler/engine/configset"
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
-
-// Stand is what Apply and Preview take: a validated stand, the repository it came from, its resolved
-// secrets and its spec hash.
-type Stand struct {
-	FS       fs.FS
-	Stand    *manifest.Stand
-	Secrets  manifest.Secrets
-	SpecHash string
-}
-
-// Result is the outcome of an operation on a stand.
-type Result struct {
-	StandID    string          `json:"id_stand"`
-	Operation  string          `json:"operation"` // apply, preview, destroy
-	Changed    bool            `json:"changed"`   // false: nothing to do (no-op)
-	Changes    map[string]int  `json:"changes,omitempty"`
-	Nodes      []Node          `json:"nodes,omitempty"`
-	SpecHash   string          `json:"specHash,omitempty"`
-	NodesMode  string          `json:"nodesMode,omitempty"`
-	Connection SecretJSON      `json:"-"` // full values: secret
-	Masked     json.RawMessage `json:"connection,omitempty"`
-	Steps      []Step          `json:"steps,omitempty"` // previews: the planned steps on the servers
-}
-
-// Node is a server of the stand as its stack records it.
-type Node struct {
-	Name       string `json:"name"`
-	ServerName string `json:"serverName"`
-	ServerID   int64  `json:"serverId"`
-	PublicIPv4 string `json:"publicIPv4"`
-	PrivateIP  string `json:"privateIP"`
-}
 
 // ErrProtected marks a destroy of a stand whose last apply had stand.protect: true. The guard holds
 // in the engine too, whatever the caller believed.
@@ -80,7 +48,7 @@ type serverRes struct {
 // plan is what the program needs; it is filled in after the stack is opened (the key pair and the
 // network's range come from the stack and from Hetzner).
 type plan struct {
-	in         Stand
+	in         stands.Input
 	mode       string // NodesFull or NodesSkipped
 	configsets string // folder for configsets; empty: none
 	hashKey    []byte // keys the instances' configuration hashes
@@ -176,13 +144,6 @@ type stackNode struct {
 	res *serverRes
 }
 
-// SecretJSON is a JSON document holding secret values. It prints as *** with every fmt verb, so a
-// result logged or printed with %v or %+v does not show them; use it as []byte on purpose.
-type SecretJSON []byte
-
-func (SecretJSON) String() string   { return "***" }
-func (SecretJSON) GoString() string { return "***" }
-
 // isChange reports whether any step changes something: "same" and the reads of a refresh do not.
 func isChange(changes map[string]int) bool {
 	for op, n := range changes {
@@ -216,10 +177,10 @@ func (e *Engine) hcloud() (*hcloud.Client, error) {
 
 // prepare opens the stand's stack (creating it when create is set), checks ownership, and fills the
 // plan.
-func (e *Engine) prepare(ctx context.Context, in Stand, create bool) (auto.Stack, *plan, auto.OutputMap, error) {
+func (e *Engine) prepare(ctx context.Context, in stands.Input, create bool) (auto.Stack, *plan, auto.OutputMap, error) {
 	s := in.Stand
 	p := &plan{in: in, mode: e.nodesMode(), configsets: e.cfg.ConfigsetDir, hashKey: e.configHashKey()}
-	st, err := e.stack(ctx, StackRef{s.Project, s.Env}, p.program, create)
+	st, err := e.stack(ctx, stands.StackRef{Project: s.Project, Env: s.Env}, p.program, create)
 	if !create && auto.IsSelectStack404Error(err) {
 		return auto.Stack{}, nil, nil, fmt.Errorf("stack %s/%s: %w", s.Project, s.Env, ErrNoStack)
 	}
@@ -237,7 +198,7 @@ func (e *Engine) prepare(ctx context.Context, in Stand, create bool) (auto.Stack
 	if err := checkOwned(st, outs, dep); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
-	if err := e.recoverStack(ctx, st, StackRef{s.Project, s.Env}, dep, e.standLog(in)); err != nil {
+	if err := e.recoverStack(ctx, st, stands.StackRef{Project: s.Project, Env: s.Env}, dep, e.standLog(in)); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
 	if p.privateKey, p.publicKey, err = keyPair(outs); err != nil {
@@ -282,8 +243,9 @@ func checkOwned(st auto.Stack, outs auto.OutputMap, dep *deployment) error {
 
 // Apply makes the stand's servers match its manifest. When the stack's recorded spec hash equals
 // in.SpecHash and force is false, nothing runs: the result says so.
-func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, error) {
-	unlock, err := e.stacks.lock(ctx, StackRef{in.Stand.Project, in.Stand.Env})
+func (e *Engine) Apply(ctx context.Context, in stands.Input, force bool) (_ *stands.Result, err error) {
+	defer classify(&err)
+	unlock, err := e.stacks.lock(ctx, stands.StackRef{Project: in.Stand.Project, Env: in.Stand.Env})
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +265,7 @@ func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, erro
 	res, err := st.Up(ctx, optup.EventStreams(ch), optup.SuppressProgress())
 	changes := wait()
 	if err != nil {
-		return nil, e.savedElsewhere(ctx, StackRef{in.Stand.Project, in.Stand.Env}, fmt.Errorf("pulumi up %s: %w", in.Stand.ID, err))
+		return nil, e.savedElsewhere(ctx, stands.StackRef{Project: in.Stand.Project, Env: in.Stand.Env}, fmt.Errorf("pulumi up %s: %w", in.Stand.ID, err))
 	}
 	log.Info("stand applied", "changes", changes)
 	return e.result(in, "apply", isChange(changes), changes, res.Outputs, p)
@@ -311,8 +273,9 @@ func (e *Engine) Apply(ctx context.Context, in Stand, force bool) (*Result, erro
 
 // Refresh reads the stand's servers back from Hetzner into its stack: a server deleted out of band
 // leaves the state, so the next apply creates it again.
-func (e *Engine) Refresh(ctx context.Context, in Stand) (*Result, error) {
-	unlock, err := e.stacks.lock(ctx, StackRef{in.Stand.Project, in.Stand.Env})
+func (e *Engine) Refresh(ctx context.Context, in stands.Input) (_ *stands.Result, err error) {
+	defer classify(&err)
+	unlock, err := e.stacks.lock(ctx, stands.StackRef{Project: in.Stand.Project, Env: in.Stand.Env})
 	if err != nil {
 		return nil, err
 	}
@@ -336,18 +299,20 @@ func (e *Engine) Refresh(ctx context.Context, in Stand) (*Result, error) {
 
 // Preview reports what Apply would change, without changing anything: the servers or the stack. A
 // stand without a stack is ErrNoStack (PreviewNew plans one without creating its stack).
-func (e *Engine) Preview(ctx context.Context, in Stand) (*Result, error) {
+func (e *Engine) Preview(ctx context.Context, in stands.Input) (_ *stands.Result, err error) {
+	defer classify(&err)
 	return e.preview(ctx, in, "preview")
 }
 
 // Drift reads the stand's servers back from Hetzner and reports what an apply would change to put
 // them back (`pulumi preview --refresh`): Changed means the servers drifted from the stack. It
 // changes nothing, neither the servers nor the stack.
-func (e *Engine) Drift(ctx context.Context, in Stand) (*Result, error) {
+func (e *Engine) Drift(ctx context.Context, in stands.Input) (_ *stands.Result, err error) {
+	defer classify(&err)
 	return e.preview(ctx, in, "drift")
 }
 
-func (e *Engine) preview(ctx context.Context, in Stand, op string) (*Result, error) {
+func (e *Engine) preview(ctx context.Context, in stands.Input, op string) (*stands.Result, error) {
 	st, p, outs, err := e.prepare(ctx, in, op == "preview-new")
 	if err != nil {
 		return nil, err
@@ -369,12 +334,12 @@ func (e *Engine) preview(ctx context.Context, in Stand, op string) (*Result, err
 	return res, err
 }
 
-func (e *Engine) result(in Stand, op string, changed bool, changes map[string]int, outs auto.OutputMap, p *plan) (*Result, error) {
-	r := &Result{StandID: in.Stand.ID, Operation: op, Changed: changed, Changes: changes, SpecHash: in.SpecHash, NodesMode: p.mode}
+func (e *Engine) result(in stands.Input, op string, changed bool, changes map[string]int, outs auto.OutputMap, p *plan) (*stands.Result, error) {
+	r := &stands.Result{StandID: in.Stand.ID, Operation: op, Changed: changed, Changes: changes, SpecHash: in.SpecHash, NodesMode: p.mode}
 	r.Nodes = nodesFrom(outs)
 	if v, ok := outs[OutConnection]; ok {
 		if s, ok := v.Value.(string); ok && s != "" {
-			r.Connection = SecretJSON(s)
+			r.Connection = stands.SecretJSON(s)
 			masked, err := MaskConnection(json.RawMessage(r.Connection), in.Secrets.Values())
 			if err != nil {
 				return nil, err
@@ -385,15 +350,15 @@ func (e *Engine) result(in Stand, op string, changed bool, changes map[string]in
 	return r, nil
 }
 
-func nodesFrom(outs auto.OutputMap) []Node {
+func nodesFrom(outs auto.OutputMap) []stands.Node {
 	raw, ok := outs[OutNodes].Value.(map[string]any)
 	if !ok {
 		return nil
 	}
-	var nodes []Node
+	var nodes []stands.Node
 	for name, v := range raw {
 		m, _ := v.(map[string]any)
-		n := Node{Name: name}
+		n := stands.Node{Name: name}
 		n.ServerName, _ = m["serverName"].(string)
 		n.PublicIPv4, _ = m["publicIPv4"].(string)
 		n.PrivateIP, _ = m["privateIP"].(string)
@@ -408,7 +373,8 @@ func nodesFrom(outs auto.OutputMap) []Node {
 
 // Destroy deletes a stand's servers and removes its stack. It needs only the stack's name — never the
 // manifest, never SSH (seed §3/§9). A stack that does not exist is already destroyed.
-func (e *Engine) Destroy(ctx context.Context, ref StackRef) (*Result, error) {
+func (e *Engine) Destroy(ctx context.Context, ref stands.StackRef) (_ *stands.Result, err error) {
+	defer classify(&err)
 	unlock, err := e.stacks.lock(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -419,7 +385,7 @@ func (e *Engine) Destroy(ctx context.Context, ref StackRef) (*Result, error) {
 	st, err := e.stack(ctx, ref, func(*pulumi.Context) error { return nil }, false)
 	if auto.IsSelectStack404Error(err) {
 		log.Info("stack does not exist: nothing to destroy")
-		return &Result{Operation: "destroy"}, nil
+		return &stands.Result{Operation: "destroy"}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open stack %s: %w", id, err)
@@ -455,5 +421,5 @@ func (e *Engine) Destroy(ctx context.Context, ref StackRef) (*Result, error) {
 		return nil, fmt.Errorf("remove stack %s: %w", id, err)
 	}
 	log.Info("stand destroyed", "changes", changes)
-	return &Result{StandID: standID, Operation: "destroy", Changed: true, Changes: changes}, nil
+	return &stands.Result{StandID: standID, Operation: "destroy", Changed: true, Changes: changes}, nil
 }

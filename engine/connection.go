@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 // ConnectionRecord builds the seed's connection record, {"id_stand": ..., "<connection name>": {...}},

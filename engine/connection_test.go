@@ -6,7 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 func TestConnectionRecordAndMask(t *testing.T) {
@@ -36,7 +37,7 @@ func TestConnectionRecordAndMask(t *testing.T) {
 // TestResultPrintsNoSecret: a result printed with any fmt verb, as a failing test or a careless log
 // line would, does not show the connection record.
 func TestResultPrintsNoSecret(t *testing.T) {
-	r := &Result{StandID: "s", Connection: SecretJSON(`{"password":"pw-SENTINEL"}`)}
+	r := &stands.Result{StandID: "s", Connection: stands.SecretJSON(`{"password":"pw-SENTINEL"}`)}
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
 		if out := fmt.Sprintf(verb, r) + fmt.Sprintf(verb, *r) + fmt.Sprintf(verb, r.Connection); strings.Contains(out, "SENTINEL") {
 			t.Errorf("%s shows the secret: %s", verb, out)

@@ -31,6 +31,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/hcloudsim/vm"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // TestNodesE2E is issue 10's story on two real VMs behind hcloudsim, with the real Pulumi CLI and a
@@ -226,7 +227,7 @@ func TestNodesE2E(t *testing.T) {
 	if !strings.Contains(f.logs.String(), "hook-broken-on-purpose for front, ***") {
 		t.Errorf("the engine's log does not show the hook's stderr, scrubbed")
 	}
-	st, err := f.eng.stack(ctx, StackRef{"demo", "two-node"}, func(*pulumi.Context) error { return nil }, false)
+	st, err := f.eng.stack(ctx, stands.StackRef{Project: "demo", Env: "two-node"}, func(*pulumi.Context) error { return nil }, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +302,7 @@ func TestNodesE2E(t *testing.T) {
 	dbSSH.Close()
 	logStart := len(f.logs.String())
 	t0 = time.Now()
-	if _, err := f.eng.Destroy(ctx, StackRef{"demo", "two-node"}); err != nil {
+	if _, err := f.eng.Destroy(ctx, stands.StackRef{Project: "demo", Env: "two-node"}); err != nil {
 		t.Fatalf("destroy: %v", err)
 	}
 	t.Logf("destroy: %v", time.Since(t0).Round(time.Second))
@@ -370,9 +371,9 @@ func e2eRepo(t *testing.T, image string) fs.FS {
 }
 
 // standKey is the stand's SSH key from its stack.
-func (f *fixture) standKey(t *testing.T, ctx context.Context, s Stand) ssh.Signer {
+func (f *fixture) standKey(t *testing.T, ctx context.Context, s stands.Input) ssh.Signer {
 	t.Helper()
-	st, err := f.eng.stack(ctx, StackRef{s.Stand.Project, s.Stand.Env}, func(*pulumi.Context) error { return nil }, false)
+	st, err := f.eng.stack(ctx, stands.StackRef{Project: s.Stand.Project, Env: s.Stand.Env}, func(*pulumi.Context) error { return nil }, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,9 +389,9 @@ func (f *fixture) standKey(t *testing.T, ctx context.Context, s Stand) ssh.Signe
 }
 
 // outputsOf returns one output of every resource of a type in the stand's state, by resource name.
-func (f *fixture) outputsOf(t *testing.T, ctx context.Context, s Stand, typ, key string) map[string]any {
+func (f *fixture) outputsOf(t *testing.T, ctx context.Context, s stands.Input, typ, key string) map[string]any {
 	t.Helper()
-	st, err := f.eng.stack(ctx, StackRef{s.Stand.Project, s.Stand.Env}, func(*pulumi.Context) error { return nil }, false)
+	st, err := f.eng.stack(ctx, stands.StackRef{Project: s.Stand.Project, Env: s.Stand.Env}, func(*pulumi.Context) error { return nil }, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,7 +545,7 @@ func listenWhenFree(t *testing.T, addr string) net.Listener {
 
 // sameSteps reports whether a plan has exactly the given steps ("<op> <kind> <instance or node>"),
 // in any order.
-func sameSteps(steps []Step, want ...string) bool {
+func sameSteps(steps []stands.Step, want ...string) bool {
 	var got []string
 	for _, s := range steps {
 		name := s.Node

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // Config is what the engine needs to reach Pulumi, its backend and Hetzner.
@@ -107,13 +108,10 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// StackRef names a stand's stack: project = stand.project, stack = stand.env (seed §2).
-type StackRef struct {
-	Project string
-	Env     string
+// fqn is the stack's fully qualified name on a diy backend.
+func fqn(r stands.StackRef) string {
+	return auto.FullyQualifiedStackName("organization", r.Project, r.Env)
 }
-
-func (r StackRef) fqn() string { return auto.FullyQualifiedStackName("organization", r.Project, r.Env) }
 
 // Output names the program exports.
 const (
@@ -144,7 +142,7 @@ func (e *Engine) envVars() map[string]string {
 
 // stack opens (or, with create, creates) a stand's stack with an inline program and sets the
 // provider's configuration.
-func (e *Engine) stack(ctx context.Context, ref StackRef, run pulumi.RunFunc, create bool) (auto.Stack, error) {
+func (e *Engine) stack(ctx context.Context, ref stands.StackRef, run pulumi.RunFunc, create bool) (auto.Stack, error) {
 	proj := workspace.Project{
 		Name:    tokens.PackageName(ref.Project),
 		Runtime: workspace.NewProjectRuntimeInfo("go", nil),
@@ -156,15 +154,15 @@ func (e *Engine) stack(ctx context.Context, ref StackRef, run pulumi.RunFunc, cr
 	var st auto.Stack
 	var err error
 	if create {
-		st, err = auto.UpsertStackInlineSource(ctx, ref.fqn(), ref.Project, run, opts...)
+		st, err = auto.UpsertStackInlineSource(ctx, fqn(ref), ref.Project, run, opts...)
 		if err != nil {
 			// Another process may have created the stack between our check and our create.
-			if sel, selErr := auto.SelectStackInlineSource(ctx, ref.fqn(), ref.Project, run, opts...); selErr == nil {
+			if sel, selErr := auto.SelectStackInlineSource(ctx, fqn(ref), ref.Project, run, opts...); selErr == nil {
 				st, err = sel, nil
 			}
 		}
 	} else {
-		st, err = auto.SelectStackInlineSource(ctx, ref.fqn(), ref.Project, run, opts...)
+		st, err = auto.SelectStackInlineSource(ctx, fqn(ref), ref.Project, run, opts...)
 	}
 	if err != nil {
 		return auto.Stack{}, err
@@ -206,12 +204,12 @@ func (e *Engine) progress(log *slog.Logger) (chan events.EngineEvent, func() map
 }
 
 // progressSteps is progress that also returns the steps on the stand's servers, for plans.
-func (e *Engine) progressSteps(log *slog.Logger) (chan events.EngineEvent, func() (map[string]int, []Step)) {
+func (e *Engine) progressSteps(log *slog.Logger) (chan events.EngineEvent, func() (map[string]int, []stands.Step)) {
 	ch := make(chan events.EngineEvent)
 	done, stop := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	changes := map[string]int{}
-	var steps []Step
+	var steps []stands.Step
 	go func() {
 		defer close(done)
 		for {
@@ -235,7 +233,7 @@ func (e *Engine) progressSteps(log *slog.Logger) (chan events.EngineEvent, func(
 			})
 		}
 	}()
-	return ch, func() (map[string]int, []Step) {
+	return ch, func() (map[string]int, []stands.Step) {
 		// The Automation API closes the channel only when the CLI streamed its events to the end; a
 		// CLI that failed before it connected (a locked stack, say) never does.
 		select {
@@ -250,26 +248,8 @@ func (e *Engine) progressSteps(log *slog.Logger) (chan events.EngineEvent, func(
 	}
 }
 
-// Step is one planned or applied change to a stand: what a reviewer needs to see, never an input's
-// value beyond a server's name, type and location or an instance's name and configuration hash.
-type Step struct {
-	Op       string `json:"op"`             // create, update, replace, delete
-	Kind     string `json:"kind,omitempty"` // "" a server; node (its setup), images, instance
-	Node     string `json:"node"`
-	Instance string `json:"instance,omitempty"` // <app>--<instance>
-	Changed  string `json:"changed,omitempty"`  // an instance's or node's changed inputs, comma-separated
-	// ConfigUnknown: the instance's configuration depends on servers not made yet, so whether it
-	// changes is only known during the apply.
-	ConfigUnknown bool   `json:"configUnknown,omitempty"`
-	ServerName    string `json:"serverName,omitempty"`
-	ServerType    string `json:"serverType,omitempty"`
-	OldServerType string `json:"oldServerType,omitempty"` // a replace or delete: the type going away
-	Location      string `json:"location,omitempty"`
-	OldLocation   string `json:"oldLocation,omitempty"`
-}
-
-func stepOf(m apitype.StepEventMetadata) Step {
-	st := Step{Op: string(m.Op), Node: lastURNPart(m.URN)}
+func stepOf(m apitype.StepEventMetadata) stands.Step {
+	st := stands.Step{Op: string(m.Op), Node: lastURNPart(m.URN)}
 	str := func(s *apitype.StepEventStateMetadata, k string) string {
 		if s == nil {
 			return ""

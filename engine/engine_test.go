@@ -19,11 +19,13 @@ import (
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // TestMain lets the test binary serve the provider: the engine runs it through the
@@ -98,13 +100,13 @@ func newFixtureWith(t *testing.T, tune func(*Config), opts ...hcloudsim.Option) 
 }
 
 // load validates a stand of the example repository (optionally overlaid) and computes its hash.
-func load(t *testing.T, fsys fs.FS, file string) Stand {
+func load(t *testing.T, fsys fs.FS, file string) stands.Input {
 	t.Helper()
 	return loadWith(t, fsys, file, exampleSecrets)
 }
 
 // loadWith is load with the given SECRET_* values.
-func loadWith(t *testing.T, fsys fs.FS, file string, secrets map[string]string) Stand {
+func loadWith(t *testing.T, fsys fs.FS, file string, secrets map[string]string) stands.Input {
 	t.Helper()
 	res, err := manifest.Preflight(context.Background(), fsys, file, manifest.PreflightOptions{
 		LoadOptions: manifest.LoadOptions{DefaultOwner: "demo"},
@@ -117,7 +119,7 @@ func loadWith(t *testing.T, fsys fs.FS, file string, secrets map[string]string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Stand{FS: fsys, Stand: res.Stand, Secrets: res.Secrets, SpecHash: h}
+	return stands.Input{FS: fsys, Stand: res.Stand, Secrets: res.Secrets, SpecHash: h}
 }
 
 func examples(t *testing.T, archive string) fs.FS {
@@ -148,7 +150,7 @@ func TestApplyDestroyTwoNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("preview of a new stand: %v\n%s", err, f.logs)
 	}
-	want := []Step{{Op: "create", Node: "db", ServerName: "demo-demo-two-node-db", ServerType: "cx22", Location: "hel1"},
+	want := []stands.Step{{Op: "create", Node: "db", ServerName: "demo-demo-two-node-db", ServerType: "cx22", Location: "hel1"},
 		{Op: "create", Node: "web", ServerName: "demo-demo-two-node-web", ServerType: "cx22", Location: "hel1"}}
 	sort.Slice(plan.Steps, func(i, j int) bool { return plan.Steps[i].Node < plan.Steps[j].Node })
 	if !reflect.DeepEqual(plan.Steps, want) {
@@ -256,11 +258,11 @@ apps:
           greeting: "Hello from the two-node stand"
 `), "stands/two-node/stand.yml")
 	plan, err = f.eng.Preview(ctx, bigger)
-	if err != nil || len(plan.Steps) != 1 || plan.Steps[0] != (Step{Op: "replace", Node: "web", ServerName: "demo-demo-two-node-web",
+	if err != nil || len(plan.Steps) != 1 || plan.Steps[0] != (stands.Step{Op: "replace", Node: "web", ServerName: "demo-demo-two-node-web",
 		ServerType: "cx32", OldServerType: "cx22", Location: "hel1", OldLocation: "hel1"}) {
 		t.Errorf("preview of a bigger web server: %+v %v", plan, err)
 	}
-	if got, err := f.eng.StandServers(ctx, "demo_demo_two-node"); err != nil || len(got) != 2 || got[1] != (Server{"demo-demo-two-node-web", "cx22", "hel1"}) {
+	if got, err := f.eng.StandServers(ctx, "demo_demo_two-node"); err != nil || len(got) != 2 || got[1] != (stands.Server{Name: "demo-demo-two-node-web", ServerType: "cx22", Location: "hel1"}) {
 		t.Errorf("stand servers: %+v %v", got, err)
 	}
 	res, err = f.eng.Apply(ctx, bigger, false)
@@ -279,7 +281,7 @@ apps:
 	}
 
 	// 4. Destroy: no servers, no stack; again: nothing to do.
-	ref := StackRef{Project: "demo", Env: "two-node"}
+	ref := stands.StackRef{Project: "demo", Env: "two-node"}
 	res, err = f.eng.Destroy(ctx, ref)
 	if err != nil || res.StandID != "demo_demo_two-node" || res.Changes["delete"] != 2 {
 		t.Fatalf("destroy: %v %+v", err, res)
@@ -399,7 +401,7 @@ func TestAdoptAndRefresh(t *testing.T) {
 	if res, err := f.eng.Apply(ctx, protected, false); err != nil || !res.Changed && res.Changes["same"] == 0 {
 		t.Fatalf("apply with protect: %v %+v", err, res)
 	}
-	if _, err := f.eng.Destroy(ctx, StackRef{"demo", "single"}); !errors.Is(err, ErrProtected) || Classify(err).Reason != ReasonProtected {
+	if _, err := f.eng.Destroy(ctx, stands.StackRef{Project: "demo", Env: "single"}); !errors.Is(err, ErrProtected) || Classify(err) != reason.Protected {
 		t.Fatalf("destroy of a protected stand: %v", err)
 	}
 	if n := len(f.Servers(t)); n != 1 {
@@ -458,8 +460,8 @@ func TestConcurrentApplies(t *testing.T) {
 			continue
 		}
 		t.Logf("one apply ended with: %v", err)
-		if c := Classify(err); c.Reason != ReasonUpdateConflict || c.Kind != Waiting {
-			t.Errorf("concurrent apply failed as %s/%s: %v", c.Reason, c.Kind, err)
+		if c := Classify(err); c != reason.UpdateConflict || c.Kind() != reason.Waiting {
+			t.Errorf("concurrent apply failed as %s/%s: %v", c, c.Kind(), err)
 		}
 	}
 	if ok == 0 {
@@ -554,7 +556,7 @@ func TestInventory(t *testing.T) {
 func TestForeignStackUntouched(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	ref := StackRef{Project: "demo", Env: "single"}
+	ref := stands.StackRef{Project: "demo", Env: "single"}
 	st, err := f.eng.stack(ctx, ref, func(*pulumi.Context) error { return nil }, true)
 	if err != nil {
 		t.Fatal(err)
@@ -580,7 +582,7 @@ func TestForeignStackUntouched(t *testing.T) {
 		t.Fatalf("import a foreign deployment: %v", err)
 	}
 	stand := load(t, examples(t, ""), "stands/single/stand.yml")
-	if _, err := f.eng.Apply(ctx, stand, false); Classify(err).Reason != ReasonNotOwned || Classify(err).Kind != Stalling {
+	if _, err := f.eng.Apply(ctx, stand, false); Classify(err) != reason.NotOwned || Classify(err).Kind() != reason.Stalling {
 		t.Fatalf("apply over a foreign stack: %v", err)
 	}
 	if _, err := f.eng.Destroy(ctx, ref); !errors.Is(err, ErrNotOwned) {

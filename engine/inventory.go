@@ -12,31 +12,14 @@ import (
 	"gocloud.dev/blob"
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
-
-// StackInfo is one stack of the backend as the inventory sees it.
-type StackInfo struct {
-	Project  string `json:"project"`
-	Env      string `json:"env"`
-	StandID  string `json:"standId,omitempty"`
-	Owned    bool   `json:"owned"` // carries the reconciler's mark; a foreign stack is never touched
-	SpecHash string `json:"specHash,omitempty"`
-	Protect  bool   `json:"protect,omitempty"` // stand.protect at the last apply
-	// Known is false when the stack has no readable stack file (never updated, or compressed).
-	Known      bool   `json:"known"`
-	Resources  int    `json:"resources"`
-	LastUpdate string `json:"lastUpdate,omitempty"`
-	Pending    int    `json:"pendingOperations"`
-	Locked     bool   `json:"locked"`
-	// LastOperation and LastResult come from the stack's newest history entry, e.g. update/failed.
-	LastOperation string `json:"lastOperation,omitempty"`
-	LastResult    string `json:"lastResult,omitempty"`
-}
 
 // Inventory lists every stack of the backend at the cost of one Pulumi CLI process
 // (`pulumi stack ls --all --json`), whatever their number: marks, spec hashes and pending operations
 // are read from the backend's stack files (file:// or s3://), not by running Pulumi once per stack.
-func (e *Engine) Inventory(ctx context.Context) ([]StackInfo, error) {
+func (e *Engine) Inventory(ctx context.Context) (_ []stands.StackInfo, err error) {
+	defer classify(&err)
 	ws, err := auto.NewLocalWorkspace(ctx, auto.EnvVars(e.envVars()), auto.Pulumi(e.cmd), auto.PulumiHome(e.home))
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
@@ -50,13 +33,13 @@ func (e *Engine) Inventory(ctx context.Context) ([]StackInfo, error) {
 		return nil, err
 	}
 	defer b.Close()
-	var out []StackInfo
+	var out []stands.StackInfo
 	for _, s := range list {
 		parts := strings.Split(s.Name, "/")
 		if len(parts) != 3 {
 			continue
 		}
-		info := StackInfo{Project: parts[1], Env: parts[2], LastUpdate: s.LastUpdate}
+		info := stands.StackInfo{Project: parts[1], Env: parts[2], LastUpdate: s.LastUpdate}
 		if s.ResourceCount != nil {
 			info.Resources = *s.ResourceCount
 		}
@@ -75,7 +58,7 @@ func (e *Engine) Inventory(ctx context.Context) ([]StackInfo, error) {
 }
 
 // readStackFile fills an entry from the diy backend's checkpoint and lock folder.
-func readStackFile(ctx context.Context, b *blob.Bucket, info *StackInfo) error {
+func readStackFile(ctx context.Context, b *blob.Bucket, info *stands.StackInfo) error {
 	key := ".pulumi/stacks/" + info.Project + "/" + info.Env + ".json"
 	data, err := readKey(ctx, b, key)
 	if err != nil || data == nil {
@@ -114,7 +97,7 @@ func readStackFile(ctx context.Context, b *blob.Bucket, info *StackInfo) error {
 		info.Protect, _ = r.Outputs[OutProtect].(bool)
 	}
 	info.Owned = info.Owned || onlyOurs
-	locks, err := listKeys(ctx, b, lockPrefix(StackRef{Project: info.Project, Env: info.Env}))
+	locks, err := listKeys(ctx, b, lockPrefix(stands.StackRef{Project: info.Project, Env: info.Env}))
 	if err != nil {
 		return err
 	}
@@ -123,7 +106,7 @@ func readStackFile(ctx context.Context, b *blob.Bucket, info *StackInfo) error {
 }
 
 // readLastResult reads the newest .pulumi/history/<project>/<stack>/<stack>-<nanos>.history.json.
-func readLastResult(ctx context.Context, b *blob.Bucket, info *StackInfo) error {
+func readLastResult(ctx context.Context, b *blob.Bucket, info *stands.StackInfo) error {
 	keys, err := listKeys(ctx, b, ".pulumi/history/"+info.Project+"/"+info.Env+"/")
 	if err != nil {
 		return err

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // standLog is the engine's logger for one stand's operation: what the nodes print (a hook's stderr,
 // say) reaches the log through Pulumi's diagnostics, so every string is scrubbed of the stand's
 // resolved secrets on the way.
-func (e *Engine) standLog(in Stand, args ...any) *slog.Logger {
+func (e *Engine) standLog(in stands.Input, args ...any) *slog.Logger {
 	return slog.New(scrubHandler{e.log.Handler(), in.Secrets}).With(append([]any{"stand", in.Stand.ID}, args...)...)
 }
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
 	"github.com/stands-engine/stands-reconciler/engine/node"
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 // TestPullsFor: a node pulls the images of the instances placed on it, grouped by their app's

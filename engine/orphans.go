@@ -12,6 +12,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // Orphan is a server carrying the reconciler's labels that no stack of the backend holds. Orphans are
@@ -24,7 +25,8 @@ type Orphan struct {
 }
 
 // Orphans lists the owned servers absent from every stack of the backend.
-func (e *Engine) Orphans(ctx context.Context) ([]Orphan, error) {
+func (e *Engine) Orphans(ctx context.Context) (_ []Orphan, err error) {
+	defer classify(&err)
 	ws, err := auto.NewLocalWorkspace(ctx, auto.EnvVars(e.envVars()), auto.Pulumi(e.cmd), auto.PulumiHome(e.home))
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
@@ -39,7 +41,7 @@ func (e *Engine) Orphans(ctx context.Context) ([]Orphan, error) {
 		if len(parts) != 3 {
 			continue
 		}
-		st, err := e.stack(ctx, StackRef{Project: parts[1], Env: parts[2]}, func(*pulumi.Context) error { return nil }, false)
+		st, err := e.stack(ctx, stands.StackRef{Project: parts[1], Env: parts[2]}, func(*pulumi.Context) error { return nil }, false)
 		if err != nil {
 			return nil, fmt.Errorf("open stack %s: %w", s.Name, err)
 		}

@@ -10,12 +10,14 @@ import (
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // PreviewNew plans a stand that has no stack yet without creating one in the backend: the preview
 // runs against a throwaway file:// backend that is removed afterwards (DESIGN.md: previews never
 // create stacks or resources in the production backend). Hetzner is only read.
-func (e *Engine) PreviewNew(ctx context.Context, in Stand) (*Result, error) {
+func (e *Engine) PreviewNew(ctx context.Context, in stands.Input) (_ *stands.Result, err error) {
+	defer classify(&err)
 	dir, err := os.MkdirTemp(e.cfg.WorkDir, "preview-")
 	if err != nil {
 		return nil, fmt.Errorf("throwaway backend: %w", err)
@@ -32,23 +34,9 @@ func (e *Engine) PreviewNew(ctx context.Context, in Stand) (*Result, error) {
 	return res, err
 }
 
-// Price is a server type's monthly list price at a location, gross, as the Hetzner API states it.
-type Price struct {
-	Monthly  float64
-	Currency string
-}
-
-// Prices maps server type → location → monthly price, from the API's server types.
-type Prices map[string]map[string]Price
-
-// Of is the price of a server type at a location (false when unknown).
-func (p Prices) Of(serverType, location string) (Price, bool) {
-	pr, ok := p[serverType][location]
-	return pr, ok
-}
-
 // Prices reads the server types' prices.
-func (e *Engine) Prices(ctx context.Context) (Prices, error) {
+func (e *Engine) Prices(ctx context.Context) (_ stands.Prices, err error) {
+	defer classify(&err)
 	hc, err := e.hcloud()
 	if err != nil {
 		return nil, err
@@ -57,9 +45,9 @@ func (e *Engine) Prices(ctx context.Context) (Prices, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list server types: %w", err)
 	}
-	out := Prices{}
+	out := stands.Prices{}
 	for _, t := range types {
-		out[t.Name] = map[string]Price{}
+		out[t.Name] = map[string]stands.Price{}
 		for _, p := range t.Pricings {
 			if p.Location == nil {
 				continue
@@ -72,21 +60,15 @@ func (e *Engine) Prices(ctx context.Context) (Prices, error) {
 			if cur == "" {
 				cur = "EUR" // server type prices carry no currency; Hetzner bills in euros
 			}
-			out[t.Name][p.Location.Name] = Price{Monthly: gross, Currency: cur}
+			out[t.Name][p.Location.Name] = stands.Price{Monthly: gross, Currency: cur}
 		}
 	}
 	return out, nil
 }
 
-// Server is a server of a stand as Hetzner has it.
-type Server struct {
-	Name       string `json:"name"`
-	ServerType string `json:"serverType"`
-	Location   string `json:"location"`
-}
-
 // StandServers lists the servers carrying a stand's labels (a read: plans use it to price a destroy).
-func (e *Engine) StandServers(ctx context.Context, standID string) ([]Server, error) {
+func (e *Engine) StandServers(ctx context.Context, standID string) (_ []stands.Server, err error) {
+	defer classify(&err)
 	hc, err := e.hcloud()
 	if err != nil {
 		return nil, err
@@ -96,9 +78,9 @@ func (e *Engine) StandServers(ctx context.Context, standID string) ([]Server, er
 	if err != nil {
 		return nil, fmt.Errorf("list servers of %s: %w", standID, err)
 	}
-	var out []Server
+	var out []stands.Server
 	for _, s := range servers {
-		srv := Server{Name: s.Name}
+		srv := stands.Server{Name: s.Name}
 		if s.ServerType != nil {
 			srv.ServerType = s.ServerType.Name
 		}

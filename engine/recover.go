@@ -13,6 +13,7 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // lockFile is what the diy backend writes to .pulumi/locks/<org>/<project>/<stack>/<id>.json.
@@ -26,7 +27,7 @@ type lockFile struct {
 // recoverStack undoes what a killed run leaves behind, deliberately and with a log record each:
 // a lock whose process is dead, and pending creates (the servers they started are adopted by the
 // next apply, since the provider adopts a server with the stand's name and our labels).
-func (e *Engine) recoverStack(ctx context.Context, st auto.Stack, ref StackRef, dep *deployment, log *slog.Logger) error {
+func (e *Engine) recoverStack(ctx context.Context, st auto.Stack, ref stands.StackRef, dep *deployment, log *slog.Logger) error {
 	if err := e.clearStaleLocks(ctx, ref, log); err != nil {
 		return err
 	}
@@ -52,14 +53,14 @@ var (
 )
 
 // lockPrefix is where the diy backend keeps a stack's lock files.
-func lockPrefix(ref StackRef) string {
+func lockPrefix(ref stands.StackRef) string {
 	return ".pulumi/locks/organization/" + ref.Project + "/" + ref.Env + "/"
 }
 
 // clearStaleLocks removes the lock files of this host's dead processes, on any diy backend (file://,
 // s3://). A lock of a live process is left alone; so is another host's, unless it is older than the
 // configured lease (no run lasts that long, so its holder is gone).
-func (e *Engine) clearStaleLocks(ctx context.Context, ref StackRef, log *slog.Logger) error {
+func (e *Engine) clearStaleLocks(ctx context.Context, ref stands.StackRef, log *slog.Logger) error {
 	b, err := e.backendBucket(ctx)
 	if err != nil {
 		return err
@@ -100,7 +101,7 @@ func (e *Engine) clearStaleLocks(ctx context.Context, ref StackRef, log *slog.Lo
 // checkpoint by moving the old one aside and writing the new one, so a CLI that reads it meanwhile
 // fails to load it; a lock taken a moment later would have refused it instead. When the checkpoint
 // reads whole again now, err was another update's, not a broken state: ErrUpdateInProgress.
-func (e *Engine) savedElsewhere(ctx context.Context, ref StackRef, err error) error {
+func (e *Engine) savedElsewhere(ctx context.Context, ref stands.StackRef, err error) error {
 	if !isCheckpointLoad(err) {
 		return err
 	}

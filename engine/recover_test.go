@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -53,7 +55,7 @@ func TestClearStaleLocks(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			ref := StackRef{Project: "demo", Env: "x"}
+			ref := stands.StackRef{Project: "demo", Env: "x"}
 			lockDir := filepath.Join(dir, filepath.FromSlash(lockPrefix(ref)))
 			if err := os.MkdirAll(lockDir, 0o755); err != nil {
 				t.Fatal(err)
@@ -83,12 +85,12 @@ func TestSavedElsewhere(t *testing.T) {
 		name       string
 		checkpoint string // "" for none
 		err        error
-		want       Reason
+		want       reason.Reason
 	}{
-		{"checkpoint whole again", `{"version":3,"checkpoint":{}}`, loadErr, ReasonUpdateConflict},
-		{"checkpoint still empty", " ", loadErr, ReasonFailed},
-		{"no checkpoint", "", loadErr, ReasonFailed},
-		{"another failure", `{"version":3,"checkpoint":{}}`, errors.New("pulumi up demo_demo_x: exit status 1"), ReasonFailed},
+		{"checkpoint whole again", `{"version":3,"checkpoint":{}}`, loadErr, reason.UpdateConflict},
+		{"checkpoint still empty", " ", loadErr, reason.Failure},
+		{"no checkpoint", "", loadErr, reason.Failure},
+		{"another failure", `{"version":3,"checkpoint":{}}`, errors.New("pulumi up demo_demo_x: exit status 1"), reason.Failure},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -102,8 +104,8 @@ func TestSavedElsewhere(t *testing.T) {
 				}
 			}
 			e := &Engine{cfg: Config{BackendURL: "file://" + dir}}
-			err := e.savedElsewhere(context.Background(), StackRef{Project: "demo", Env: "x"}, c.err)
-			if got := Classify(err).Reason; got != c.want || !errors.Is(err, c.err) {
+			err := e.savedElsewhere(context.Background(), stands.StackRef{Project: "demo", Env: "x"}, c.err)
+			if got := Classify(err); got != c.want || !errors.Is(err, c.err) {
 				t.Errorf("%v: classified %s, want %s", err, got, c.want)
 			}
 		})

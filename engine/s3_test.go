@@ -14,6 +14,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // TestS3Backend runs a stand against the seed's production backend form (s3://<bucket>/<owner>?
@@ -82,7 +83,7 @@ func TestS3Backend(t *testing.T) {
 	if err != nil || len(inv) != 1 || !inv[0].Owned || !inv[0].Known || inv[0].SpecHash != stand.SpecHash {
 		t.Errorf("inventory on s3: %+v %v", inv, err)
 	}
-	if _, err := eng.Destroy(ctx, StackRef{Project: "demo", Env: "single"}); err != nil {
+	if _, err := eng.Destroy(ctx, stands.StackRef{Project: "demo", Env: "single"}); err != nil {
 		t.Fatalf("destroy on s3: %v", err)
 	}
 	if n := len(h.Servers(t)); n != 0 {

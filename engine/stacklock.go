@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/stands-engine/stands-reconciler/stands"
 	"sync"
 )
 
@@ -11,17 +12,17 @@ import (
 // are still kept out by the backend's lock alone.
 type stackLocks struct {
 	mu   sync.Mutex
-	busy map[StackRef]chan struct{} // closed when the holder is done
+	busy map[stands.StackRef]chan struct{} // closed when the holder is done
 }
 
 // lock waits until no other operation of this process holds ref, or ctx ends.
-func (l *stackLocks) lock(ctx context.Context, ref StackRef) (unlock func(), err error) {
+func (l *stackLocks) lock(ctx context.Context, ref stands.StackRef) (unlock func(), err error) {
 	for {
 		l.mu.Lock()
 		done, held := l.busy[ref]
 		if !held {
 			if l.busy == nil {
-				l.busy = map[StackRef]chan struct{}{}
+				l.busy = map[stands.StackRef]chan struct{}{}
 			}
 			done = make(chan struct{})
 			l.busy[ref] = done

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/stands-engine/stands-reconciler/stands"
 	"testing"
 	"time"
 )
@@ -11,7 +12,7 @@ import (
 // waiter whose context ends gives up without the lock.
 func TestStackLocks(t *testing.T) {
 	var l stackLocks
-	a, b := StackRef{"p", "a"}, StackRef{"p", "b"}
+	a, b := stands.StackRef{Project: "p", Env: "a"}, stands.StackRef{Project: "p", Env: "b"}
 	unlockA, err := l.lock(context.Background(), a)
 	if err != nil {
 		t.Fatal(err)

@@ -14,10 +14,11 @@ import (
 	"testing/fstest"
 
 	"github.com/stands-engine/stands-reconciler/engine"
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // The unit tests drive the loop with fakes of its three small interfaces; the integration test in
@@ -127,7 +128,7 @@ func (s *fakeSource) statusOf(t *testing.T, id string) Status {
 // fakeEngine keeps stacks in memory and counts `pulumi up`s.
 type fakeEngine struct {
 	mu          sync.Mutex
-	stacks      map[string]engine.StackInfo
+	stacks      map[string]stands.StackInfo
 	ups         map[string]int
 	destroys    []string
 	drifts      int
@@ -144,16 +145,16 @@ type fakeEngine struct {
 var _ Engine = (*fakeEngine)(nil)
 
 func newFakeEngine() *fakeEngine {
-	return &fakeEngine{stacks: map[string]engine.StackInfo{}, ups: map[string]int{}, fail: map[string]error{}, drifted: map[string]bool{}}
+	return &fakeEngine{stacks: map[string]stands.StackInfo{}, ups: map[string]int{}, fail: map[string]error{}, drifted: map[string]bool{}}
 }
 
-func (e *fakeEngine) Inventory(context.Context) ([]engine.StackInfo, error) {
+func (e *fakeEngine) Inventory(context.Context) ([]stands.StackInfo, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.inventoryUp != nil {
 		return nil, e.inventoryUp
 	}
-	var out []engine.StackInfo
+	var out []stands.StackInfo
 	for _, s := range e.stacks {
 		out = append(out, s)
 	}
@@ -185,7 +186,7 @@ func (e *fakeEngine) leave() {
 	e.mu.Unlock()
 }
 
-func (e *fakeEngine) Apply(ctx context.Context, in engine.Stand, force bool) (*engine.Result, error) {
+func (e *fakeEngine) Apply(ctx context.Context, in stands.Input, force bool) (*stands.Result, error) {
 	s := in.Stand
 	if err := e.enter(ctx, s.ID); err != nil {
 		e.leave()
@@ -194,34 +195,34 @@ func (e *fakeEngine) Apply(ctx context.Context, in engine.Stand, force bool) (*e
 	defer e.leave()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	res := &engine.Result{StandID: s.ID, Operation: "apply", SpecHash: in.SpecHash, NodesMode: engine.NodesSkipped,
-		Nodes: []engine.Node{{Name: "main", ServerName: s.Owner + "-" + s.Project + "-" + s.Env + "-main", ServerID: 1, PublicIPv4: "203.0.113.10", PrivateIP: "10.0.1.2"}}}
+	res := &stands.Result{StandID: s.ID, Operation: "apply", SpecHash: in.SpecHash, NodesMode: engine.NodesSkipped,
+		Nodes: []stands.Node{{Name: "main", ServerName: s.Owner + "-" + s.Project + "-" + s.Env + "-main", ServerID: 1, PublicIPv4: "203.0.113.10", PrivateIP: "10.0.1.2"}}}
 	cur, ok := e.stacks[s.ID]
 	if !ok || cur.SpecHash != in.SpecHash || cur.Protect != s.Protect || force {
 		e.ups[s.ID]++
 		res.Changed = true
 		res.Changes = map[string]int{"create": 1}
-		e.stacks[s.ID] = engine.StackInfo{Project: s.Project, Env: s.Env, StandID: s.ID, Owned: true, SpecHash: in.SpecHash, Protect: s.Protect, Known: true}
+		e.stacks[s.ID] = stands.StackInfo{Project: s.Project, Env: s.Env, StandID: s.ID, Owned: true, SpecHash: in.SpecHash, Protect: s.Protect, Known: true}
 	}
 	pw, _ := in.Secrets.Value(manifest.SecretRef{Path: "kv-password", Field: "value"})
-	res.Connection = engine.SecretJSON(fmt.Sprintf(`{"id_stand":%q,"kv":{"host":"203.0.113.10","password":%q}}`, s.ID, pw))
+	res.Connection = stands.SecretJSON(fmt.Sprintf(`{"id_stand":%q,"kv":{"host":"203.0.113.10","password":%q}}`, s.ID, pw))
 	masked, err := engine.MaskConnection(json.RawMessage(res.Connection), in.Secrets.Values())
 	res.Masked = masked
 	return res, err
 }
 
-func (e *fakeEngine) Drift(_ context.Context, in engine.Stand) (*engine.Result, error) {
+func (e *fakeEngine) Drift(_ context.Context, in stands.Input) (*stands.Result, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.drifts++
-	res := &engine.Result{StandID: in.Stand.ID, Operation: "drift", Changed: e.drifted[in.Stand.ID]}
+	res := &stands.Result{StandID: in.Stand.ID, Operation: "drift", Changed: e.drifted[in.Stand.ID]}
 	if res.Changed {
 		res.Changes = map[string]int{"create": 1}
 	}
 	return res, nil
 }
 
-func (e *fakeEngine) Destroy(ctx context.Context, ref engine.StackRef) (*engine.Result, error) {
+func (e *fakeEngine) Destroy(ctx context.Context, ref stands.StackRef) (*stands.Result, error) {
 	id := "local_" + ref.Project + "_" + ref.Env
 	if err := e.enter(ctx, id); err != nil {
 		e.leave()
@@ -232,7 +233,7 @@ func (e *fakeEngine) Destroy(ctx context.Context, ref engine.StackRef) (*engine.
 	defer e.mu.Unlock()
 	delete(e.stacks, id)
 	e.destroys = append(e.destroys, id)
-	return &engine.Result{StandID: id, Operation: "destroy", Changed: true, Changes: map[string]int{"delete": 1}}, nil
+	return &stands.Result{StandID: id, Operation: "destroy", Changed: true, Changes: map[string]int{"delete": 1}}, nil
 }
 
 func (e *fakeEngine) upsOf(id string) int {
@@ -317,7 +318,7 @@ apps:
 func standFile(p string) string { return "stands/" + p + "/stand.yml" }
 
 // Planner side of the fake engine: previews count, never change the stacks.
-func (e *fakeEngine) Preview(_ context.Context, in engine.Stand) (*engine.Result, error) {
+func (e *fakeEngine) Preview(_ context.Context, in stands.Input) (*stands.Result, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.previews++
@@ -325,36 +326,36 @@ func (e *fakeEngine) Preview(_ context.Context, in engine.Stand) (*engine.Result
 	if !ok {
 		return nil, engine.ErrNoStack
 	}
-	res := &engine.Result{StandID: in.Stand.ID, Operation: "preview"}
+	res := &stands.Result{StandID: in.Stand.ID, Operation: "preview"}
 	if cur.SpecHash != in.SpecHash {
 		res.Changed = true
-		res.Steps = []engine.Step{{Op: "replace", Node: "main", ServerName: serverName(in), ServerType: "cx32", OldServerType: "cx22", Location: "hel1", OldLocation: "hel1"}}
+		res.Steps = []stands.Step{{Op: "replace", Node: "main", ServerName: serverName(in), ServerType: "cx32", OldServerType: "cx22", Location: "hel1", OldLocation: "hel1"}}
 	}
 	return res, nil
 }
 
-func (e *fakeEngine) PreviewNew(_ context.Context, in engine.Stand) (*engine.Result, error) {
+func (e *fakeEngine) PreviewNew(_ context.Context, in stands.Input) (*stands.Result, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.previews++
-	return &engine.Result{StandID: in.Stand.ID, Operation: "preview", Changed: true,
-		Steps: []engine.Step{{Op: "create", Node: "main", ServerName: serverName(in), ServerType: "cx22", Location: "hel1"}}}, nil
+	return &stands.Result{StandID: in.Stand.ID, Operation: "preview", Changed: true,
+		Steps: []stands.Step{{Op: "create", Node: "main", ServerName: serverName(in), ServerType: "cx22", Location: "hel1"}}}, nil
 }
 
-func (e *fakeEngine) Prices(context.Context) (engine.Prices, error) {
-	return engine.Prices{"cx22": {"hel1": {Monthly: 4.51, Currency: "EUR"}}, "cx32": {"hel1": {Monthly: 8.09, Currency: "EUR"}}}, nil
+func (e *fakeEngine) Prices(context.Context) (stands.Prices, error) {
+	return stands.Prices{"cx22": {"hel1": {Monthly: 4.51, Currency: "EUR"}}, "cx32": {"hel1": {Monthly: 8.09, Currency: "EUR"}}}, nil
 }
 
-func (e *fakeEngine) StandServers(_ context.Context, id string) ([]engine.Server, error) {
+func (e *fakeEngine) StandServers(_ context.Context, id string) ([]stands.Server, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, ok := e.stacks[id]; !ok {
 		return nil, nil
 	}
-	return []engine.Server{{Name: strings.ReplaceAll(id, "_", "-") + "-main", ServerType: "cx22", Location: "hel1"}}, nil
+	return []stands.Server{{Name: strings.ReplaceAll(id, "_", "-") + "-main", ServerType: "cx22", Location: "hel1"}}, nil
 }
 
-func serverName(in engine.Stand) string {
+func serverName(in stands.Input) string {
 	return in.Stand.Owner + "-" + in.Stand.Project + "-" + in.Stand.Env + "-main"
 }
 

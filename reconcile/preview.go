@@ -7,8 +7,9 @@ import (
 	"strings"
 
 	"github.com/stands-engine/stands-reconciler/diff"
-	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // Forge is the Gitea API: commit statuses, pull requests and the one comment per pull request.
@@ -21,10 +22,10 @@ type Forge interface {
 
 // Planner previews stands without changing anything.
 type Planner interface {
-	Preview(ctx context.Context, in engine.Stand) (*engine.Result, error)
-	PreviewNew(ctx context.Context, in engine.Stand) (*engine.Result, error)
-	Prices(ctx context.Context) (engine.Prices, error)
-	StandServers(ctx context.Context, standID string) ([]engine.Server, error)
+	Preview(ctx context.Context, in stands.Input) (*stands.Result, error)
+	PreviewNew(ctx context.Context, in stands.Input) (*stands.Result, error)
+	Prices(ctx context.Context) (stands.Prices, error)
+	StandServers(ctx context.Context, standID string) ([]stands.Server, error)
 }
 
 // RefSource fetches a pull request's head.
@@ -117,12 +118,15 @@ type prPlan struct {
 type planRow struct {
 	id      string
 	action  string // create, update, destroy, blocked, invalid, error
-	steps   []engine.Step
+	steps   []stands.Step
 	note    string // a reason or an error, scrubbed
 	cost    float64
 	counted bool
 }
 
+// planPR plans what merging the pull request would do. What it changes is where the diff of its head
+// and the diff of the tracked branch, each against the backend's stacks, decide differently; only
+// those stands are previewed.
 func (r *Reconciler) planPR(ctx context.Context, pr gitsource.PullRequest, main *evaluation, actual []diff.Actual) (*prPlan, error) {
 	snap, err := r.cfg.Refs.FetchRef(ctx, pr.Ref())
 	if err != nil {
@@ -140,80 +144,100 @@ func (r *Reconciler) planPR(ctx context.Context, pr gitsource.PullRequest, main 
 		r.log.Warn("plan without prices", "err", err)
 	}
 	plan := &prPlan{head: snap.Commit, priced: prices != nil, cur: "EUR"}
-	mainBy := map[string]verdict{}
-	for _, v := range main.verdicts {
-		mainBy[v.id] = v
-	}
-	stacks := map[string]diff.Actual{}
-	for _, a := range actual {
-		stacks[a.ID] = a
-	}
 	for _, u := range head.unreadable {
 		plan.add(planRow{id: "?", action: "invalid", note: u})
 	}
-	headIDs := map[string]bool{}
-	for _, v := range head.verdicts {
-		headIDs[v.id] = true
-		m, inMain := mainBy[v.id]
-		switch {
-		case v.input == nil && inMain && m.problem == v.problem:
-			continue // broken on the tracked branch already, not by this pull request
-		case v.input == nil:
-			plan.add(planRow{id: v.id, action: "invalid", note: v.problem})
-			continue
-		case inMain && m.input != nil && m.input.SpecHash == v.input.SpecHash && m.input.Stand.Protect == v.input.Stand.Protect:
-			continue // unchanged
-		}
-		a, exists := stacks[v.id]
-		var res *engine.Result
-		var err error
-		row := planRow{id: v.id, action: "update"}
-		switch {
-		case exists && !a.Owned:
-			plan.add(planRow{id: v.id, action: "blocked", note: diff.ReasonForeign + ": a stack with this name was not made by stands-reconciler"})
-			continue
-		case exists:
-			res, err = r.cfg.Planner.Preview(ctx, *v.input)
-		default:
-			row.action = "create"
-			res, err = r.cfg.Planner.PreviewNew(ctx, *v.input)
-		}
-		if err != nil {
-			c := engine.Classify(err)
-			if c.Kind == engine.Waiting {
-				return nil, err
-			}
-			plan.add(planRow{id: v.id, action: "error", note: string(c.Reason) + ": " + v.input.Secrets.Scrub(err.Error())})
-			continue
-		}
-		row.steps = res.Steps
-		plan.add(plan.priceSteps(row, prices))
+	before := map[string]diff.Action{}
+	for _, a := range r.plan(main, actual) {
+		before[a.ID] = a
 	}
-	// Removals: what the destroy guards would decide if the pull request were merged as it is.
-	actions := diff.Plan(diff.Input{Desired: head.desired(func(string) bool { return false }), Actual: actual, SourceOK: len(head.unreadable) == 0,
-		MaxDestroyShare: r.cfg.MaxDestroyShare, AllowDestroy: head.allow, AllowMassDestroy: r.cfg.AllowMassDestroy})
-	for _, a := range actions {
-		if headIDs[a.ID] || (a.Kind != diff.Destroy && a.Kind != diff.Blocked) || a.Reason == diff.ReasonForeign {
-			continue
+	inputs := map[string]*stands.Input{}
+	for _, v := range head.verdicts {
+		inputs[v.id] = v.input
+	}
+	declared := map[string]bool{}
+	for _, v := range main.verdicts {
+		declared[v.id] = true
+	}
+	for _, a := range r.plan(head, actual) {
+		if b, ok := before[a.ID]; ok && b == a {
+			continue // merging it changes nothing for this stand
 		}
-		if _, inMain := mainBy[a.ID]; !inMain && a.Kind == diff.Blocked {
-			continue // not removed by this pull request
+		if inputs[a.ID] == nil && !declared[a.ID] && a.Kind == diff.Blocked {
+			continue // a stack the tracked branch does not declare either: not this pull request's removal
 		}
-		servers, err := r.cfg.Planner.StandServers(ctx, a.ID)
+		if a.Reason == reason.SourceUnavailable {
+			a.Detail = strings.Join(head.unreadable, "; ")
+		}
+		row, err := r.planRow(ctx, a, inputs[a.ID], prices, plan)
 		if err != nil {
 			return nil, err
 		}
-		row := planRow{id: a.ID, action: "destroy"}
-		if a.Kind == diff.Blocked {
-			row.action, row.note = "blocked", a.Reason
+		if row.action != "" {
+			plan.add(row)
 		}
-		for _, s := range servers {
-			row.steps = append(row.steps, engine.Step{Op: "delete", ServerName: s.Name, OldServerType: s.ServerType, OldLocation: s.Location})
-		}
-		plan.add(plan.priceSteps(row, prices))
 	}
 	sort.SliceStable(plan.rows, func(i, j int) bool { return plan.rows[i].id < plan.rows[j].id })
 	return plan, nil
+}
+
+// plan is the diff of an evaluation against the stacks, as a cycle would compute it.
+func (r *Reconciler) plan(ev *evaluation, actual []diff.Actual) []diff.Action {
+	return diff.Plan(diff.Input{Desired: ev.desired(func(string) bool { return false }), Actual: actual, SourceOK: len(ev.unreadable) == 0,
+		MaxDestroyShare: r.cfg.MaxDestroyShare, AllowDestroy: ev.allow, AllowMassDestroy: r.cfg.AllowMassDestroy})
+}
+
+// planRow is one stand's row of a pull request's plan: the head's action, previewed where it would
+// change servers. An empty action means no row.
+func (r *Reconciler) planRow(ctx context.Context, a diff.Action, in *stands.Input, prices stands.Prices, plan *prPlan) (planRow, error) {
+	row := planRow{id: a.ID}
+	switch {
+	case a.Kind == diff.Blocked && a.Reason == reason.Invalid:
+		row.action, row.note = "invalid", a.Detail
+		return row, nil
+	case in == nil && a.Kind == diff.Noop: // a foreign stack nobody declares
+		return row, nil
+	case a.Kind == diff.Blocked:
+		row.action, row.note = "blocked", string(a.Reason)+": "+a.Reason.Message(a.Detail)
+		if in != nil {
+			return row, nil
+		}
+	case a.Kind == diff.Noop && a.Reason == reason.SuspendedByRepo:
+		row.action, row.note = "update", string(a.Reason)+": "+a.Reason.Message("")
+		return row, nil
+	}
+	if in == nil { // removed: what the destroy would delete, or what it would have deleted
+		if row.action == "" {
+			row.action = "destroy"
+		}
+		servers, err := r.cfg.Planner.StandServers(ctx, a.ID)
+		if err != nil {
+			return row, err
+		}
+		for _, s := range servers {
+			row.steps = append(row.steps, stands.Step{Op: "delete", ServerName: s.Name, OldServerType: s.ServerType, OldLocation: s.Location})
+		}
+		return plan.priceSteps(row, prices), nil
+	}
+	var res *stands.Result
+	var err error
+	if a.Kind == diff.Create {
+		row.action = "create"
+		res, err = r.cfg.Planner.PreviewNew(ctx, *in)
+	} else {
+		row.action = "update"
+		res, err = r.cfg.Planner.Preview(ctx, *in)
+	}
+	if err != nil {
+		c := reason.Of(err)
+		if c.Kind() == reason.Waiting {
+			return row, err
+		}
+		row.action, row.note = "error", string(c)+": "+in.Secrets.Scrub(err.Error())
+		return row, nil
+	}
+	row.steps = res.Steps
+	return plan.priceSteps(row, prices), nil
 }
 
 func (p *prPlan) add(row planRow) {
@@ -229,7 +253,7 @@ func (p *prPlan) add(row planRow) {
 
 // priceSteps sets a row's monthly cost delta from the API's prices: a create adds its type, a delete
 // takes its type away, a replace does both.
-func (p *prPlan) priceSteps(row planRow, prices engine.Prices) planRow {
+func (p *prPlan) priceSteps(row planRow, prices stands.Prices) planRow {
 	row.counted = true
 	price := func(t, loc string) float64 {
 		pr, ok := prices.Of(t, loc)
@@ -351,7 +375,7 @@ func actionText(a string) string {
 		"invalid": "❌ invalid", "error": "❌ preview failed"}[a]
 }
 
-func stepText(s engine.Step) string {
+func stepText(s stands.Step) string {
 	switch s.Kind {
 	case "":
 	case "instance":

@@ -7,12 +7,14 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/stands-engine/stands-reconciler/engine"
+	"errors"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 func newPreviewHarness(t *testing.T, ids ...string) (*harness, *fakeForge) {
 	f := newFakeForge()
-	h := newHarness(t, stands(ids...), func(c *Config) {
+	h := newHarness(t, repoWith(ids...), func(c *Config) {
 		c.Branch, c.StatusBranch = "main", "main"
 		c.Forge, c.Refs = f, f
 	})
@@ -110,7 +112,7 @@ func TestCommitStatusPerStand(t *testing.T) {
 		t.Errorf("stands/local_a_dev on the applied commit: %q", st)
 	}
 	h.eng.fail["local_b_dev"] = context.DeadlineExceeded
-	h.src.commit(stands("b"))
+	h.src.commit(repoWith("b"))
 	h.mustCycle()
 	if st := f.status("h002", "stands/local_b_dev"); !strings.HasPrefix(st, "failure: Failed") {
 		t.Errorf("stands/local_b_dev after a failure: %q", st)
@@ -120,7 +122,7 @@ func TestCommitStatusPerStand(t *testing.T) {
 // TestPlanShowsInstances: an instance step names the instance and its node, says whether the unit
 // restarts, and costs nothing; node work does not make the cost unknown.
 func TestPlanShowsInstances(t *testing.T) {
-	steps := []engine.Step{
+	steps := []stands.Step{
 		{Op: "update", Kind: "instance", Node: "web", Instance: "web--front", Changed: "configHash,spec"},
 		{Op: "update", Kind: "instance", Node: "db", Instance: "kv--cache", Changed: "spec"},
 		{Op: "update", Kind: "images", Node: "web"},
@@ -136,8 +138,31 @@ func TestPlanShowsInstances(t *testing.T) {
 		}
 	}
 	p := &prPlan{priced: true}
-	row := p.priceSteps(planRow{action: "update", steps: steps}, engine.Prices{"cx22": {"hel1": {Monthly: 4.5, Currency: "EUR"}}})
+	row := p.priceSteps(planRow{action: "update", steps: steps}, stands.Prices{"cx22": {"hel1": {Monthly: 4.5, Currency: "EUR"}}})
 	if !p.priced || !row.counted || row.cost != 4.5 {
 		t.Errorf("cost: priced %v counted %v %v", p.priced, row.counted, row.cost)
+	}
+}
+
+// TestPreviewOnTopOfAPendingChange: while a change of the tracked branch is not applied yet (its
+// apply failed), a pull request that leaves the stand as the branch has it plans nothing for it, and
+// one that changes it further plans it, although both heads would "update" it against the stack.
+func TestPreviewOnTopOfAPendingChange(t *testing.T) {
+	h, f := newPreviewHarness(t, "a", "b")
+	h.mustCycle()
+	h.eng.fail["local_a_dev"] = errors.New("boom")
+	h.src.commit(map[string]string{standFile("a"): strings.Replace(standYML("a", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)})
+	h.mustCycle()
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Failed {
+		t.Fatalf("a's change was applied: %+v", st) // the case needs it pending
+	}
+	f.open(7, "as-main", h.files(), nil, true)
+	f.open(8, "further", h.files(), map[string]string{standFile("a"): strings.Replace(standYML("a", ""), "cache: {}", "cache: {preferences: {port: 6391}}", 1)}, true)
+	h.mustCycle()
+	if c := f.comment(7); !strings.Contains(c, "changes no stand") {
+		t.Errorf("a head equal to the branch plans something:\n%s", c)
+	}
+	if c := f.comment(8); !strings.Contains(c, "`local_a_dev`") || !strings.Contains(c, "update") {
+		t.Errorf("a further change of a pending stand is not planned:\n%s", c)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/engine"
+	"github.com/stands-engine/stands-reconciler/reason"
 )
 
 type harness struct {
@@ -45,7 +46,7 @@ func (h *harness) mustCycle() {
 	}
 }
 
-func stands(ids ...string) map[string]string {
+func repoWith(ids ...string) map[string]string {
 	m := map[string]string{}
 	for _, id := range ids {
 		m[standFile(id)] = standYML(id, "")
@@ -54,14 +55,14 @@ func stands(ids ...string) map[string]string {
 }
 
 func TestCreateThenNoop(t *testing.T) {
-	h := newHarness(t, stands("a", "b"), nil)
+	h := newHarness(t, repoWith("a", "b"), nil)
 	h.mustCycle()
 	for _, id := range []string{"local_a_dev", "local_b_dev"} {
 		if h.eng.upsOf(id) != 1 {
 			t.Errorf("%s: %d ups, want 1", id, h.eng.upsOf(id))
 		}
 		st := h.src.statusOf(t, id)
-		if st.Phase != Ready || st.Reason != ReasonApplied || st.SchemaVersion != SchemaVersion || len(st.Nodes) != 1 ||
+		if st.Phase != reason.Ready || st.Reason != reason.Applied || st.SchemaVersion != SchemaVersion || len(st.Nodes) != 1 ||
 			st.LastSuccessfulCommit != "h001" || st.File != "stands/"+strings.Split(id, "_")[1]+"/stand.yml" {
 			t.Errorf("%s status: %+v", id, st)
 		}
@@ -91,7 +92,7 @@ func TestCreateThenNoop(t *testing.T) {
 }
 
 func TestOneChangeOfFive(t *testing.T) {
-	h := newHarness(t, stands("a", "b", "c", "d", "e"), nil)
+	h := newHarness(t, repoWith("a", "b", "c", "d", "e"), nil)
 	h.mustCycle()
 	h.src.commit(map[string]string{standFile("c"): strings.Replace(standYML("c", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)})
 	h.mustCycle()
@@ -107,7 +108,7 @@ func TestOneChangeOfFive(t *testing.T) {
 }
 
 func TestBrokenStandFailsAlone(t *testing.T) {
-	files := stands("a", "b")
+	files := repoWith("a", "b")
 	files[standFile("b")] = strings.Replace(files[standFile("b")], "profile: small", "profile: huge", 1)
 	h := newHarness(t, files, nil)
 	h.mustCycle()
@@ -115,19 +116,19 @@ func TestBrokenStandFailsAlone(t *testing.T) {
 		t.Errorf("ups %v", h.eng.ups)
 	}
 	st := h.src.statusOf(t, "local_b_dev")
-	if st.Phase != Failed || st.Reason != ReasonInvalid || !strings.Contains(st.Message, "stands/b/stand.yml:") || !strings.Contains(st.Message, "huge") {
+	if st.Phase != reason.Failed || st.Reason != reason.Invalid || !strings.Contains(st.Message, "stands/b/stand.yml:") || !strings.Contains(st.Message, "huge") {
 		t.Errorf("b: %+v", st)
 	}
 	// Fixing it applies it.
-	h.src.commit(stands("b"))
+	h.src.commit(repoWith("b"))
 	h.mustCycle()
-	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != Ready {
+	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != reason.Ready {
 		t.Errorf("b after the fix: %+v", st)
 	}
 }
 
 func TestRetriesThenStalled(t *testing.T) {
-	h := newHarness(t, stands("a"), nil)
+	h := newHarness(t, repoWith("a"), nil)
 	for i := 1; i <= 3; i++ {
 		h.eng.fail["local_a_dev"] = errors.New("pulumi up local_a_dev: boom with " + kvPassword)
 		h.mustCycle()
@@ -135,7 +136,7 @@ func TestRetriesThenStalled(t *testing.T) {
 		if strings.Contains(st.Message, kvPassword) {
 			t.Fatalf("the status message shows the secret: %s", st.Message)
 		}
-		if i < 3 && (st.Phase != Failed || st.Failures != i || st.NextAttempt == nil) {
+		if i < 3 && (st.Phase != reason.Failed || st.Failures != i || st.NextAttempt == nil) {
 			t.Fatalf("failure %d: %+v", i, st)
 		}
 		if i < 3 {
@@ -147,7 +148,7 @@ func TestRetriesThenStalled(t *testing.T) {
 		}
 	}
 	st := h.src.statusOf(t, "local_a_dev")
-	if st.Phase != Stalled || !strings.Contains(st.Message, "3 attempts failed") {
+	if st.Phase != reason.Stalled || !strings.Contains(st.Message, "3 attempts failed") {
 		t.Fatalf("after 3 failures: %+v", st)
 	}
 	h.now = h.now.Add(time.Hour)
@@ -157,29 +158,31 @@ func TestRetriesThenStalled(t *testing.T) {
 	}
 	h.src.commit(map[string]string{standFile("a"): strings.Replace(standYML("a", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)})
 	h.mustCycle()
-	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Ready || h.eng.upsOf("local_a_dev") != 1 {
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready || h.eng.upsOf("local_a_dev") != 1 {
 		t.Errorf("after the input changed: %+v", st)
 	}
 }
 
 func TestWaitingNeverStalls(t *testing.T) {
-	h := newHarness(t, stands("a"), nil)
+	h := newHarness(t, repoWith("a"), nil)
 	for range 5 {
-		h.eng.fail["local_a_dev"] = fmt.Errorf("pulumi up: %w", engine.ErrUpdateInProgress)
+		h.eng.fail["local_a_dev"] = reason.Wrap(reason.UpdateConflict, fmt.Errorf("pulumi up: %w", engine.ErrUpdateInProgress))
 		h.mustCycle()
 		h.now = h.now.Add(time.Hour)
 	}
-	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Failed || st.Reason != string(engine.ReasonUpdateConflict) || st.Failures != 0 {
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Failed || st.Reason != reason.UpdateConflict || st.Failures != 0 {
 		t.Fatalf("after 5 waiting errors: %+v", st)
 	}
 	h.mustCycle()
-	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Ready {
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready {
 		t.Errorf("recovery: %+v", st)
 	}
 }
 
 func TestSourceDownChangesNothing(t *testing.T) {
-	h := newHarness(t, stands("a", "b"), nil)
+	// Without the share and last-stand guards: a source misread as empty must be stopped by the
+	// fetch error alone.
+	h := newHarness(t, repoWith("a", "b"), func(c *Config) { c.AllowMassDestroy = true })
 	h.mustCycle()
 	h.src.down = true
 	for range 3 {
@@ -198,7 +201,7 @@ func TestSourceDownChangesNothing(t *testing.T) {
 }
 
 func TestVaultDownAppliesNothing(t *testing.T) {
-	h := newHarness(t, stands("a", "b", "c"), nil)
+	h := newHarness(t, repoWith("a", "b", "c"), nil)
 	h.mustCycle()
 	h.sec.setDown(true)
 	h.src.commit(map[string]string{standFile("a"): standYML("a", "  protect: true"), standFile("c"): ""})
@@ -206,10 +209,10 @@ func TestVaultDownAppliesNothing(t *testing.T) {
 	if h.eng.totalUps() != 3 || len(h.eng.destroys) != 0 {
 		t.Fatalf("with Vault down: ups %v destroys %v", h.eng.ups, h.eng.destroys)
 	}
-	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Progressing || st.Reason != ReasonVaultUnavailable || !strings.Contains(st.Message, "vault is unavailable") {
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Progressing || st.Reason != reason.VaultUnavailable || !strings.Contains(st.Message, "vault is unavailable") {
 		t.Errorf("a: %+v", st)
 	}
-	if st := h.src.statusOf(t, "local_c_dev"); st.Phase != Blocked || st.Reason != ReasonVaultUnavailable {
+	if st := h.src.statusOf(t, "local_c_dev"); st.Phase != reason.Blocked || st.Reason != reason.VaultUnavailable {
 		t.Errorf("c: %+v", st)
 	}
 	if h.r.Health().Secrets == nil {
@@ -220,17 +223,17 @@ func TestVaultDownAppliesNothing(t *testing.T) {
 	if h.eng.upsOf("local_a_dev") != 2 || len(h.eng.destroys) != 1 {
 		t.Errorf("recovery: ups %v destroys %v", h.eng.ups, h.eng.destroys)
 	}
-	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != Ready {
+	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != reason.Ready {
 		t.Errorf("b after recovery: %+v", st)
 	}
 }
 
 func TestDestroyGuards(t *testing.T) {
-	h := newHarness(t, stands("a", "b", "c"), nil)
+	h := newHarness(t, repoWith("a", "b", "c"), nil)
 	h.mustCycle()
 	h.src.commit(map[string]string{standFile("c"): ""})
 	h.mustCycle()
-	if st := h.src.statusOf(t, "local_c_dev"); st.Phase != Destroyed || len(st.Nodes) != 0 || st.Connection != nil {
+	if st := h.src.statusOf(t, "local_c_dev"); st.Phase != reason.Destroyed || len(st.Nodes) != 0 || st.Connection != nil {
 		t.Fatalf("c: %+v", st)
 	}
 	h.src.commit(map[string]string{standFile("a"): "", standFile("b"): ""})
@@ -239,7 +242,7 @@ func TestDestroyGuards(t *testing.T) {
 		t.Fatalf("removing all stands destroyed %v", h.eng.destroys)
 	}
 	st := h.src.statusOf(t, "local_a_dev")
-	if st.Phase != Blocked || st.Reason != "WouldRemoveAllStands" || !strings.Contains(st.Message, AllowDestroyFile) {
+	if st.Phase != reason.Blocked || st.Reason != "WouldRemoveAllStands" || !strings.Contains(st.Message, AllowDestroyFile) {
 		t.Errorf("a: %+v", st)
 	}
 	h.src.commit(map[string]string{AllowDestroyFile: "# approved by ops\nlocal_a_dev\nlocal_b_dev\n"})
@@ -250,14 +253,14 @@ func TestDestroyGuards(t *testing.T) {
 }
 
 func TestUnreadableManifestHoldsDestroys(t *testing.T) {
-	h := newHarness(t, stands("a", "b", "c"), nil)
+	h := newHarness(t, repoWith("a", "b", "c"), nil)
 	h.mustCycle()
 	h.src.commit(map[string]string{standFile("c"): "stand: [\n", standFile("b"): ""})
 	h.mustCycle()
 	if len(h.eng.destroys) != 0 {
 		t.Fatalf("destroyed %v while a manifest was unreadable", h.eng.destroys)
 	}
-	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != Blocked || !strings.Contains(st.Message, "stands/c/stand.yml") {
+	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != reason.Blocked || !strings.Contains(st.Message, "stands/c/stand.yml") {
 		t.Errorf("b: %+v", st)
 	}
 	if md := string(h.src.files["STATUS.md"].Data); !strings.Contains(md, "could not be read") {
@@ -266,7 +269,7 @@ func TestUnreadableManifestHoldsDestroys(t *testing.T) {
 }
 
 func TestDriftCheck(t *testing.T) {
-	h := newHarness(t, stands("a"), func(c *Config) { c.DriftInterval = time.Hour })
+	h := newHarness(t, repoWith("a"), func(c *Config) { c.DriftInterval = time.Hour })
 	h.mustCycle()
 	h.mustCycle()
 	if h.eng.drifts != 0 {
@@ -275,21 +278,21 @@ func TestDriftCheck(t *testing.T) {
 	h.eng.drifted["local_a_dev"] = true
 	h.now = h.now.Add(61 * time.Minute)
 	h.mustCycle()
-	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Drifted || h.eng.upsOf("local_a_dev") != 1 {
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Drifted || h.eng.upsOf("local_a_dev") != 1 {
 		t.Fatalf("after drift: %+v ups %d", st, h.eng.upsOf("local_a_dev"))
 	}
 	// Configured to repair: the next check applies.
 	h.r.cfg.DriftApply = true
 	h.now = h.now.Add(61 * time.Minute)
 	h.mustCycle()
-	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Ready || h.eng.upsOf("local_a_dev") != 2 {
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready || h.eng.upsOf("local_a_dev") != 2 {
 		t.Errorf("drift repaired: %+v ups %d", st, h.eng.upsOf("local_a_dev"))
 	}
 }
 
 func TestWorkerPoolBound(t *testing.T) {
 	ids := []string{"a", "b", "c", "d", "e", "f"}
-	h := newHarness(t, stands(ids...), func(c *Config) { c.Workers = 2 })
+	h := newHarness(t, repoWith(ids...), func(c *Config) { c.Workers = 2 })
 	h.eng.gate = make(chan struct{})
 	if err := h.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
@@ -305,13 +308,13 @@ func TestWorkerPoolBound(t *testing.T) {
 	if h.eng.maxRunning != 2 || h.eng.totalUps() != len(ids) {
 		t.Errorf("max running %d (want 2), ups %v", h.eng.maxRunning, h.eng.ups)
 	}
-	if st := h.src.statusOf(t, "local_f_dev"); st.Phase != Ready {
+	if st := h.src.statusOf(t, "local_f_dev"); st.Phase != reason.Ready {
 		t.Errorf("f: %+v", st)
 	}
 }
 
 func TestSuspendAndOtherOwner(t *testing.T) {
-	files := stands("a")
+	files := repoWith("a")
 	files[standFile("s")] = standYML("s", "  suspend: true")
 	files[standFile("o")] = standYML("o", "  owner: team2")
 	h := newHarness(t, files, nil)
@@ -319,17 +322,17 @@ func TestSuspendAndOtherOwner(t *testing.T) {
 	if h.eng.totalUps() != 1 {
 		t.Errorf("ups %v", h.eng.ups)
 	}
-	if st := h.src.statusOf(t, "local_s_dev"); st.Phase != Suspended {
+	if st := h.src.statusOf(t, "local_s_dev"); st.Phase != reason.Suspended {
 		t.Errorf("suspended: %+v", st)
 	}
-	if st := h.src.statusOf(t, "team2_o_dev"); st.Phase != Blocked || st.Reason != ReasonOtherOwner {
+	if st := h.src.statusOf(t, "team2_o_dev"); st.Phase != reason.Blocked || st.Reason != reason.OtherOwner {
 		t.Errorf("other owner: %+v", st)
 	}
 }
 
 func TestDrain(t *testing.T) {
 	t.Run("running operations finish", func(t *testing.T) {
-		h := newHarness(t, stands("a"), nil)
+		h := newHarness(t, repoWith("a"), nil)
 		h.eng.gate = make(chan struct{})
 		if err := h.r.Cycle(context.Background()); err != nil {
 			t.Fatal(err)
@@ -341,12 +344,12 @@ func TestDrain(t *testing.T) {
 		if err := h.r.Drain(time.Minute); err != nil {
 			t.Fatalf("drain: %v", err)
 		}
-		if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Ready {
+		if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready {
 			t.Errorf("after the drain: %+v", st)
 		}
 	})
 	t.Run("cancelled at the timeout", func(t *testing.T) {
-		h := newHarness(t, stands("a"), nil)
+		h := newHarness(t, repoWith("a"), nil)
 		h.eng.gate = make(chan struct{}) // never opens
 		if err := h.r.Cycle(context.Background()); err != nil {
 			t.Fatal(err)
@@ -355,18 +358,18 @@ func TestDrain(t *testing.T) {
 			t.Fatal("a drain that cancelled operations reported success")
 		}
 		st := h.src.statusOf(t, "local_a_dev")
-		if st.Phase != Failed || st.Reason != string(engine.ReasonCanceled) {
+		if st.Phase != reason.Failed || st.Reason != reason.Canceled {
 			t.Errorf("the final status was not committed: %+v", st)
 		}
 	})
 }
 
 func TestMissingSecretFailsTheStandByName(t *testing.T) {
-	h := newHarness(t, stands("a"), nil)
+	h := newHarness(t, repoWith("a"), nil)
 	delete(h.sec.values, "kv-password")
 	h.mustCycle()
 	st := h.src.statusOf(t, "local_a_dev")
-	if st.Phase != Failed || st.Reason != ReasonInvalid || !strings.Contains(st.Message, "kv-password") || h.eng.totalUps() != 0 {
+	if st.Phase != reason.Failed || st.Reason != reason.Invalid || !strings.Contains(st.Message, "kv-password") || h.eng.totalUps() != 0 {
 		t.Fatalf("missing secret: %+v, ups %d", st, h.eng.totalUps())
 	}
 	if h.r.Health().Secrets != nil {
@@ -375,13 +378,13 @@ func TestMissingSecretFailsTheStandByName(t *testing.T) {
 }
 
 func TestRemovedStandWithoutStack(t *testing.T) {
-	files := stands("a", "b")
+	files := repoWith("a", "b")
 	files[standFile("b")] = strings.Replace(files[standFile("b")], "profile: small", "profile: huge", 1)
 	h := newHarness(t, files, nil)
 	h.mustCycle()
 	h.src.commit(map[string]string{standFile("b"): ""})
 	h.mustCycle()
-	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != Destroyed || !strings.Contains(st.Message, "no stack") {
+	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != reason.Destroyed || !strings.Contains(st.Message, "no stack") {
 		t.Errorf("b: %+v", st)
 	}
 	if len(h.eng.destroys) != 0 {
@@ -392,7 +395,7 @@ func TestRemovedStandWithoutStack(t *testing.T) {
 // TestQueuedDestroyOfARestoredStand: a destroy waiting for a worker is dropped when the stand comes
 // back to the repository meanwhile (an accidental removal reverted).
 func TestQueuedDestroyOfARestoredStand(t *testing.T) {
-	h := newHarness(t, stands("a", "b", "c"), func(c *Config) { c.Workers = 1 })
+	h := newHarness(t, repoWith("a", "b", "c"), func(c *Config) { c.Workers = 1 })
 	h.mustCycle()
 	h.eng.gate = make(chan struct{})
 	ctx := context.Background()
@@ -405,6 +408,9 @@ func TestQueuedDestroyOfARestoredStand(t *testing.T) {
 	if err := h.r.Cycle(ctx); err != nil { // c's destroy waits for the worker
 		t.Fatal(err)
 	}
+	if st := h.r.Status("local_c_dev"); st == nil || st.Phase != reason.Progressing || st.Reason != reason.Destroying {
+		t.Fatalf("c's destroy was not queued: %+v", st) // else "not destroyed" below proves nothing
+	}
 	h.src.commit(map[string]string{standFile("c"): string(removed)})
 	if err := h.r.Cycle(ctx); err != nil {
 		t.Fatal(err)
@@ -416,7 +422,7 @@ func TestQueuedDestroyOfARestoredStand(t *testing.T) {
 	if len(h.eng.destroys) != 0 {
 		t.Fatalf("a restored stand was destroyed: %v", h.eng.destroys)
 	}
-	if st := h.src.statusOf(t, "local_c_dev"); st.Phase != Ready {
+	if st := h.src.statusOf(t, "local_c_dev"); st.Phase != reason.Ready {
 		t.Errorf("c: %+v", st)
 	}
 }
@@ -424,11 +430,11 @@ func TestQueuedDestroyOfARestoredStand(t *testing.T) {
 // TestObserveBacksOff: reading a stand's outputs (after a restart) that fails is retried on the
 // backoff, not every cycle, and so makes no commit per poll.
 func TestObserveBacksOff(t *testing.T) {
-	h := newHarness(t, stands("a"), nil)
+	h := newHarness(t, repoWith("a"), nil)
 	h.mustCycle()
 	r2 := New(h.r.cfg, h.src, h.eng, h.sec) // a restart: the connection must be stored again
 	h.r = r2
-	h.eng.fail["local_a_dev"] = fmt.Errorf("read stack: %w", engine.ErrUpdateInProgress)
+	h.eng.fail["local_a_dev"] = reason.Wrap(reason.UpdateConflict, fmt.Errorf("read stack: %w", engine.ErrUpdateInProgress))
 	h.mustCycle()
 	commits, calls := h.src.commits(), h.eng.calls
 	for range 3 {
@@ -439,7 +445,7 @@ func TestObserveBacksOff(t *testing.T) {
 	}
 	h.now = h.now.Add(time.Hour)
 	h.mustCycle()
-	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != Ready || h.eng.calls != calls+1 {
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready || h.eng.calls != calls+1 {
 		t.Errorf("after the backoff: %+v, %d calls", st, h.eng.calls-calls)
 	}
 }

@@ -10,36 +10,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // SchemaVersion of status/<stand-id>.json. Readers must check it; it grows only when a field changes
 // meaning or goes away.
 const SchemaVersion = 1
 
-// Phase is where a stand is.
-type Phase string
-
-// Phases (DESIGN.md).
-const (
-	Ready       Phase = "Ready"
-	Progressing Phase = "Progressing"
-	Failed      Phase = "Failed"
-	Stalled     Phase = "Stalled"
-	Drifted     Phase = "Drifted"
-	Destroyed   Phase = "Destroyed"
-	Suspended   Phase = "Suspended"
-	Blocked     Phase = "Blocked"
-)
-
 // Status is one stand's status file. It never holds a secret value: the connection block is masked
 // and messages are scrubbed of every resolved value.
 type Status struct {
 	SchemaVersion        int             `json:"schemaVersion"`
 	ID                   string          `json:"id"`
-	Phase                Phase           `json:"phase"`
-	Reason               string          `json:"reason,omitempty"`
+	Phase                reason.Phase    `json:"phase"`
+	Reason               reason.Reason   `json:"reason,omitempty"`
 	Message              string          `json:"message,omitempty"`
 	File                 string          `json:"file,omitempty"` // the stand.yml, when the repository has it
 	LastAttemptedCommit  string          `json:"lastAttemptedCommit,omitempty"`
@@ -50,7 +36,7 @@ type Status struct {
 	Timings              *Timings        `json:"timings,omitempty"`
 	Changes              map[string]int  `json:"changes,omitempty"` // Pulumi's step counts of the last operation
 	NodesMode            string          `json:"nodesMode,omitempty"`
-	Nodes                []engine.Node   `json:"nodes,omitempty"`
+	Nodes                []stands.Node   `json:"nodes,omitempty"`
 	Connection           json.RawMessage `json:"connection,omitempty"` // masked (DESIGN.md)
 }
 
@@ -137,10 +123,7 @@ func short(commit string) string {
 
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
-	if len(line) > 160 {
-		line = line[:157] + "..."
-	}
-	return line
+	return truncate(line, 160)
 }
 
 // cell keeps a value inside its Markdown table cell.

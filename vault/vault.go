@@ -18,7 +18,7 @@ import (
 
 	vaultapi "github.com/hashicorp/vault/api"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 // ErrUnavailable marks Vault being unreachable or failing: the caller waits and retries; it never

@@ -16,6 +16,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
 	"github.com/stands-engine/stands-reconciler/hcloudsim/vm"
 	"github.com/stands-engine/stands-reconciler/internal/logging"
+	"log/slog"
 )
 
 func main() {
@@ -50,31 +51,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("read token", "err", err)
 		return 1
 	}
-	var m hcloudsim.Machine
-	switch *machine {
-	case "record":
-		m = &hcloudsim.RecordMachine{}
-	case "vm":
-		dir := *vmDir
-		if dir == "" && *state != "" {
-			dir = *state + ".vms"
-		}
-		if dir == "" {
-			if dir, err = os.MkdirTemp("", "hcloudsim-vms-"); err != nil {
-				log.Error("vm folder", "err", err)
-				return 1
-			}
-		}
-		vms, err := vm.New(vm.Config{Dir: dir, Registry: *vmRegistry, Accel: *vmAccel, Log: log})
-		if err != nil {
-			log.Error("vm backend", "err", err)
-			return 1
-		}
-		// VMs keep running after the simulator stops; a restart with the same state reattaches them.
-		m = vms
-	default:
+	if *machine != "record" && *machine != "vm" {
 		fmt.Fprintf(stderr, "hcloudsim: unknown machine backend %q\n", *machine)
 		return 2
+	}
+	m, err := machineBackend(*machine, *vmDir, *state, *vmRegistry, *vmAccel, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "hcloudsim: %v\n", err)
+		return 1
 	}
 	sim, err := hcloudsim.New(ctx, hcloudsim.WithToken(tok), hcloudsim.WithStateFile(*state), hcloudsim.WithActionDelay(*delay),
 		hcloudsim.WithMachine(m), hcloudsim.WithLogger(log))
@@ -105,6 +89,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("stopped")
 	return 0
+}
+
+// machineBackend is what a server is: a record, or a QEMU VM whose disk and sockets live in a
+// folder (next to the state file, else a temporary one).
+func machineBackend(kind, dir, state, registry, accel string, log *slog.Logger) (hcloudsim.Machine, error) {
+	switch kind {
+	case "record":
+		return &hcloudsim.RecordMachine{}, nil
+	case "vm":
+	default:
+		return nil, fmt.Errorf("unknown machine backend %q", kind)
+	}
+	if dir == "" && state != "" {
+		dir = state + ".vms"
+	}
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "hcloudsim-vms-"); err != nil {
+			return nil, fmt.Errorf("vm folder: %w", err)
+		}
+	}
+	// VMs keep running after the simulator stops; a restart with the same state reattaches them.
+	vms, err := vm.New(vm.Config{Dir: dir, Registry: registry, Accel: accel, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("vm backend: %w", err)
+	}
+	return vms, nil
 }
 
 // examplePublicKey is the admin key of the demo project; nobody holds its private half, as nobody can

@@ -13,8 +13,11 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/engine"
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/logging"
+	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // engineFlags are the settings every command that runs Pulumi needs. Secrets come from the
@@ -41,30 +44,15 @@ func (f *engineFlags) register(fs *flag.FlagSet, getenv env) {
 	fs.DurationVar(&f.lockLease, "lock-lease", 0, "treat another host's stack lock older than this as abandoned (0: always wait)")
 }
 
-// secretSetting reads KEY, or the file named by KEY_FILE.
-func secretSetting(getenv env, key string) (string, error) {
-	if v := getenv(key); v != "" {
-		return v, nil
-	}
-	if f := getenv(key + "_FILE"); f != "" {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return "", fmt.Errorf("read %s_FILE: %w", key, err)
-		}
-		return strings.TrimSpace(string(data)), nil
-	}
-	return "", fmt.Errorf("%s (or %s_FILE) is not set", key, key)
-}
-
 func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*engine.Config)) (*engine.Engine, string, error) {
 	if f.nodes != "skip" && f.nodes != "full" {
 		return nil, "", fmt.Errorf("--nodes=%s: want full or skip", f.nodes)
 	}
-	pass, err := secretSetting(getenv, "STANDS_PASSPHRASE")
+	pass, err := credential.Read(getenv, "STANDS_PASSPHRASE")
 	if err != nil {
 		return nil, "", err
 	}
-	token, err := secretSetting(getenv, "HCLOUD_TOKEN")
+	token, err := credential.Read(getenv, "HCLOUD_TOKEN")
 	if err != nil {
 		return nil, "", err
 	}
@@ -160,7 +148,7 @@ func applyOrPreview(ctx context.Context, op string, args []string, std stdio, ge
 		fmt.Fprintf(std.err, "%s: %v\n", op, err)
 		return exitError
 	}
-	in := engine.Stand{FS: fsys, Stand: r.Stand, Secrets: r.Secrets, SpecHash: hash}
+	in := stands.Input{FS: fsys, Stand: r.Stand, Secrets: r.Secrets, SpecHash: hash}
 	if op == "preview" {
 		res, err := eng.Preview(ctx, in)
 		if errors.Is(err, engine.ErrNoStack) {
@@ -195,7 +183,7 @@ func applyOrPreview(ctx context.Context, op string, args []string, std stdio, ge
 }
 
 // writeConnectionFile writes the full record, indented, readable by its owner only (seed §11).
-func writeConnectionFile(dir string, res *engine.Result) error {
+func writeConnectionFile(dir string, res *stands.Result) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create output folder: %w", err)
 	}
@@ -238,7 +226,7 @@ func runDestroy(ctx context.Context, args []string, std stdio, getenv env) int {
 		fmt.Fprintf(std.err, "destroy: %v\n", err)
 		return exitError
 	}
-	res, err := eng.Destroy(ctx, engine.StackRef{Project: project, Env: envName})
+	res, err := eng.Destroy(ctx, stands.StackRef{Project: project, Env: envName})
 	if err != nil {
 		fail(std, "destroy", err)
 		return exitError
@@ -292,7 +280,7 @@ func runInventory(ctx context.Context, args []string, std stdio, getenv env) int
 		"stacks", args, std, getenv, func(ctx context.Context, e *engine.Engine) (any, error) {
 			s, err := e.Inventory(ctx)
 			if s == nil {
-				s = []engine.StackInfo{}
+				s = []stands.StackInfo{}
 			}
 			return s, err
 		})
@@ -332,6 +320,6 @@ func (s scrubbed) Error() string { return s.secrets.Scrub(s.err.Error()) }
 func (s scrubbed) Unwrap() error { return s.err }
 
 func fail(std stdio, op string, err error) {
-	c := engine.Classify(err)
-	fmt.Fprintf(std.err, "%s: %v [%s, %s]\n", op, err, c.Reason, c.Kind)
+	c := reason.Of(err)
+	fmt.Fprintf(std.err, "%s: %v [%s, %s]\n", op, err, c, c.Kind())
 }

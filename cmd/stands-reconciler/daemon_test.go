@@ -30,6 +30,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 )
 
@@ -84,19 +85,20 @@ func standPath(p string) string { return "stands/" + p + "/stand.yml" }
 // wrapper, hcloudsim and a real Vault, and the daemon in a process of its own, logged in to Vault as
 // in production: an AppRole under the policy the docs give operators, and nothing more.
 type daemonEnv struct {
-	t       *testing.T
-	gitea   *testenv.Gitea
-	repo    *testenv.Repo
-	hetzner *testenv.Hetzner
-	vault   *testenv.Vault
-	roleID  string // the reconciler's AppRole; its secret id is secrets["vault secret id"]
-	reader  *gitsource.Source
-	counts  string // one line per Pulumi CLI process: its arguments
-	logFile string
-	listen  string
-	hookKey string
-	secrets map[string]string // every secret value the run uses, by name
-	pl      *testenv.Pulumi
+	t        *testing.T
+	gitea    *testenv.Gitea
+	repo     *testenv.Repo
+	hetzner  *testenv.Hetzner
+	vault    *testenv.Vault
+	roleID   string // the reconciler's AppRole; its secret id is secrets["vault secret id"]
+	reader   *gitsource.Source
+	counts   string   // one line per Pulumi CLI process: its arguments
+	logFile  string   // of the running daemon
+	logFiles []string // of every start
+	listen   string
+	hookKey  string
+	secrets  map[string]string // every secret value the run uses, by name
+	pl       *testenv.Pulumi
 	// gitUser and gitToken are who the daemon is in Gitea (the admin unless a test says otherwise).
 	gitUser, gitToken string
 	state             string // the daemon's state folder
@@ -152,11 +154,15 @@ func TestDaemon(t *testing.T) {
 	e := newDaemonEnv(t, map[string]int{"a": 6300, "b": 6301, "c": 6302, "d": 6303})
 	e.repo.Change("a stand without secrets", map[string]string{standPath("p"): plainStand("p")})
 	vc := e.vaultClient()
-	e.start()
+	// Without the share and last-stand guards, only the code under test stands between an outage
+	// (Gitea down, Vault sealed) and a destroy: "nothing destroyed" could not fail otherwise, because
+	// a source misread as empty would be refused by the last-stand guard anyway. The guards get their
+	// own subtest after a restart without this flag.
+	e.start("--allow-mass-destroy")
 
 	ids := []string{"local_a_dev", "local_b_dev", "local_c_dev", "local_d_dev", "local_p_dev"}
 	for _, id := range ids {
-		e.waitStatus(id, 4*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reconcile.Ready })
+		e.waitStatus(id, 4*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Ready })
 	}
 	e.waitReady(http.StatusOK)
 
@@ -165,7 +171,7 @@ func TestDaemon(t *testing.T) {
 		e.repo.ChangeOn("add-e", "add stand e", map[string]string{standPath("e"): daemonStand("e", 6310)})
 		merge := e.repo.Merge(e.gitea.API(t), "add-e", "Add stand e")
 		s := e.waitStatus("local_e_dev", 3*time.Minute, func(s *reconcile.Status) bool {
-			return s.Phase == reconcile.Ready && s.LastSuccessfulCommit == merge
+			return s.Phase == reason.Ready && s.LastSuccessfulCommit == merge
 		})
 		if len(s.Nodes) != 1 || s.Nodes[0].PublicIPv4 == "" || s.Nodes[0].PrivateIP == "" || s.Nodes[0].ServerID == 0 {
 			t.Errorf("nodes: %+v", s.Nodes)
@@ -200,7 +206,7 @@ func TestDaemon(t *testing.T) {
 		ups := e.ups()
 		commit := e.repo.Change("c: another port", map[string]string{standPath("c"): daemonStand("c", 6399)})
 		e.waitStatus("local_c_dev", 3*time.Minute, func(s *reconcile.Status) bool {
-			return s.Phase == reconcile.Ready && s.LastSuccessfulCommit == commit
+			return s.Phase == reason.Ready && s.LastSuccessfulCommit == commit
 		})
 		e.waitLog("cycle planned", e.logCount("cycle planned")+2, time.Minute)
 		if got := e.ups() - ups; got != 1 {
@@ -211,7 +217,7 @@ func TestDaemon(t *testing.T) {
 	e.run("removing one stand destroys it", func(t *testing.T) {
 		commit := e.repo.Change("remove d", nil, "stands/d")
 		e.waitStatus("local_d_dev", 3*time.Minute, func(s *reconcile.Status) bool {
-			return s.Phase == reconcile.Destroyed && s.LastSuccessfulCommit == commit
+			return s.Phase == reason.Destroyed && s.LastSuccessfulCommit == commit
 		})
 		for name := range e.hetzner.Servers(t) {
 			if strings.HasPrefix(name, "local-d-dev") {
@@ -241,7 +247,7 @@ func TestDaemon(t *testing.T) {
 		e.vault.Seal(t) // `vault operator seal`
 		commit := e.repo.Change("a: another port; remove c", map[string]string{standPath("a"): daemonStand("a", 6398)}, "stands/c")
 		s := e.waitStatus("local_a_dev", 2*time.Minute, func(s *reconcile.Status) bool {
-			return s.Reason == reconcile.ReasonVaultUnavailable
+			return s.Reason == reason.VaultUnavailable
 		})
 		if !strings.Contains(s.Message, "vault") {
 			t.Errorf("the status does not name the cause: %+v", s)
@@ -252,27 +258,26 @@ func TestDaemon(t *testing.T) {
 		e.waitLog("cycle planned", e.logCount("cycle planned")+2, time.Minute)
 		e.vault.Start(t)
 		e.waitLog("cycle planned", e.logCount("cycle planned")+2, time.Minute)
-		// Only the hold stands in the way of c's destroy: one destroy per cycle is always allowed, c is
-		// not protected, and p, which needs no secret, keeps the guard against removing every stand
-		// out of it.
+		// Only the hold stands in the way of c's destroy: the guards are lifted (--allow-mass-destroy)
+		// and c is not protected.
 		if got := e.ups() - ups; got != 0 {
 			t.Errorf("%d pulumi up while Vault was sealed or down", got)
 		}
 		if got := e.deletes() - deletes; got != 0 {
 			t.Errorf("%d server deletions while Vault was sealed or down", got)
 		}
-		if s := e.waitStatus("local_c_dev", time.Second, func(*reconcile.Status) bool { return true }); s.Phase != reconcile.Blocked || s.Reason != reconcile.ReasonVaultUnavailable {
+		if s := e.waitStatus("local_c_dev", time.Second, func(*reconcile.Status) bool { return true }); s.Phase != reason.Blocked || s.Reason != reason.VaultUnavailable {
 			t.Errorf("c while Vault was sealed or down: %+v, want Blocked by VaultUnavailable", s)
 		}
-		if s := e.waitStatus("local_p_dev", time.Second, func(*reconcile.Status) bool { return true }); s.Phase != reconcile.Ready {
+		if s := e.waitStatus("local_p_dev", time.Second, func(*reconcile.Status) bool { return true }); s.Phase != reason.Ready {
 			t.Errorf("p, which needs no secret, while Vault was sealed: %+v", s)
 		}
 		e.vault.Unseal(t)
 		e.waitStatus("local_a_dev", 3*time.Minute, func(s *reconcile.Status) bool {
-			return s.Phase == reconcile.Ready && s.LastSuccessfulCommit == commit
+			return s.Phase == reason.Ready && s.LastSuccessfulCommit == commit
 		})
 		e.waitStatus("local_c_dev", 3*time.Minute, func(s *reconcile.Status) bool {
-			return s.Phase == reconcile.Destroyed && s.LastSuccessfulCommit == commit
+			return s.Phase == reason.Destroyed && s.LastSuccessfulCommit == commit
 		})
 		e.waitReady(http.StatusOK)
 	})
@@ -289,12 +294,14 @@ func TestDaemon(t *testing.T) {
 		e.waitLog("webhook: polling now", polls+1, 10*time.Second)
 	})
 
+	e.stop()
+	e.start() // the guards back, and a restart on a repository whose stands are all Ready
 	e.run("removing every stand is refused until approved", func(t *testing.T) {
 		rest := []string{"local_a_dev", "local_b_dev", "local_e_dev", "local_p_dev"}
 		deletes := e.deletes()
 		e.repo.Change("remove every stand", nil, "stands")
 		for _, id := range rest {
-			s := e.waitStatus(id, 2*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reconcile.Blocked })
+			s := e.waitStatus(id, 2*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Blocked })
 			if s.Reason != "WouldRemoveAllStands" || !strings.Contains(s.Message, reconcile.AllowDestroyFile) {
 				t.Errorf("%s: %+v", id, s)
 			}
@@ -305,7 +312,7 @@ func TestDaemon(t *testing.T) {
 		}
 		e.repo.Change("approve removing every stand", map[string]string{reconcile.AllowDestroyFile: "# approved in review\n" + strings.Join(rest, "\n") + "\n"})
 		for _, id := range rest {
-			e.waitStatus(id, 3*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reconcile.Destroyed })
+			e.waitStatus(id, 3*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Destroyed })
 		}
 		if n := len(e.hetzner.Servers(t)); n != 0 {
 			t.Errorf("%d servers left", n)
@@ -316,7 +323,7 @@ func TestDaemon(t *testing.T) {
 
 	e.run("no secret in history, logs or status", func(t *testing.T) {
 		haystacks := e.history()
-		log, err := os.ReadFile(e.logFile)
+		log, err := e.allLogs()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -432,6 +439,7 @@ func (e *daemonEnv) start(extra ...string) {
 		"VAULT_ADDR=" + e.vault.Addr, "VAULT_ROLE_ID=" + e.roleID, "VAULT_SECRET_ID_FILE=" + secretFile("vault-secret-id", e.secrets["vault secret id"]),
 		"STANDS_NODES=skip", "LOG_LEVEL=debug"}
 	e.logFile = filepath.Join(dir, "daemon.log")
+	e.logFiles = append(e.logFiles, e.logFile)
 	logf, err := os.Create(e.logFile)
 	if err != nil {
 		t.Fatal(err)
@@ -455,6 +463,19 @@ func (e *daemonEnv) start(extra ...string) {
 }
 
 // stop sends SIGTERM and expects a clean exit.
+// allLogs is the log of every start, in order.
+func (e *daemonEnv) allLogs() ([]byte, error) {
+	var all []byte
+	for _, f := range e.logFiles {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, data...)
+	}
+	return all, nil
+}
+
 func (e *daemonEnv) stop() {
 	t := e.t
 	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -58,7 +58,7 @@ func runCLI(t *testing.T, ctx context.Context, env *recorder, args ...string) re
 // repoFromArchive writes the mini repository with an archive applied to a temporary folder.
 func repoFromArchive(t *testing.T, archive string) string {
 	t.Helper()
-	base, err := testfs.Dir("../../engine/manifest/testdata/minirepo")
+	base, err := testfs.Dir("../../manifest/testdata/minirepo")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestValidateReportsEveryMistake(t *testing.T) {
 func TestSecretNeverPrinted(t *testing.T) {
 	const sentinel = `s3nt1nel-Q7wz"{[:`
 	app := "apps/kv/app.yml"
-	appYML, err := os.ReadFile("../../engine/manifest/testdata/minirepo/" + app)
+	appYML, err := os.ReadFile("../../manifest/testdata/minirepo/" + app)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 )
 
@@ -46,7 +46,7 @@ func TestReconcileOnceLocalRepository(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, `"stands":{"local_a_dev":"Ready"}`) {
 		t.Fatalf("reconcile --once: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	if s := statusOf("local_a_dev"); s.Phase != reconcile.Ready || s.LastSuccessfulCommit != mainHead || len(s.Nodes) != 1 {
+	if s := statusOf("local_a_dev"); s.Phase != reason.Ready || s.LastSuccessfulCommit != mainHead || len(s.Nodes) != 1 {
 		t.Errorf("status: %+v", s)
 	}
 	if ref, _ := repo.Reference(plumbing.NewBranchReferenceName("main"), true); ref.Hash().String() != mainHead {
@@ -72,7 +72,7 @@ func TestReconcileOnceLocalRepository(t *testing.T) {
 	if r.code != exitError || !strings.Contains(r.stdout, `"status":"failure"`) || !strings.Contains(r.stdout, `"local_a_dev":"Ready"`) {
 		t.Fatalf("with a broken stand: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	if s := statusOf("local_b_dev"); s.Phase != reconcile.Failed || !strings.Contains(s.Message, "stands/b/stand.yml:") {
+	if s := statusOf("local_b_dev"); s.Phase != reason.Failed || !strings.Contains(s.Message, "stands/b/stand.yml:") {
 		t.Errorf("broken stand: %+v", s)
 	}
 }
@@ -167,45 +167,6 @@ func (l *localStandsRepo) status(id string) reconcile.Status {
 	return s
 }
 
-// TestCredentialFileRotation: a credential given as *_FILE is read again when the file is replaced,
-// as systemd and secret managers do (write elsewhere, rename over).
-func TestCredentialFileRotation(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "token")
-	if err := os.WriteFile(file, []byte("first\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c, err := newCredential(ctx, newRecorder(map[string]string{"T_FILE": file}).getenv, "T", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, err := c.Value(); v != "first" || err != nil {
-		t.Fatalf("value %q %v", v, err)
-	}
-	tmp := filepath.Join(dir, ".token.new")
-	if err := os.WriteFile(tmp, []byte("second\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, file); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if v, _ := c.Value(); v == "second" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the rotated credential was not read again")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if _, err := newCredential(ctx, newRecorder(map[string]string{"T_FILE": filepath.Join(dir, "missing")}).getenv, "T", slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "T_FILE") {
-		t.Errorf("a missing credential file: %v", err)
-	}
-}
-
 // TestReconcileOnceVaultTokenPastMaxTTL: a Vault token past its max TTL is an outage, not bad input.
 // `reconcile --once` with it applies and destroys nothing — a changed stand and a removed one wait,
 // saying VaultUnavailable — and the next run, with a new token in the same file, catches up. The
@@ -259,7 +220,7 @@ func TestReconcileOnceVaultTokenPastMaxTTL(t *testing.T) {
 	lr.commit(map[string]string{standPath("a"): daemonStand("a", 6300), standPath("b"): daemonStand("b", 6301), standPath("p"): plainStand("p")})
 	once(exitOK)
 	for _, id := range []string{"local_a_dev", "local_b_dev", "local_p_dev"} {
-		if s := lr.status(id); s.Phase != reconcile.Ready {
+		if s := lr.status(id); s.Phase != reason.Ready {
 			t.Fatalf("%s before the outage: %+v", id, s)
 		}
 	}
@@ -271,15 +232,15 @@ func TestReconcileOnceVaultTokenPastMaxTTL(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	ups, deletes := countUps(counts), serverDeletes(h)
 	r := once(exitOK)
-	if s := lr.status("local_a_dev"); s.Reason != reconcile.ReasonVaultUnavailable || s.LastSuccessfulCommit == changed {
+	if s := lr.status("local_a_dev"); s.Reason != reason.VaultUnavailable || s.LastSuccessfulCommit == changed {
 		t.Errorf("the changed stand with a token past its max TTL: %+v", s)
 	}
 	// Only the hold stands in the way of b's destroy: one destroy per cycle is always allowed, and p,
 	// which needs no secret, keeps the guard against removing every stand out of it.
-	if s := lr.status("local_b_dev"); s.Phase != reconcile.Blocked || s.Reason != reconcile.ReasonVaultUnavailable {
+	if s := lr.status("local_b_dev"); s.Phase != reason.Blocked || s.Reason != reason.VaultUnavailable {
 		t.Errorf("the removed stand with a token past its max TTL: %+v, want Blocked by VaultUnavailable", s)
 	}
-	if s := lr.status("local_p_dev"); s.Phase != reconcile.Ready {
+	if s := lr.status("local_p_dev"); s.Phase != reason.Ready {
 		t.Errorf("p, which needs no secret, with a token past its max TTL: %+v", s)
 	}
 	if !strings.Contains(r.stderr, "refuses the reconciler's token") {
@@ -297,10 +258,10 @@ func TestReconcileOnceVaultTokenPastMaxTTL(t *testing.T) {
 
 	setToken(token("1h", ""))
 	once(exitOK)
-	if s := lr.status("local_a_dev"); s.Phase != reconcile.Ready || s.LastSuccessfulCommit != changed {
+	if s := lr.status("local_a_dev"); s.Phase != reason.Ready || s.LastSuccessfulCommit != changed {
 		t.Errorf("the changed stand with a new token: %+v", s)
 	}
-	if s := lr.status("local_b_dev"); s.Phase != reconcile.Destroyed || s.LastSuccessfulCommit != changed {
+	if s := lr.status("local_b_dev"); s.Phase != reason.Destroyed || s.LastSuccessfulCommit != changed {
 		t.Errorf("the removed stand with a new token: %+v", s)
 	}
 	if got := serverDeletes(h) - deletes; got != 1 {

@@ -13,6 +13,7 @@ import (
 
 	"code.gitea.io/sdk/gitea"
 
+	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 )
 
@@ -42,7 +43,7 @@ func TestPullRequestPlans(t *testing.T) {
 	// Stands reach main through pull requests only now; the first two are there already.
 	e.start()
 	for _, id := range []string{"local_a_dev", "local_b_dev"} {
-		e.waitStatus(id, 4*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reconcile.Ready })
+		e.waitStatus(id, 4*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Ready })
 	}
 	backend := filepath.Join(e.stateDir(), "pulumi", "local", ".pulumi", "stacks")
 	stacksBefore := listFiles(t, backend)
@@ -125,7 +126,7 @@ func TestPullRequestPlans(t *testing.T) {
 		}
 		// The bot's status commits still land on the protected main.
 		e.waitStatus("local_b_dev", 3*time.Minute, func(s *reconcile.Status) bool {
-			return s.Phase == reconcile.Ready && s.Timings != nil && s.Reason == reconcile.ReasonApplied && strings.Contains(e.file(standPath("b")), "6321")
+			return s.Phase == reason.Ready && s.Timings != nil && s.Reason == reason.Applied && strings.Contains(e.file(standPath("b")), "6321")
 		})
 	})
 

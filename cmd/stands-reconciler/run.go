@@ -7,24 +7,23 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 
-	"github.com/stands-engine/stands-reconciler/engine"
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
 	"github.com/stands-engine/stands-reconciler/gitsource"
-	"github.com/stands-engine/stands-reconciler/internal/fswatch"
+	"github.com/stands-engine/stands-reconciler/internal/credential"
+	"github.com/stands-engine/stands-reconciler/internal/httpapi"
 	"github.com/stands-engine/stands-reconciler/internal/logging"
+	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/vault"
+	"io"
 )
 
 // daemonFlags configure `run` and `reconcile`.
@@ -72,7 +71,7 @@ func (f *daemonFlags) register(fs *flag.FlagSet, getenv env) {
 }
 
 func runDaemon(ctx context.Context, args []string, std stdio, getenv env) int {
-	fs := newFlags("run", "run [flags]\n\nReconciles the stands repository until SIGTERM: polls it (and answers Gitea's push webhook on POST /webhook,\nsigned with $STANDS_WEBHOOK_SECRET or $STANDS_WEBHOOK_SECRET_FILE), applies and destroys stands, and commits their status.\nSecrets: HCLOUD_TOKEN, STANDS_PASSPHRASE, STANDS_GIT_TOKEN, VAULT_TOKEN or VAULT_ROLE_ID+VAULT_SECRET_ID, each also as *_FILE.\nWithout VAULT_ADDR, !secret values come from SECRET_<NAME> (local mode).", std)
+	fs := newFlags("run", "run [flags]\n\nReconciles the stands repository until SIGTERM: polls it (and answers Gitea's push webhook on POST /webhook,\nsigned with $STANDS_WEBHOOK_SECRET or $STANDS_WEBHOOK_SECRET_FILE), applies and destroys stands, and commits their status.\nSecrets: HCLOUD_TOKEN, STANDS_PASSPHRASE, STANDS_GIT_TOKEN, VAULT_TOKEN, each as KEY or KEY_FILE (not both);\nVAULT_ROLE_ID with VAULT_SECRET_ID_FILE for AppRole.\nWithout VAULT_ADDR, !secret values come from SECRET_<NAME> (local mode).", std)
 	var f daemonFlags
 	f.register(fs, getenv)
 	if done, code := parseFlags(fs, args, std); done {
@@ -98,171 +97,113 @@ func runReconcile(ctx context.Context, args []string, std stdio, getenv env) int
 
 func daemon(ctx context.Context, f *daemonFlags, once bool, std stdio, getenv env) int {
 	log := logging.New(std.err, f.logLevel)
-	fail := func(err error) int {
-		fmt.Fprintf(std.err, "run: %v\n", err)
-		return exitError
-	}
 	if f.repo == "" {
 		fmt.Fprintln(std.err, "run: --repo (or $STANDS_REPO_URL) is required")
 		return exitUsage
 	}
-	// Background work (credential watchers, Vault renewal) lives until the daemon returns, past the
-	// signal: the drain still needs them.
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBG()
-	hcloudToken, err := newCredential(bg, getenv, "HCLOUD_TOKEN", log)
+	w, err := wire(f, std, getenv, log)
 	if err != nil {
-		return fail(err)
+		fmt.Fprintf(std.err, "run: %v\n", err)
+		return exitError
 	}
-	// One logger for the loop and the engine: two handlers on one writer would each lock only itself.
-	eng, pass, err := f.engine(std, getenv, f.owner, func(c *engine.Config) { c.HcloudTokenFunc, c.Log = hcloudToken.Value, log })
-	if err != nil {
-		return fail(err)
-	}
-	src, err := f.source(bg, getenv, log)
-	if err != nil {
-		return fail(err)
-	}
-	sec, err := f.secrets(bg, getenv, log)
-	if err != nil {
-		return fail(err)
-	}
-	cfg := reconcile.Config{Owner: f.owner, Passphrase: pass, Workers: f.workers, MaxDestroyShare: f.share,
-		AllowMassDestroy: f.massDestroy, DriftInterval: f.drift, DriftApply: f.driftApply, Log: log,
-		Branch: f.branch, StatusBranch: src.StatusBranch()}
-	if forge := f.forge(bg, getenv, log); forge != nil {
-		cfg.Forge = forge
-		if f.previews {
-			cfg.Planner, cfg.Refs = eng, src
-		}
-	}
-	rec := reconcile.New(cfg, src, eng, sec)
-
 	if once {
-		err := rec.Cycle(ctx)
-		// Wait for the operations; on SIGTERM give them the drain timeout, as the daemon does.
-		done := make(chan struct{})
-		go func() { rec.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			log.Info("stopping: letting running operations finish", "drain_timeout", f.drain)
-		}
-		if derr := rec.Drain(f.drain); err == nil {
-			err = derr
-		}
-		if err != nil {
-			return fail(err)
-		}
-		// The record lists every stand's phase; a stand that failed makes the exit code 1.
-		code, phases := exitOK, map[string]string{}
-		for id, s := range rec.Statuses() {
-			phases[id] = string(s.Phase)
-			if s.Phase == reconcile.Failed || s.Phase == reconcile.Stalled {
-				code = exitError
-			}
-		}
-		status := "success"
-		if code != exitOK {
-			status = "failure"
-		}
-		if c := writeRecord(std, map[string]any{"operation": "reconcile", "status": status, "stands": phases}); c != exitOK {
-			return c
-		}
+		code := reconcileOnce(ctx, w.rec, f.drain, std, log)
+		w.Close()
 		return code
 	}
-
-	var srv *http.Server
-	if f.listen != "" {
-		webhookSecret, err := newCredential(bg, getenv, "STANDS_WEBHOOK_SECRET", log)
-		if err != nil {
-			return fail(err)
-		}
-		if !webhookSecret.set() {
-			log.Warn("no STANDS_WEBHOOK_SECRET: every webhook is refused (401); polling still works")
-		}
-		ln, err := net.Listen("tcp", f.listen)
-		if err != nil {
-			return fail(fmt.Errorf("listen on %s: %w", f.listen, err))
-		}
-		srv = &http.Server{Handler: handler(rec, webhookSecret, log), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("http listener stopped", "err", err)
-			}
-		}()
-		log.Info("listening", "addr", ln.Addr().String(), "paths", "/webhook /healthz /readyz")
-	}
-	go func() {
-		if err := src.Watch(bg, rec.Trigger); err != nil {
-			log.Warn("watching the local repository failed; polling only", "err", err)
-		}
-	}()
-	log.Info("reconciler started", "repo", gitsource.RedactURL(f.repo), "branch", f.branch, "status_branch", src.StatusBranch(),
-		"poll_interval", f.poll, "owner", f.owner, "workers", f.workers)
-	rec.Run(ctx, f.poll)
-	log.Info("stopping: letting running operations finish", "drain_timeout", f.drain)
-	code := exitOK
-	if err := rec.Drain(f.drain); err != nil {
-		log.Warn("drain", "err", err)
-		code = exitInterrupted
-	}
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = srv.Shutdown(sctx)
-		cancel()
-	}
+	code := serve(ctx, w, f, getenv)
+	// After the drain: credential watchers and the Vault login served it to the end.
+	w.Close()
 	log.Info("reconciler stopped")
 	return code
 }
 
-// handler serves the webhook and the probes. /readyz is 503 until a cycle succeeded and while the
-// repository, the secret store or the Pulumi backend is unreachable.
-func handler(rec *reconcile.Reconciler, secret *credential, log *slog.Logger) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("POST /webhook", gitsource.WebhookHandler(func() []byte {
-		v, _ := secret.Value()
-		return []byte(v)
-	}, func() {
-		log.Info("webhook: polling now")
-		rec.Trigger()
+// reconcileOnce is `reconcile --once`: one cycle, its operations awaited, a record of every stand's
+// phase on stdout; a stand that failed makes the exit code 1.
+func reconcileOnce(ctx context.Context, rec *reconcile.Reconciler, drain time.Duration, std stdio, log *slog.Logger) int {
+	err := rec.Cycle(ctx)
+	// Wait for the operations; on SIGTERM give them the drain timeout, as the daemon does.
+	done := make(chan struct{})
+	go func() { rec.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		log.Info("stopping: letting running operations finish", "drain_timeout", drain)
+	}
+	if derr := rec.Drain(drain); err == nil {
+		err = derr
+	}
+	if err != nil {
+		fmt.Fprintf(std.err, "run: %v\n", err)
+		return exitError
+	}
+	code, phases := exitOK, map[string]string{}
+	for id, s := range rec.Statuses() {
+		phases[id] = string(s.Phase)
+		if s.Phase == reason.Failed || s.Phase == reason.Stalled {
+			code = exitError
+		}
+	}
+	status := "success"
+	if code != exitOK {
+		status = "failure"
+	}
+	if c := writeRecord(std, map[string]any{"operation": "reconcile", "status": status, "stands": phases}); c != exitOK {
+		return c
+	}
+	return code
+}
+
+// serve is the daemon: the HTTP listener, the local repository's watcher and the loop until ctx
+// ends, then the drain.
+func serve(ctx context.Context, w *wiring, f *daemonFlags, getenv env) int {
+	log := w.log
+	if f.listen != "" {
+		secret, err := credential.Watch(getenv, "STANDS_WEBHOOK_SECRET", log)
+		if err != nil {
+			fmt.Fprintf(w.stderr, "run: %v\n", err)
+			return exitError
+		}
+		w.own(secret)
+		if !secret.Set() {
+			log.Warn("no STANDS_WEBHOOK_SECRET: every webhook is refused (401); polling still works")
+		}
+		srv, err := httpapi.Listen(f.listen, httpapi.Handler(w.rec, func() []byte {
+			v, _ := secret.Value()
+			return []byte(v)
+		}, log), log)
+		if err != nil {
+			fmt.Fprintf(w.stderr, "run: %v\n", err)
+			return exitError
+		}
+		w.own(srv)
+		log.Info("listening", "addr", srv.Addr(), "paths", "/webhook /healthz /readyz")
+	}
+	w.own(goAsLongAs(func(ctx context.Context) {
+		if err := w.src.Watch(ctx, w.rec.Trigger); err != nil {
+			log.Warn("watching the local repository failed; polling only", "err", err)
+		}
 	}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		h := rec.Health()
-		problems := map[string]string{}
-		for name, err := range map[string]error{"source": h.Source, "secrets": h.Secrets, "backend": h.Backend} {
-			if err != nil {
-				problems[name] = err.Error()
-			}
-		}
-		if h.Cycles == 0 && len(problems) == 0 {
-			problems["cycle"] = "no cycle has completed yet"
-		}
-		w.Header().Set("Content-Type", "application/json")
-		if len(problems) > 0 {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"ready": len(problems) == 0, "problems": problems, "cycles": h.Cycles})
-	})
-	return mux
+	log.Info("reconciler started", "repo", gitsource.RedactURL(f.repo), "branch", f.branch, "status_branch", w.src.StatusBranch(),
+		"poll_interval", f.poll, "owner", f.owner, "workers", f.workers)
+	w.rec.Run(ctx, f.poll)
+	log.Info("stopping: letting running operations finish", "drain_timeout", f.drain)
+	if err := w.rec.Drain(f.drain); err != nil {
+		log.Warn("drain", "err", err)
+		return exitInterrupted
+	}
+	return exitOK
 }
 
 // source builds the repository client: a token (watched when it comes from a file) for HTTP(S), a
 // key for SSH, nothing for a local path.
-func (f *daemonFlags) source(ctx context.Context, getenv env, log *slog.Logger) (*gitsource.Source, error) {
+func (f *daemonFlags) source(getenv env, gitToken *credential.Credential, log *slog.Logger) (*gitsource.Source, error) {
 	opts := []gitsource.Option{gitsource.WithIdentity(gitsource.Identity{Name: f.gitName, Email: f.gitEmail}), gitsource.WithLogger(log)}
 	status := f.statusBranch
 	switch {
 	case strings.HasPrefix(f.repo, "http://"), strings.HasPrefix(f.repo, "https://"):
-		tok, err := newCredential(ctx, getenv, "STANDS_GIT_TOKEN", log)
-		if err != nil {
-			return nil, err
-		}
-		if tok.set() {
-			opts = append(opts, gitsource.WithToken(f.gitUser, tok.Value))
+		if gitToken.Set() {
+			opts = append(opts, gitsource.WithToken(f.gitUser, gitToken.Value))
 		}
 	case strings.HasPrefix(f.repo, "ssh://"), strings.Contains(f.repo, "@") && !strings.Contains(f.repo, "://"):
 		auth, err := sshAuth(getenv)
@@ -283,7 +224,7 @@ func (f *daemonFlags) source(ctx context.Context, getenv env, log *slog.Logger) 
 
 // forge is the Gitea API of an http(s) repository: commit statuses and pull request plans. An SSH
 // or local repository has none (set STANDS_GITEA_URL to give an SSH repository its API).
-func (f *daemonFlags) forge(ctx context.Context, getenv env, log *slog.Logger) reconcile.Forge {
+func (f *daemonFlags) forge(getenv env, gitToken *credential.Credential, log *slog.Logger) reconcile.Forge {
 	apiURL := getenv("STANDS_GITEA_URL")
 	if apiURL == "" && (strings.HasPrefix(f.repo, "http://") || strings.HasPrefix(f.repo, "https://")) {
 		apiURL = f.repo
@@ -292,12 +233,11 @@ func (f *daemonFlags) forge(ctx context.Context, getenv env, log *slog.Logger) r
 		log.Info("no Gitea API: no commit statuses and no pull request plans")
 		return nil
 	}
-	tok, err := newCredential(ctx, getenv, "STANDS_GIT_TOKEN", log)
-	if err != nil || !tok.set() {
-		log.Warn("no STANDS_GIT_TOKEN for the Gitea API: no commit statuses and no pull request plans", "err", err)
+	if !gitToken.Set() {
+		log.Warn("no STANDS_GIT_TOKEN for the Gitea API: no commit statuses and no pull request plans")
 		return nil
 	}
-	g, err := gitsource.NewGitea(apiURL, tok.Value)
+	g, err := gitsource.NewGitea(apiURL, gitToken.Value)
 	if err != nil {
 		log.Warn("no Gitea API", "err", err)
 		return nil
@@ -325,80 +265,55 @@ func sshAuth(getenv env) (transport.AuthMethod, error) {
 }
 
 // secrets is Vault when VAULT_ADDR is set, else local mode: SECRET_<NAME> from the environment and
-// connection records as 0600 files under <state-dir>/connections.
-func (f *daemonFlags) secrets(ctx context.Context, getenv env, log *slog.Logger) (reconcile.Secrets, error) {
+// connection records as 0600 files under <state-dir>/connections. The closer, when not nil, ends the
+// Vault login's renewal.
+func (f *daemonFlags) secrets(getenv env, log *slog.Logger) (reconcile.Secrets, io.Closer, error) {
 	addr := getenv("VAULT_ADDR")
 	if addr == "" {
 		dir, err := filepath.Abs(filepath.Join(f.stateDir, "connections"))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		log.Info("no VAULT_ADDR: secrets from SECRET_<NAME> variables, connection records in " + dir)
 		return &localSecrets{EnvSource: manifest.EnvSource{Lookup: func(k string) (string, bool) {
 			v := getenv(k)
 			return v, v != ""
-		}}, dir: dir}, nil
+		}}, dir: dir}, nil, nil
 	}
-	var auth vault.Auth
-	switch {
-	case getenv("VAULT_ROLE_ID") != "":
-		if getenv("VAULT_SECRET_ID_FILE") == "" {
-			return nil, errors.New("VAULT_ROLE_ID is set: the secret id must come from VAULT_SECRET_ID_FILE (read at each login)")
-		}
-		auth = vault.AppRole{RoleID: getenv("VAULT_ROLE_ID"), SecretIDFile: getenv("VAULT_SECRET_ID_FILE")}
-	case getenv("VAULT_TOKEN_FILE") != "":
-		auth = vault.TokenFile(getenv("VAULT_TOKEN_FILE"))
-	case getenv("VAULT_TOKEN") != "":
-		auth = vault.Token(getenv("VAULT_TOKEN"))
-	default:
-		return nil, errors.New("VAULT_ADDR is set but no VAULT_TOKEN, VAULT_TOKEN_FILE or VAULT_ROLE_ID+VAULT_SECRET_ID")
+	auth, err := vaultAuth(getenv)
+	if err != nil {
+		return nil, nil, err
 	}
-	return &lazyVault{ctx: ctx, addr: addr, auth: auth, opts: []vault.Option{vault.WithMount(f.vaultMount), vault.WithPrefix(f.vaultPrefix), vault.WithLogger(log)}, log: log}, nil
+	s := vault.Open(addr, auth, log, vault.WithMount(f.vaultMount), vault.WithPrefix(f.vaultPrefix))
+	return s, s, nil
 }
 
-// lazyVault logs in on first use and again after a failed login, so a Vault that is down when the
-// daemon starts delays stands instead of stopping the daemon.
-type lazyVault struct {
-	ctx  context.Context
-	addr string
-	auth vault.Auth
-	opts []vault.Option
-	log  *slog.Logger
-
-	mu sync.Mutex
-	c  *vault.Client
-}
-
-func (l *lazyVault) client(ctx context.Context) (*vault.Client, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.c != nil {
-		return l.c, nil
-	}
-	c, err := vault.New(ctx, l.addr, l.auth, l.opts...)
+// vaultAuth is AppRole when VAULT_ROLE_ID is set, else a token; the token and the secret id follow
+// the credential rule (KEY or KEY_FILE, not both), and files are read again at each login.
+func vaultAuth(getenv env) (vault.Auth, error) {
+	token, tokenFile, err := credential.Source(getenv, "VAULT_TOKEN")
 	if err != nil {
 		return nil, err
 	}
-	l.c = c
-	go c.KeepAlive(l.ctx)
-	l.log.Info("logged in to vault", "addr", l.addr)
-	return c, nil
-}
-
-func (l *lazyVault) Secret(ctx context.Context, ref manifest.SecretRef) (string, error) {
-	c, err := l.client(ctx)
-	if err != nil {
-		return "", err
+	if role := getenv("VAULT_ROLE_ID"); role != "" {
+		secretID, secretIDFile, err := credential.Source(getenv, "VAULT_SECRET_ID")
+		switch {
+		case err != nil:
+			return nil, err
+		case secretID != "" || secretIDFile == "":
+			return nil, errors.New("VAULT_ROLE_ID is set: the secret id must come from VAULT_SECRET_ID_FILE (read at each login)")
+		case token != "" || tokenFile != "":
+			return nil, errors.New("both VAULT_ROLE_ID and VAULT_TOKEN (or VAULT_TOKEN_FILE) are set: set one")
+		}
+		return vault.AppRole{RoleID: role, SecretIDFile: secretIDFile}, nil
 	}
-	return c.Secret(ctx, ref)
-}
-
-func (l *lazyVault) WriteConnection(ctx context.Context, id string, record json.RawMessage) error {
-	c, err := l.client(ctx)
-	if err != nil {
-		return err
+	switch {
+	case tokenFile != "":
+		return vault.TokenFile(tokenFile), nil
+	case token != "":
+		return vault.Token(token), nil
 	}
-	return c.WriteConnection(ctx, id, record)
+	return nil, errors.New("VAULT_ADDR is set but no VAULT_TOKEN, VAULT_TOKEN_FILE or VAULT_ROLE_ID+VAULT_SECRET_ID_FILE")
 }
 
 // localSecrets is local mode's secret store.
@@ -408,62 +323,5 @@ type localSecrets struct {
 }
 
 func (l *localSecrets) WriteConnection(_ context.Context, id string, record json.RawMessage) error {
-	return writeConnectionFile(l.dir, &engine.Result{StandID: id, Connection: engine.SecretJSON(record)})
-}
-
-// credential is a secret setting from KEY or from the file named by KEY_FILE; the file is watched and
-// read again when it changes, so a rotated credential needs no restart.
-type credential struct {
-	key  string
-	file string
-	log  *slog.Logger
-
-	mu    sync.Mutex
-	value string
-	err   error
-}
-
-func newCredential(ctx context.Context, getenv env, key string, log *slog.Logger) (*credential, error) {
-	c := &credential{key: key, value: getenv(key), file: getenv(key + "_FILE"), log: log}
-	if c.file == "" {
-		return c, nil
-	}
-	c.reload()
-	if c.err != nil {
-		return nil, c.err
-	}
-	err := fswatch.Start(ctx, []string{filepath.Dir(c.file)}, 100*time.Millisecond, c.reload, func(err error) {
-		log.Warn("stopped watching a credential file; its last value stays in use", "setting", key+"_FILE", "err", err)
-	})
-	if err != nil {
-		log.Warn("not watching a credential file; it is read at start only", "setting", key+"_FILE", "err", err)
-	}
-	return c, nil
-}
-
-func (c *credential) reload() {
-	data, err := os.ReadFile(c.file)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err != nil {
-		c.err = fmt.Errorf("read %s_FILE: %w", c.key, err)
-		return
-	}
-	v := strings.TrimSpace(string(data))
-	if c.value != "" && v != c.value {
-		c.log.Info("credential file changed; using the new value", "setting", c.key+"_FILE")
-	}
-	c.value, c.err = v, nil
-}
-
-func (c *credential) set() bool {
-	v, err := c.Value()
-	return err == nil && v != ""
-}
-
-// Value is the current value.
-func (c *credential) Value() (string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.value, c.err
+	return writeConnectionFile(l.dir, &stands.Result{StandID: id, Connection: stands.SecretJSON(record)})
 }

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 const defaultOwner = "local"

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 // AppUser is the account that runs a node's instances under user systemd and rootless Podman.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 // Quote makes s one word for the remote POSIX shell.

@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 // Flavour is how an instance runs under user systemd.

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

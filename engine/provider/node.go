@@ -17,8 +17,8 @@ import (
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
 	"github.com/stands-engine/stands-reconciler/engine/node"
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 // Type tokens of the work on a server (seed §8 steps 8–12): a Node is the server's setup, Images the

@@ -10,7 +10,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 
-	"github.com/stands-engine/stands-reconciler/engine/manifest"
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 func instanceInputs(mod func(resource.PropertyMap)) resource.PropertyMap {

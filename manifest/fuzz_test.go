@@ -19,19 +19,29 @@ const fuzzSentinel = "zq9-SENTINEL-41c7e"
 // panic, every diagnostic has file:line, no secret value in the report, and a stand that loads hashes
 // the same twice.
 func FuzzPreflight(f *testing.F) {
-	seeds, _ := filepath.Glob("../../examples/stands-repo/stands/*/stand.yml")
-	seeds = append(seeds, "testdata/minirepo/stands/a/stand.yml")
-	for _, p := range seeds {
-		if data, err := os.ReadFile(p); err == nil {
-			f.Add(data)
+	// Every source of seeds must give some: a moved fixture would otherwise leave the corpus silently
+	// empty and the target fuzzing from nothing.
+	examples := globSome(f, "../examples/stands-repo/stands/*/stand.yml")
+	for _, p := range append(examples, "testdata/minirepo/stands/a/stand.yml") {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatalf("seed %s: %v", p, err)
 		}
+		f.Add(data)
 	}
-	fixtures, _ := filepath.Glob("testdata/rules/*.txtar")
-	for _, p := range fixtures {
-		data, _ := os.ReadFile(p)
+	added := 0
+	for _, p := range globSome(f, "testdata/rules/*.txtar") {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatalf("seed %s: %v", p, err)
+		}
 		if s, ok := testfs.Parse(string(data))["stands/a/stand.yml"]; ok {
 			f.Add([]byte(s))
+			added++
 		}
+	}
+	if added == 0 {
+		f.Fatal("no rule fixture gave a seed: testdata/rules/*.txtar have no stands/a/stand.yml")
 	}
 	base := miniRepo(f)
 	secrets := map[string]string{"SECRET_KV_PASS": fuzzSentinel, "SECRET_REG_PASS": fuzzSentinel + "-reg"}
@@ -67,4 +77,14 @@ func FuzzPreflight(f *testing.F) {
 			}
 		}
 	})
+}
+
+// globSome is filepath.Glob that fails the test when nothing matches.
+func globSome(tb testing.TB, pattern string) []string {
+	tb.Helper()
+	paths, err := filepath.Glob(pattern)
+	if err != nil || len(paths) == 0 {
+		tb.Fatalf("seed corpus: %q matches nothing (err %v)", pattern, err)
+	}
+	return paths
 }

@@ -1,0 +1,93 @@
+// Package archtest holds the tests of the module's shape: what may depend on what, and how long a
+// function of the loop or the command may grow. They fail when the layering described in
+// docs/architecture.md erodes, long before a reader notices.
+package archtest
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+)
+
+// TestReconcileLinksNoPulumi: the loop depends on small interfaces and plain types only, so it builds
+// and tests without the Pulumi SDK; the engine is wired in by the command.
+func TestReconcileLinksNoPulumi(t *testing.T) {
+	for _, pkg := range []string{"./reconcile", "./diff", "./reason", "./stands", "./manifest"} {
+		cmd := goCmd(t, "list", "-deps", pkg)
+		cmd.Dir = testenv.RepoRoot()
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		deps := strings.Fields(string(out))
+		if len(deps) < 5 {
+			t.Fatalf("go list -deps %s listed %d packages", pkg, len(deps))
+		}
+		for _, d := range deps {
+			if strings.HasPrefix(d, "github.com/pulumi/pulumi") || strings.HasSuffix(d, "stands-reconciler/engine") {
+				t.Errorf("%s depends on %s", pkg, d)
+			}
+		}
+	}
+	// reason is the leaf everything takes its reasons from: nothing of this module below it.
+	cmd := goCmd(t, "list", "-f", `{{join .Imports " "}}`, "./reason")
+	cmd.Dir = testenv.RepoRoot()
+	out, err := cmd.Output()
+	if err != nil || strings.Contains(string(out), "stands-reconciler/") {
+		t.Errorf("reason imports %s (%v)", out, err)
+	}
+}
+
+// maxLines bounds a function of the loop or the command: longer ones hide a second job.
+const maxLines = 80
+
+func TestFunctionsStayShort(t *testing.T) {
+	root := testenv.RepoRoot()
+	funcs := 0
+	for _, dir := range []string{"reconcile", "cmd/stands-reconciler", "cmd/hcloudsim"} {
+		files, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: no Go files (%v)", dir, err)
+		}
+		for _, p := range files {
+			if strings.HasSuffix(p, "_test.go") {
+				continue
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, p, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range f.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Body == nil {
+					continue
+				}
+				funcs++
+				if n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; n > maxLines {
+					rel, _ := filepath.Rel(root, p)
+					t.Errorf("%s: %s is %d lines (at most %d)", rel, fd.Name.Name, n, maxLines)
+				}
+			}
+		}
+	}
+	if funcs < 50 {
+		t.Fatalf("checked %d functions", funcs)
+	}
+}
+
+// goCmd is the go command on PATH (CI and make put the toolchain there).
+func goCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	bin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command on PATH: %v", err)
+	}
+	return exec.Command(bin, args...)
+}

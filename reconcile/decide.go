@@ -1,0 +1,133 @@
+package reconcile
+
+import (
+	"strings"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/diff"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
+)
+
+type opKind string
+
+const (
+	opApply   opKind = "apply"
+	opObserve opKind = "observe" // read a stand's outputs when its status is missing or stale; no pulumi up
+	opDrift   opKind = "drift"
+	opDestroy opKind = "destroy"
+)
+
+type op struct {
+	kind   opKind
+	id     string
+	in     *stands.Input
+	ref    stands.StackRef
+	commit string
+}
+
+// decide turns the plan into outcomes and operations. Called with r.mu held.
+func (r *Reconciler) decide(plan []diff.Action, d *desiredState, refs map[string]stands.StackRef, commit string) []op {
+	now := r.cfg.Now()
+	var ops []op
+	for _, a := range plan {
+		st := r.state(a.ID)
+		if st.running {
+			continue
+		}
+		if o, ok := r.decideOne(a, d, st, now); ok {
+			o.id, o.commit, o.ref = a.ID, commit, refs[a.ID]
+			ops = append(ops, o)
+		}
+	}
+	if len(d.unreadable) == 0 {
+		r.forgetGone(plan)
+	}
+	for _, o := range ops {
+		r.stands[o.id].running = true
+		if o.kind == opApply || o.kind == opDestroy {
+			started := outcome{kind: outStarted, op: o.kind, commit: commit}
+			if o.in != nil {
+				started.spec, started.file = o.in.SpecHash, o.in.Stand.Path
+			}
+			r.record(o.id, started)
+		}
+	}
+	return ops
+}
+
+// decideOne is one action's decision: an operation to start, or an outcome recorded now.
+func (r *Reconciler) decideOne(a diff.Action, d *desiredState, st *stand, now time.Time) (op, bool) {
+	in := d.inputs[a.ID]
+	switch a.Kind {
+	case diff.Create, diff.Update:
+		st.rt = st.rt.forSpec(in.SpecHash)
+		if d.secretsErr != nil {
+			// Nothing is applied while the secret store is down: the connection record could
+			// not be kept, and other stands' specs are unknown.
+			r.record(a.ID, outcome{kind: outHeld, spec: in.SpecHash})
+			return op{}, false
+		}
+		return op{kind: opApply, in: in}, r.due(st, now)
+	case diff.Destroy:
+		st.rt = st.rt.forSpec("destroy")
+		return op{kind: opDestroy}, r.due(st, now)
+	case diff.Noop:
+		if a.Reason == reason.SuspendedByRepo {
+			r.record(a.ID, outcome{kind: outSuspended})
+			return op{}, false
+		}
+		if kind := r.upToDate(st, in, now); kind != "" {
+			return op{kind: kind, in: in}, true
+		}
+	case diff.Blocked:
+		if a.Reason == reason.Invalid {
+			return op{}, false // judge recorded why already
+		}
+		detail := a.Detail
+		if a.Reason == reason.SourceUnavailable {
+			detail = strings.Join(d.unreadable, "; ")
+		}
+		r.record(a.ID, outcome{kind: outBlocked, reason: a.Reason, detail: detail})
+	}
+	return op{}, false
+}
+
+// due reports whether a stand may be attempted now: not stalled, not backing off.
+func (r *Reconciler) due(st *stand, now time.Time) bool {
+	return st.rt.failures < r.cfg.StallAfter && !now.Before(st.rt.next)
+}
+
+// upToDate is what an applied stand needs: its outputs read when its status is missing or stale
+// (after a restart), a drift check when one is due, or nothing.
+func (r *Reconciler) upToDate(st *stand, in *stands.Input, now time.Time) opKind {
+	st.rt = st.rt.forSpec(in.SpecHash)
+	if !r.due(st, now) {
+		return ""
+	}
+	s := st.status
+	switch {
+	case s == nil || s.SpecHash != in.SpecHash || (s.Phase != reason.Ready && s.Phase != reason.Drifted), st.connSaved == "":
+		return opObserve
+	case r.cfg.DriftInterval > 0 && st.lastDrift.IsZero():
+		st.lastDrift = now
+	case r.cfg.DriftInterval > 0 && now.Sub(st.lastDrift) >= r.cfg.DriftInterval:
+		st.lastDrift = now
+		return opDrift
+	}
+	return ""
+}
+
+// forgetGone records that a stand which left the repository without ever having a stack (e.g. it
+// never validated) has nothing to destroy, instead of keeping its last failure forever.
+func (r *Reconciler) forgetGone(plan []diff.Action) {
+	planned := map[string]bool{}
+	for _, a := range plan {
+		planned[a.ID] = true
+	}
+	for id, st := range r.stands {
+		if !planned[id] && !st.running && st.status != nil && st.status.Phase != reason.Destroyed {
+			r.record(id, outcome{kind: outGone})
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package reconcile
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/stands-engine/stands-reconciler/diff"
+	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
+)
+
+// verdict is one stand of a snapshot as preflight judged it. Exactly one of problem and input is set.
+type verdict struct {
+	id, file string
+	reason   reason.Reason // of the problem: Invalid, VaultUnavailable, OtherOwner
+	problem  string        // why it cannot go on; scrubbed of secret values
+	input    *stands.Input
+}
+
+// evaluation is what a snapshot declares, judged stand by stand. It does not touch the reconciler's
+// state, so pull request plans use it too.
+type evaluation struct {
+	verdicts   []verdict
+	secretsErr error
+	unreadable []string
+	allow      map[string]bool
+}
+
+func (r *Reconciler) evaluate(ctx context.Context, files fs.FS) (*evaluation, error) {
+	paths, err := manifest.Discover(files)
+	if err != nil {
+		return nil, fmt.Errorf("list stands: %w", err)
+	}
+	results, err := manifest.PreflightAll(ctx, files, paths, manifest.PreflightOptions{
+		LoadOptions: manifest.LoadOptions{DefaultOwner: r.cfg.Owner}, Secrets: r.sec, KeepGoing: true})
+	var rep *manifest.Report
+	if err != nil && !errors.As(err, &rep) {
+		return nil, fmt.Errorf("preflight: %w", err)
+	}
+	ev := &evaluation{allow: allowDestroy(files)}
+	for _, res := range results {
+		s := res.Stand
+		if s == nil || s.ID == "" || s.Project == "" || s.Env == "" || s.Owner == "" {
+			msg := res.File + ": the stand's id cannot be read"
+			if res.Err != nil {
+				msg = res.Err.Error()
+			}
+			ev.unreadable = append(ev.unreadable, msg)
+			continue
+		}
+		v := verdict{id: s.ID, file: res.File}
+		switch {
+		case res.Err != nil:
+			v.reason, v.problem = reason.Invalid, res.Err.Error()
+		case res.SourceErr != nil:
+			// The message stays the same through an outage (an error's text may carry a port that
+			// changes each time) so it is committed once; the error itself goes to the log.
+			ev.secretsErr = res.SourceErr
+			v.reason, v.problem = reason.VaultUnavailable, reason.VaultUnavailable.Message("")
+		case s.Owner != r.cfg.Owner:
+			v.reason, v.problem = reason.OtherOwner, fmt.Sprintf("stand.owner is %q; this reconciler manages owner %q", s.Owner, r.cfg.Owner)
+		default:
+			hash, err := manifest.SpecHash(files, s, res.Secrets, r.cfg.Passphrase)
+			if err != nil {
+				v.reason, v.problem = reason.Invalid, res.Secrets.Scrub(err.Error())
+			} else {
+				v.input = &stands.Input{FS: files, Stand: s, Secrets: res.Secrets, SpecHash: hash}
+			}
+		}
+		ev.verdicts = append(ev.verdicts, v)
+	}
+	return ev, nil
+}
+
+// desired is the diff's view of the evaluation; skip marks stands to hold as they are (running).
+func (ev *evaluation) desired(skip func(id string) bool) []diff.Desired {
+	var out []diff.Desired
+	for _, v := range ev.verdicts {
+		if v.input == nil || skip(v.id) {
+			out = append(out, diff.Desired{ID: v.id, Invalid: true, Problem: v.problem})
+			continue
+		}
+		s := v.input.Stand
+		out = append(out, diff.Desired{ID: v.id, SpecHash: v.input.SpecHash, Suspend: s.Suspend, Protect: s.Protect})
+	}
+	return out
+}
+
+// outcome is what the evaluation says about a stand before any diff: declared, or why it cannot go on.
+func (v verdict) outcome(commit string) outcome {
+	switch {
+	case v.input != nil:
+		return outcome{kind: outDeclared, file: v.file}
+	case v.reason == reason.Invalid:
+		return outcome{kind: outInvalid, detail: v.problem, commit: commit, file: v.file}
+	case v.reason == reason.VaultUnavailable:
+		return outcome{kind: outHeld, file: v.file}
+	}
+	return outcome{kind: outBlocked, reason: v.reason, detail: v.problem, file: v.file}
+}
+
+// allowDestroy reads the committed override: one stand id per line, # comments.
+func allowDestroy(files fs.FS) map[string]bool {
+	out := map[string]bool{}
+	f, err := files.Open(AllowDestroyFile)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		if id := strings.TrimSpace(line); id != "" {
+			out[id] = true
+		}
+	}
+	return out
+}

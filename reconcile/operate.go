@@ -1,0 +1,157 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/gitsource"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
+)
+
+// run executes one operation in the worker pool and records its outcome.
+func (r *Reconciler) run(o op) {
+	defer r.ops.Done()
+	select {
+	case r.sem <- struct{}{}:
+	case <-r.opsCtx.Done():
+		r.finish(o, nil, r.opsCtx.Err(), r.cfg.Now())
+		return
+	}
+	ctx := r.opsCtx
+	log := r.log.With("stand", o.id, "operation", o.kind)
+	if o.kind == opDestroy && r.declared(o.id) {
+		// Put back in the repository while the destroy waited for a worker: it is not destroyed.
+		<-r.sem
+		log.Info("destroy skipped: the stand is in the repository again")
+		r.mu.Lock()
+		r.state(o.id).running = false
+		r.mu.Unlock()
+		return
+	}
+	started := r.cfg.Now()
+	changing := o.kind == opApply || o.kind == opDestroy
+	if changing {
+		r.commitStatus(ctx, o)
+	}
+	res, err := r.operate(ctx, &o, log)
+	if err != nil {
+		c := reason.Of(err)
+		log.Warn("operation failed", "reason", c, "kind", c.Kind(), "err", r.scrub(o, err.Error()))
+	}
+	r.finish(o, res, err, started)
+	if err == nil && res != nil && res.Connection != nil {
+		// After finish: a record not stored backs the stand off (finish would forget that).
+		r.saveConnection(ctx, o.id, json.RawMessage(res.Connection), log)
+	}
+	<-r.sem                            // the commits below must not hold a worker: Gitea may be slow
+	if changing || o.kind == opApply { // a drift repaired by an apply counts too
+		r.commitStatus(ctx, o)
+	}
+	r.publish(ctx)
+}
+
+// operate calls the engine; a drift repaired by an apply turns the operation into an apply.
+func (r *Reconciler) operate(ctx context.Context, o *op, log *slog.Logger) (*stands.Result, error) {
+	switch o.kind {
+	case opApply, opObserve:
+		return r.eng.Apply(ctx, *o.in, false)
+	case opDrift:
+		res, err := r.eng.Drift(ctx, *o.in)
+		if err == nil && res.Changed && r.cfg.DriftApply {
+			log.Info("stand drifted; applying it again", "changes", res.Changes)
+			o.kind = opApply
+			return r.eng.Apply(ctx, *o.in, true)
+		}
+		return res, err
+	}
+	return r.eng.Destroy(ctx, o.ref)
+}
+
+// commitStatus sets stands/<stand-id> on the operation's commit from the stand's status as summarise
+// left it, not from the operation.
+func (r *Reconciler) commitStatus(ctx context.Context, o op) {
+	st := r.Status(o.id)
+	if st == nil {
+		return
+	}
+	r.setCommitStatus(ctx, o.commit, "stands/"+o.id, commitState(st.Phase), string(st.Phase)+": "+cmp.Or(st.Message, string(st.Reason)), r.statusURL(o.id))
+}
+
+// commitState is the commit status a phase shows on the commit that led to it.
+func commitState(p reason.Phase) gitsource.CommitState {
+	switch p {
+	case reason.Progressing:
+		return gitsource.StatePending
+	case reason.Failed, reason.Stalled, reason.Blocked:
+		return gitsource.StateFailure
+	}
+	return gitsource.StateSuccess
+}
+
+func (r *Reconciler) statusURL(id string) string {
+	if r.cfg.Forge == nil {
+		return ""
+	}
+	return r.cfg.Forge.FileURL(r.cfg.StatusBranch, statusPath(id))
+}
+
+// declared reports whether the last evaluated snapshot declares the stand.
+func (r *Reconciler) declared(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.declaredIDs[id]
+}
+
+// saveConnection writes the unmasked record to the secret store when it changed.
+func (r *Reconciler) saveConnection(ctx context.Context, id string, record json.RawMessage, log *slog.Logger) {
+	sum := sha256.Sum256(record)
+	digest := hex.EncodeToString(sum[:])
+	r.mu.Lock()
+	saved := r.state(id).connSaved
+	r.mu.Unlock()
+	if saved == digest {
+		return
+	}
+	err := r.sec.WriteConnection(ctx, id, record)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.state(id)
+	if err != nil {
+		r.record(id, outcome{kind: outUnsaved})
+		log.Warn("connection record not stored; retrying later", "err", err, "next_attempt", st.rt.next)
+		return
+	}
+	st.connSaved = digest
+}
+
+func (r *Reconciler) scrub(o op, s string) string {
+	if o.in != nil {
+		return o.in.Secrets.Scrub(s)
+	}
+	return s
+}
+
+// finish records an operation's outcome.
+func (r *Reconciler) finish(o op, res *stands.Result, err error, started time.Time) {
+	out := outcome{kind: outSucceeded, op: o.kind, commit: o.commit, res: res, started: started}
+	if o.in != nil {
+		out.file, out.spec = o.in.Stand.Path, o.in.SpecHash
+	}
+	if err != nil {
+		out.kind, out.reason, out.detail = outFailed, reason.Of(err), r.scrub(o, err.Error())
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.state(o.id)
+	st.running = false
+	if err == nil && o.kind == opApply {
+		st.lastDrift = r.cfg.Now()
+	}
+	r.record(o.id, out)
+}

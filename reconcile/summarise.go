@@ -1,0 +1,219 @@
+package reconcile
+
+import (
+	"cmp"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
+)
+
+// outcomeKind is what a step found out about one stand.
+type outcomeKind int
+
+const (
+	// outDeclared: the repository declares the stand with a valid manifest; only its file may move.
+	outDeclared outcomeKind = iota
+	// outInvalid: its manifest was refused (detail: the report, with file:line).
+	outInvalid
+	// outHeld: its secrets cannot be resolved because the secret store is down (Waiting).
+	outHeld
+	// outBlocked: refused by a guard or by ownership (reason, detail); nothing runs until it changes.
+	outBlocked
+	// outSuspended: stand.suspend is true.
+	outSuspended
+	// outGone: it left the repository without ever having a stack.
+	outGone
+	// outStarted: an apply or destroy was started.
+	outStarted
+	// outSucceeded: an operation finished (op, res).
+	outSucceeded
+	// outFailed: an operation failed (reason from its error, detail the scrubbed error text).
+	outFailed
+	// outUnsaved: the connection record could not be stored; the status stays, the stand is retried.
+	outUnsaved
+)
+
+// outcomeKinds lists them all, for the summariser's table test.
+var outcomeKinds = []outcomeKind{outDeclared, outInvalid, outHeld, outBlocked, outSuspended, outGone, outStarted, outSucceeded, outFailed, outUnsaved}
+
+func (k outcomeKind) String() string {
+	return [...]string{"declared", "invalid", "held", "blocked", "suspended", "gone", "started", "succeeded", "failed", "unsaved"}[k]
+}
+
+// outcome is what every step of the loop returns about a stand instead of editing its status: one
+// function, summarise, turns it into the new status and the next attempt.
+type outcome struct {
+	kind    outcomeKind
+	reason  reason.Reason // blocked and failed
+	detail  string        // scrubbed of secret values by whoever made it
+	commit  string        // the source commit the step looked at
+	file    string        // the stand.yml, when the repository has it
+	spec    string        // the spec hash the step was about ("" when unknown)
+	op      opKind        // started, succeeded, failed
+	res     *stands.Result
+	started time.Time
+}
+
+// retries is a stand's retry bookkeeping: what decides the next attempt and the stall.
+type retries struct {
+	failures int       // consecutive Generic/Stalling failures on spec
+	waits    int       // consecutive Waiting failures: backoff only, never Stalled
+	spec     string    // spec hash (or "destroy") the failures were on
+	next     time.Time // no attempt before
+}
+
+// forSpec starts counting afresh when the stand's input changed: a new spec deserves new attempts.
+func (rt retries) forSpec(spec string) retries {
+	if rt.spec != spec {
+		return retries{spec: spec}
+	}
+	return rt
+}
+
+// policy is what summarise needs of the configuration.
+type policy struct {
+	stallAfter int
+	backoff    func(n int) time.Duration
+}
+
+// maxMessage bounds a status message: Pulumi's errors carry the whole CLI output.
+const maxMessage = 2000
+
+// summarise is the only code that decides a stand's phase, reason and message. prev is the status
+// before (Phase "" when the stand has none); the result has Phase "" when it still has none. The
+// stand is stalled when the result's phase is Stalled.
+func summarise(o outcome, prev Status, rt retries, now time.Time, p policy) (Status, retries) {
+	x := prev
+	switch o.kind {
+	case outDeclared:
+		if prev.Phase != "" && o.file != "" {
+			x.File = o.file
+		}
+		return x, rt
+	case outUnsaved:
+		rt.waits++
+		rt.next = now.Add(p.backoff(rt.waits))
+		return x, rt
+	case outHeld:
+		if prev.Phase == reason.Stalled && (o.spec == "" || o.spec == prev.SpecHash) {
+			return x, rt // stays Stalled: whether its input changed is unknown until the store answers
+		}
+		x.Phase, x.Reason, x.Message, x.NextAttempt = reason.VaultUnavailable.Phase(), reason.VaultUnavailable, reason.VaultUnavailable.Message(o.detail), nil
+		x.File = cmp.Or(o.file, x.File)
+	case outInvalid:
+		x.Phase, x.Reason, x.Message, x.LastAttemptedCommit = reason.Invalid.Phase(), reason.Invalid, reason.Invalid.Message(o.detail), o.commit
+		x.NextAttempt, x.File = nil, cmp.Or(o.file, x.File)
+	case outBlocked:
+		x.Phase, x.Reason, x.Message, x.NextAttempt = reason.Blocked, o.reason, o.reason.Message(o.detail), nil
+		x.File = cmp.Or(o.file, x.File)
+	case outSuspended:
+		x.Phase, x.Reason, x.Message, x.NextAttempt = reason.SuspendedByRepo.Phase(), reason.SuspendedByRepo, reason.SuspendedByRepo.Message(""), nil
+	case outGone:
+		x.Phase, x.Reason, x.Message, x.NextAttempt = reason.Destroyed, reason.Removed, reason.Removed.Message("removed from the repository; it had no stack"), nil
+		x.Nodes, x.Connection, x.Failures = nil, nil, 0
+	case outStarted:
+		r := reason.Applying
+		if o.op == opDestroy {
+			r = reason.Destroying
+		}
+		x.Phase, x.Reason, x.Message, x.LastAttemptedCommit, x.NextAttempt = r.Phase(), r, "", o.commit, nil
+		if o.spec != "" {
+			x.SpecHash, x.File = o.spec, o.file
+		}
+	case outFailed:
+		return failed(o, x, rt, now, p)
+	case outSucceeded:
+		return succeeded(o, x, now), retries{spec: rt.spec}
+	}
+	if x.Phase != "" && x.SchemaVersion == 0 {
+		x.SchemaVersion = SchemaVersion
+	}
+	return x, rt
+}
+
+func failed(o outcome, x Status, rt retries, now time.Time, p policy) (Status, retries) {
+	msg := truncate(o.detail, maxMessage)
+	x.SchemaVersion = SchemaVersion
+	x.Phase, x.Reason, x.Message, x.LastAttemptedCommit, x.Timings = reason.Failed, o.reason, o.reason.Message(msg), o.commit, timings(o, now)
+	if o.reason.Kind() == reason.Waiting {
+		rt.waits++
+		rt.next = now.Add(p.backoff(rt.waits))
+	} else {
+		rt.failures++
+		rt.next = now.Add(p.backoff(rt.failures))
+		x.Failures = rt.failures
+	}
+	next := rt.next.UTC()
+	x.NextAttempt = &next
+	if rt.failures >= p.stallAfter {
+		x.Phase, x.NextAttempt = reason.Stalled, nil
+		x.Message = fmt.Sprintf("%d attempts failed on this spec; no retry until the stand's input changes. Last error (%s): %s",
+			rt.failures, o.reason, msg)
+	}
+	return x, rt
+}
+
+func succeeded(o outcome, x Status, now time.Time) Status {
+	x.SchemaVersion = SchemaVersion
+	x.Failures, x.NextAttempt = 0, nil
+	res := o.res
+	switch o.op {
+	case opDestroy:
+		x.Phase, x.Reason, x.Message = reason.Destroyed, reason.Removed, reason.Removed.Message(summary(res.Changes, "deleted"))
+		x.LastSuccessfulCommit, x.Timings, x.Changes, x.Nodes, x.Connection, x.SpecHash = o.commit, timings(o, now), res.Changes, nil, nil, ""
+		return x
+	case opDrift:
+		if res.Changed {
+			x.Phase, x.Reason, x.Message = reason.Drifted, reason.DriftDetected, reason.DriftDetected.Message(summary(res.Changes, ""))
+		} else if x.Phase == reason.Drifted {
+			x.Phase, x.Reason, x.Message = reason.Ready, reason.UpToDate, ""
+		}
+		return x
+	case opApply:
+		x.Reason, x.Message, x.Timings, x.Changes = reason.Applied, reason.Applied.Message(summary(res.Changes, "")), timings(o, now), res.Changes
+	case opObserve:
+		if x.Phase != reason.Ready {
+			x.Reason, x.Message = reason.UpToDate, ""
+		}
+	}
+	x.Phase, x.SpecHash, x.LastSuccessfulCommit, x.File = reason.Ready, res.SpecHash, o.commit, o.file
+	if x.LastAttemptedCommit == "" {
+		x.LastAttemptedCommit = o.commit
+	}
+	x.NodesMode, x.Nodes, x.Connection = res.NodesMode, res.Nodes, res.Masked
+	return x
+}
+
+func timings(o outcome, now time.Time) *Timings {
+	return &Timings{Operation: string(o.op), Started: o.started.UTC(), Finished: now.UTC(), Seconds: now.Sub(o.started).Round(time.Millisecond).Seconds()}
+}
+
+// summary says what Pulumi did, from its step counts, in a fixed order.
+func summary(changes map[string]int, fallback string) string {
+	var parts []string
+	for _, k := range []string{"create", "update", "replace", "delete", "same"} {
+		if n := changes[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	if len(parts) == 0 {
+		return fallback
+	}
+	return strings.Join(parts, ", ")
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}

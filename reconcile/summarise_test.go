@@ -1,0 +1,255 @@
+package reconcile
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
+)
+
+// keep in a summariser expectation: the phase or reason before.
+const keep = "keep"
+
+// prevStatus is a plausible status of a stand in the phase (none for "").
+func prevStatus(p reason.Phase) Status {
+	if p == "" {
+		return Status{}
+	}
+	s := Status{SchemaVersion: SchemaVersion, ID: "o_p_e", Phase: p, Reason: "PrevReason", Message: "before", SpecHash: "spec-1",
+		File: "stands/old/stand.yml", LastSuccessfulCommit: "c-ok", LastAttemptedCommit: "c-tried",
+		Nodes: []stands.Node{{Name: "main", ServerID: 7}}, Connection: []byte(`{"id_stand":"o_p_e"}`)}
+	if p == reason.Failed {
+		next := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+		s.NextAttempt, s.Failures = &next, 1
+	}
+	return s
+}
+
+// TestSummarise covers every outcome kind against every previous phase (and no status at all):
+// phase and reason, and what each kind must and must not touch.
+func TestSummarise(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	p := policy{stallAfter: 3, backoff: func(n int) time.Duration { return time.Duration(n) * time.Minute }}
+	res := &stands.Result{SpecHash: "spec-2", Changed: true, Changes: map[string]int{"create": 1}, NodesMode: "skipped",
+		Nodes: []stands.Node{{Name: "main", ServerID: 9}}, Masked: []byte(`{"id_stand":"o_p_e","kv":{"password":"***"}}`)}
+	clean := &stands.Result{SpecHash: "spec-1"}
+	type want struct {
+		phase  reason.Phase  // or keep
+		reason reason.Reason // or keep
+	}
+	cases := []struct {
+		name  string
+		o     outcome
+		rt    retries
+		want  func(prev reason.Phase) want
+		check func(t *testing.T, prev, got Status, rt retries)
+	}{
+		{name: "declared moves the file only", o: outcome{kind: outDeclared, file: "stands/new/stand.yml"},
+			want: func(reason.Phase) want { return want{keep, keep} },
+			check: func(t *testing.T, prev, got Status, _ retries) {
+				if prev.Phase != "" && got.File != "stands/new/stand.yml" {
+					t.Errorf("file %q", got.File)
+				}
+			}},
+		{name: "invalid", o: outcome{kind: outInvalid, detail: "stands/x/stand.yml:3:5: bad", commit: "c-2", file: "stands/x/stand.yml"},
+			want: func(reason.Phase) want { return want{reason.Failed, reason.Invalid} },
+			check: func(t *testing.T, _, got Status, _ retries) {
+				if got.Message != "stands/x/stand.yml:3:5: bad" || got.LastAttemptedCommit != "c-2" || got.NextAttempt != nil || got.File != "stands/x/stand.yml" {
+					t.Errorf("%+v", got)
+				}
+			}},
+		{name: "held, spec unknown", o: outcome{kind: outHeld},
+			want: func(prev reason.Phase) want {
+				if prev == reason.Stalled {
+					return want{keep, keep}
+				}
+				return want{reason.Progressing, reason.VaultUnavailable}
+			},
+			check: func(t *testing.T, prev, got Status, _ retries) {
+				if prev.Phase != reason.Stalled && (!strings.Contains(got.Message, "vault is unavailable") || got.NextAttempt != nil) {
+					t.Errorf("%+v", got)
+				}
+			}},
+		{name: "held, the stalled spec", o: outcome{kind: outHeld, spec: "spec-1"},
+			want: func(prev reason.Phase) want {
+				if prev == reason.Stalled {
+					return want{keep, keep}
+				}
+				return want{reason.Progressing, reason.VaultUnavailable}
+			}},
+		{name: "held, a new spec", o: outcome{kind: outHeld, spec: "spec-2"},
+			want: func(reason.Phase) want { return want{reason.Progressing, reason.VaultUnavailable} }},
+		{name: "blocked by a guard", o: outcome{kind: outBlocked, reason: reason.Protected},
+			want: func(reason.Phase) want { return want{reason.Blocked, reason.Protected} },
+			check: func(t *testing.T, _, got Status, _ retries) {
+				if !strings.Contains(got.Message, "protect: false") || got.NextAttempt != nil {
+					t.Errorf("%+v", got)
+				}
+			}},
+		{name: "blocked by its owner", o: outcome{kind: outBlocked, reason: reason.OtherOwner, detail: `stand.owner is "x"`},
+			want: func(reason.Phase) want { return want{reason.Blocked, reason.OtherOwner} },
+			check: func(t *testing.T, _, got Status, _ retries) {
+				if got.Message != `stand.owner is "x"` {
+					t.Errorf("message %q", got.Message)
+				}
+			}},
+		{name: "suspended", o: outcome{kind: outSuspended},
+			want: func(reason.Phase) want { return want{reason.Suspended, reason.SuspendedByRepo} }},
+		{name: "gone without a stack", o: outcome{kind: outGone},
+			want: func(reason.Phase) want { return want{reason.Destroyed, reason.Removed} },
+			check: func(t *testing.T, _, got Status, _ retries) {
+				if got.Nodes != nil || got.Connection != nil || !strings.Contains(got.Message, "no stack") {
+					t.Errorf("%+v", got)
+				}
+			}},
+		{name: "apply started", o: outcome{kind: outStarted, op: opApply, commit: "c-2", spec: "spec-2", file: "stands/x/stand.yml"},
+			want: func(reason.Phase) want { return want{reason.Progressing, reason.Applying} },
+			check: func(t *testing.T, _, got Status, _ retries) {
+				if got.SpecHash != "spec-2" || got.LastAttemptedCommit != "c-2" || got.Message != "" {
+					t.Errorf("%+v", got)
+				}
+			}},
+		{name: "destroy started", o: outcome{kind: outStarted, op: opDestroy, commit: "c-2"},
+			want: func(reason.Phase) want { return want{reason.Progressing, reason.Destroying} }},
+		{name: "applied", o: outcome{kind: outSucceeded, op: opApply, commit: "c-2", res: res, started: now.Add(-time.Minute), file: "stands/x/stand.yml"},
+			rt:   retries{failures: 2, waits: 1, spec: "spec-2", next: now},
+			want: func(reason.Phase) want { return want{reason.Ready, reason.Applied} },
+			check: func(t *testing.T, _, got Status, rt retries) {
+				if got.Message != "1 create" || got.SpecHash != "spec-2" || got.LastSuccessfulCommit != "c-2" || got.Failures != 0 || got.NextAttempt != nil ||
+					got.Timings == nil || got.Timings.Seconds != 60 || string(got.Connection) != string(res.Masked) || rt != (retries{spec: "spec-2"}) {
+					t.Errorf("%+v %+v", got, rt)
+				}
+			}},
+		{name: "observed", o: outcome{kind: outSucceeded, op: opObserve, commit: "c-2", res: clean},
+			want: func(prev reason.Phase) want {
+				if prev == reason.Ready {
+					return want{reason.Ready, keep}
+				}
+				return want{reason.Ready, reason.UpToDate}
+			}},
+		{name: "drift found", o: outcome{kind: outSucceeded, op: opDrift, res: res},
+			want: func(reason.Phase) want { return want{reason.Drifted, reason.DriftDetected} },
+			check: func(t *testing.T, _, got Status, _ retries) {
+				if !strings.HasPrefix(got.Message, "the servers differ from the last apply: 1 create") {
+					t.Errorf("message %q", got.Message)
+				}
+			}},
+		{name: "no drift", o: outcome{kind: outSucceeded, op: opDrift, res: clean},
+			want: func(prev reason.Phase) want {
+				if prev == reason.Drifted {
+					return want{reason.Ready, reason.UpToDate}
+				}
+				return want{keep, keep}
+			}},
+		{name: "destroyed", o: outcome{kind: outSucceeded, op: opDestroy, commit: "c-2", res: &stands.Result{Changes: map[string]int{"delete": 2}}},
+			want: func(reason.Phase) want { return want{reason.Destroyed, reason.Removed} },
+			check: func(t *testing.T, _, got Status, _ retries) {
+				if got.Message != "2 delete" || got.SpecHash != "" || got.Nodes != nil || got.Connection != nil || got.LastSuccessfulCommit != "c-2" {
+					t.Errorf("%+v", got)
+				}
+			}},
+		{name: "failed, generic", o: outcome{kind: outFailed, op: opApply, reason: reason.Failure, detail: "exit status 1", commit: "c-2"},
+			want: func(reason.Phase) want { return want{reason.Failed, reason.Failure} },
+			check: func(t *testing.T, _, got Status, rt retries) {
+				if got.Failures != 1 || got.NextAttempt == nil || !got.NextAttempt.Equal(now.Add(time.Minute)) || rt.failures != 1 || got.Message != "exit status 1" {
+					t.Errorf("%+v %+v", got, rt)
+				}
+			}},
+		{name: "failed, waiting", o: outcome{kind: outFailed, op: opApply, reason: reason.UpdateConflict, detail: "locked"},
+			rt:   retries{waits: 2},
+			want: func(reason.Phase) want { return want{reason.Failed, reason.UpdateConflict} },
+			check: func(t *testing.T, prev, got Status, rt retries) {
+				if got.Failures != prev.Failures || rt.failures != 0 || rt.waits != 3 || !got.NextAttempt.Equal(now.Add(3*time.Minute)) {
+					t.Errorf("%+v %+v", got, rt)
+				}
+			}},
+		{name: "failed, stalling", o: outcome{kind: outFailed, op: opApply, reason: reason.Passphrase, detail: "incorrect passphrase"},
+			want: func(reason.Phase) want { return want{reason.Failed, reason.Passphrase} }},
+		{name: "failed the third time", o: outcome{kind: outFailed, op: opApply, reason: reason.Failure, detail: "exit status 1"},
+			rt:   retries{failures: 2},
+			want: func(reason.Phase) want { return want{reason.Stalled, reason.Failure} },
+			check: func(t *testing.T, _, got Status, _ retries) {
+				if got.NextAttempt != nil || got.Failures != 3 || !strings.HasPrefix(got.Message, "3 attempts failed on this spec") {
+					t.Errorf("%+v", got)
+				}
+			}},
+		{name: "waiting after the stall", o: outcome{kind: outFailed, op: opApply, reason: reason.Canceled, detail: "context canceled"},
+			rt:   retries{failures: 3},
+			want: func(reason.Phase) want { return want{reason.Stalled, reason.Canceled} }},
+		{name: "connection not stored", o: outcome{kind: outUnsaved},
+			want: func(reason.Phase) want { return want{keep, keep} },
+			check: func(t *testing.T, _, _ Status, rt retries) {
+				if rt.waits != 1 || !rt.next.Equal(now.Add(time.Minute)) {
+					t.Errorf("retries %+v", rt)
+				}
+			}},
+	}
+	covered := map[outcomeKind]bool{}
+	for _, c := range cases {
+		covered[c.o.kind] = true
+		for _, pp := range append([]reason.Phase{""}, reason.Phases...) {
+			t.Run(c.name+"/after "+cmpOr(string(pp), "none"), func(t *testing.T) {
+				prev := prevStatus(pp)
+				before := prevStatus(pp)
+				got, rt := summarise(c.o, prev, c.rt, now, p)
+				w := c.want(pp)
+				wantPhase, wantReason := w.phase, w.reason
+				if wantPhase == keep {
+					wantPhase = pp
+				}
+				if wantReason == keep {
+					wantReason = prev.Reason
+				}
+				if got.Phase != wantPhase || got.Reason != wantReason {
+					t.Fatalf("%s, %s; want %s, %s", got.Phase, got.Reason, wantPhase, wantReason)
+				}
+				if got.Phase != "" && (got.SchemaVersion != SchemaVersion || (pp != "" && got.ID != "o_p_e")) {
+					t.Errorf("schema %d id %q", got.SchemaVersion, got.ID)
+				}
+				if got.NextAttempt != nil && got.Phase != reason.Failed {
+					t.Errorf("a next attempt in phase %s", got.Phase)
+				}
+				if prev.Message != before.Message || len(prev.Nodes) != len(before.Nodes) {
+					t.Error("summarise edited the previous status")
+				}
+				if c.check != nil {
+					c.check(t, prev, got, rt)
+				}
+			})
+		}
+	}
+	for _, k := range outcomeKinds {
+		if !covered[k] {
+			t.Errorf("outcome kind %s has no case", k)
+		}
+	}
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// TestMessagesKeepUTF8: a long error is cut on a rune boundary, in the status and in STATUS.md.
+func TestMessagesKeepUTF8(t *testing.T) {
+	detail := strings.Repeat("é", maxMessage) // two bytes each: a byte cut would split one
+	got, _ := summarise(outcome{kind: outFailed, reason: reason.Failure, detail: detail}, Status{}, retries{}, time.Now(),
+		policy{stallAfter: 3, backoff: func(int) time.Duration { return time.Minute }})
+	if !utf8.ValidString(got.Message) || len(got.Message) > maxMessage+len("…") || !strings.HasSuffix(got.Message, "…") {
+		t.Errorf("message of %d bytes, valid %v", len(got.Message), utf8.ValidString(got.Message))
+	}
+	for _, n := range []int{159, 160, 161} {
+		line := firstLine(strings.Repeat("a", n-1) + "жжж")
+		if !utf8.ValidString(line) {
+			t.Errorf("firstLine cut a rune at %d", n)
+		}
+	}
+	if truncate("short", 10) != "short" || truncate("", 0) != "" {
+		t.Error("truncate changed a short string")
+	}
+}

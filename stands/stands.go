@@ -1,0 +1,115 @@
+// Package stands holds the plain types the loop and the engine exchange: what an operation takes,
+// what it returns, what the inventory lists. It has no behaviour and no Pulumi in it, so the loop
+// (package reconcile) depends on these and on small interfaces only, never on the engine itself.
+package stands
+
+import (
+	"encoding/json"
+	"io/fs"
+
+	"github.com/stands-engine/stands-reconciler/manifest"
+)
+
+// Input is what Apply and Preview take: a validated stand, the repository it came from, its resolved
+// secrets and its spec hash.
+type Input struct {
+	FS       fs.FS
+	Stand    *manifest.Stand
+	Secrets  manifest.Secrets
+	SpecHash string
+}
+
+// Result is the outcome of an operation on a stand.
+type Result struct {
+	StandID    string          `json:"id_stand"`
+	Operation  string          `json:"operation"` // apply, preview, destroy
+	Changed    bool            `json:"changed"`   // false: nothing to do (no-op)
+	Changes    map[string]int  `json:"changes,omitempty"`
+	Nodes      []Node          `json:"nodes,omitempty"`
+	SpecHash   string          `json:"specHash,omitempty"`
+	NodesMode  string          `json:"nodesMode,omitempty"`
+	Connection SecretJSON      `json:"-"` // full values: secret
+	Masked     json.RawMessage `json:"connection,omitempty"`
+	Steps      []Step          `json:"steps,omitempty"` // previews: the planned steps on the servers
+}
+
+// Node is a server of the stand as its stack records it.
+type Node struct {
+	Name       string `json:"name"`
+	ServerName string `json:"serverName"`
+	ServerID   int64  `json:"serverId"`
+	PublicIPv4 string `json:"publicIPv4"`
+	PrivateIP  string `json:"privateIP"`
+}
+
+// SecretJSON is a JSON document holding secret values. It prints as *** with every fmt verb, so a
+// result logged or printed with %v or %+v does not show them; use it as []byte on purpose.
+type SecretJSON []byte
+
+func (SecretJSON) String() string   { return "***" }
+func (SecretJSON) GoString() string { return "***" }
+
+// StackRef names a stand's stack: project = stand.project, stack = stand.env (seed §2).
+type StackRef struct {
+	Project string
+	Env     string
+}
+
+// Step is one planned or applied change to a stand: what a reviewer needs to see, never an input's
+// value beyond a server's name, type and location or an instance's name and configuration hash.
+type Step struct {
+	Op       string `json:"op"`             // create, update, replace, delete
+	Kind     string `json:"kind,omitempty"` // "" a server; node (its setup), images, instance
+	Node     string `json:"node"`
+	Instance string `json:"instance,omitempty"` // <app>--<instance>
+	Changed  string `json:"changed,omitempty"`  // an instance's or node's changed inputs, comma-separated
+	// ConfigUnknown: the instance's configuration depends on servers not made yet, so whether it
+	// changes is only known during the apply.
+	ConfigUnknown bool   `json:"configUnknown,omitempty"`
+	ServerName    string `json:"serverName,omitempty"`
+	ServerType    string `json:"serverType,omitempty"`
+	OldServerType string `json:"oldServerType,omitempty"` // a replace or delete: the type going away
+	Location      string `json:"location,omitempty"`
+	OldLocation   string `json:"oldLocation,omitempty"`
+}
+
+// StackInfo is one stack of the backend as the inventory sees it.
+type StackInfo struct {
+	Project  string `json:"project"`
+	Env      string `json:"env"`
+	StandID  string `json:"standId,omitempty"`
+	Owned    bool   `json:"owned"` // carries the reconciler's mark; a foreign stack is never touched
+	SpecHash string `json:"specHash,omitempty"`
+	Protect  bool   `json:"protect,omitempty"` // stand.protect at the last apply
+	// Known is false when the stack has no readable stack file (never updated, or compressed).
+	Known      bool   `json:"known"`
+	Resources  int    `json:"resources"`
+	LastUpdate string `json:"lastUpdate,omitempty"`
+	Pending    int    `json:"pendingOperations"`
+	Locked     bool   `json:"locked"`
+	// LastOperation and LastResult come from the stack's newest history entry, e.g. update/failed.
+	LastOperation string `json:"lastOperation,omitempty"`
+	LastResult    string `json:"lastResult,omitempty"`
+}
+
+// Price is a server type's monthly list price at a location, gross, as the Hetzner API states it.
+type Price struct {
+	Monthly  float64
+	Currency string
+}
+
+// Prices maps server type → location → monthly price, from the API's server types.
+type Prices map[string]map[string]Price
+
+// Of is the price of a server type at a location (false when unknown).
+func (p Prices) Of(serverType, location string) (Price, bool) {
+	pr, ok := p[serverType][location]
+	return pr, ok
+}
+
+// Server is a server of a stand as Hetzner has it.
+type Server struct {
+	Name       string `json:"name"`
+	ServerType string `json:"serverType"`
+	Location   string `json:"location"`
+}
