@@ -9,12 +9,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
+	"errors"
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
 	"github.com/stands-engine/stands-reconciler/hcloudsim/vm"
+	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/logging"
 	"log/slog"
 )
@@ -125,17 +126,11 @@ const examplePublicKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHk7bbrL7xNWSKbN5I
 // resolveToken follows the *_FILE convention: secrets come from files (systemd credentials), not flags.
 func resolveToken(flagValue string) (string, error) {
 	if flagValue != "" {
-		return flagValue, nil
+		return flagValue, nil // a simulator's token: a test fixture, not a credential
 	}
-	if v := os.Getenv("HCLOUDSIM_TOKEN"); v != "" {
-		return v, nil
+	tok, err := credential.Read(os.Getenv, "HCLOUDSIM_TOKEN")
+	if errors.Is(err, credential.ErrNotSet) {
+		return "test-token", nil
 	}
-	if f := os.Getenv("HCLOUDSIM_TOKEN_FILE"); f != "" {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return "", err
-		}
-		return strings.TrimSpace(string(data)), nil
-	}
-	return "test-token", nil
+	return tok, err
 }

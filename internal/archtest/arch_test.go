@@ -91,3 +91,58 @@ func goCmd(t *testing.T, args ...string) *exec.Cmd {
 	}
 	return exec.Command(bin, args...)
 }
+
+// TestOnlySummariseSetsStatus: in the loop, a status's phase, reason and message are set by
+// summarise alone; any other code hands it an outcome.
+func TestOnlySummariseSetsStatus(t *testing.T) {
+	root := testenv.RepoRoot()
+	files, err := filepath.Glob(filepath.Join(root, "reconcile", "*.go"))
+	if err != nil || len(files) < 5 {
+		t.Fatalf("reconcile: %d files (%v)", len(files), err)
+	}
+	guarded := map[string]bool{"Phase": true, "Reason": true, "Message": true}
+	assignments := 0
+	for _, p := range files {
+		if strings.HasSuffix(p, "_test.go") {
+			continue
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			var fields []string
+			switch n := n.(type) {
+			case *ast.AssignStmt:
+				for _, l := range n.Lhs {
+					if sel, ok := l.(*ast.SelectorExpr); ok {
+						fields = append(fields, sel.Sel.Name)
+					}
+				}
+			case *ast.CompositeLit:
+				if id, ok := n.Type.(*ast.Ident); ok && id.Name == "Status" {
+					for _, e := range n.Elts {
+						if kv, ok := e.(*ast.KeyValueExpr); ok {
+							fields = append(fields, kv.Key.(*ast.Ident).Name)
+						}
+					}
+				}
+			}
+			for _, name := range fields {
+				if !guarded[name] {
+					continue
+				}
+				if filepath.Base(p) == "summarise.go" {
+					assignments++
+					continue
+				}
+				t.Errorf("%s: sets a status's %s outside summarise", fset.Position(n.Pos()), name)
+			}
+			return true
+		})
+	}
+	if assignments < 10 {
+		t.Fatalf("found %d assignments in summarise.go: the check looks at the wrong code", assignments)
+	}
+}
