@@ -100,7 +100,7 @@ const (
 )
 
 // entry is what the catalogue knows about a reason. message is a template with at most one %s, the
-// outcome's detail; without a %s the message is fixed.
+// outcome's detail; without a %s it is the default message, which a detail replaces.
 type entry struct {
 	kind    Kind
 	phase   Phase
@@ -166,8 +166,11 @@ func (r Reason) Message(detail string) string {
 	if !ok {
 		return detail
 	}
-	if strings.Contains(t.message, "%s") {
+	switch {
+	case strings.Contains(t.message, "%s"):
 		return fmt.Sprintf(t.message, detail)
+	case detail != "":
+		return detail
 	}
 	return t.message
 }

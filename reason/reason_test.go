@@ -31,8 +31,11 @@ func TestCatalogue(t *testing.T) {
 		if n := strings.Count(e.message, "%"); n > 1 || (n == 1 && !strings.Contains(e.message, "%s")) {
 			t.Errorf("%s: message template %q has more than one %%s or another verb", r, e.message)
 		}
-		if got := r.Message("DETAIL"); strings.Contains(e.message, "%s") != strings.Contains(got, "DETAIL") {
-			t.Errorf("%s: Message(detail) = %q", r, got)
+		if got := r.Message("DETAIL"); !strings.Contains(got, "DETAIL") {
+			t.Errorf("%s: Message(detail) = %q: the detail is lost", r, got)
+		}
+		if got := r.Message(""); !strings.Contains(e.message, "%s") && got != e.message {
+			t.Errorf("%s: Message(\"\") = %q, want the default %q", r, got, e.message)
 		}
 	}
 	if Reason("NoSuchReason").Known() || !Applied.Known() {

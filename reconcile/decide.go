@@ -73,20 +73,23 @@ func (r *Reconciler) decideOne(a diff.Action, d *desiredState, st *stand, now ti
 		st.rt = st.rt.forSpec("destroy")
 		return op{kind: opDestroy}, r.due(st, now)
 	case diff.Noop:
-		if a.Reason == reason.SuspendedByRepo {
+		switch a.Reason {
+		case reason.SuspendedByRepo:
 			r.record(a.ID, outcome{kind: outSuspended})
-			return op{}, false
-		}
-		if kind := r.upToDate(st, in, now); kind != "" {
-			return op{kind: kind, in: in}, true
-		}
+		case reason.UpToDate:
+			if kind := r.upToDate(st, in, now); kind != "" {
+				return op{kind: kind, in: in}, true
+			}
+		} // a foreign stack nobody declares: not ours to judge
 	case diff.Blocked:
-		if a.Reason == reason.Invalid {
-			return op{}, false // judge recorded why already
-		}
 		detail := a.Detail
-		if a.Reason == reason.SourceUnavailable {
+		switch a.Reason {
+		case reason.Invalid:
+			return op{}, false // judge recorded why already
+		case reason.SourceUnavailable:
 			detail = strings.Join(d.unreadable, "; ")
+		case reason.VaultUnavailable:
+			detail = "removed from the repository; not destroyed while the secret store is unavailable"
 		}
 		r.record(a.ID, outcome{kind: outBlocked, reason: a.Reason, detail: detail})
 	}

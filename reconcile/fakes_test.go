@@ -13,7 +13,6 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
@@ -125,6 +124,9 @@ func (s *fakeSource) statusOf(t *testing.T, id string) Status {
 	return st
 }
 
+// errNoStack is what a preview of a stand without a stack fails with.
+var errNoStack = errors.New("the stand has no stack yet")
+
 // fakeEngine keeps stacks in memory and counts `pulumi up`s.
 type fakeEngine struct {
 	mu          sync.Mutex
@@ -195,7 +197,7 @@ func (e *fakeEngine) Apply(ctx context.Context, in stands.Input, force bool) (*s
 	defer e.leave()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	res := &stands.Result{StandID: s.ID, Operation: "apply", SpecHash: in.SpecHash, NodesMode: engine.NodesSkipped,
+	res := &stands.Result{StandID: s.ID, Operation: "apply", SpecHash: in.SpecHash, NodesMode: "skipped",
 		Nodes: []stands.Node{{Name: "main", ServerName: s.Owner + "-" + s.Project + "-" + s.Env + "-main", ServerID: 1, PublicIPv4: "203.0.113.10", PrivateIP: "10.0.1.2"}}}
 	cur, ok := e.stacks[s.ID]
 	if !ok || cur.SpecHash != in.SpecHash || cur.Protect != s.Protect || force {
@@ -205,10 +207,11 @@ func (e *fakeEngine) Apply(ctx context.Context, in stands.Input, force bool) (*s
 		e.stacks[s.ID] = stands.StackInfo{Project: s.Project, Env: s.Env, StandID: s.ID, Owned: true, SpecHash: in.SpecHash, Protect: s.Protect, Known: true}
 	}
 	pw, _ := in.Secrets.Value(manifest.SecretRef{Path: "kv-password", Field: "value"})
-	res.Connection = stands.SecretJSON(fmt.Sprintf(`{"id_stand":%q,"kv":{"host":"203.0.113.10","password":%q}}`, s.ID, pw))
-	masked, err := engine.MaskConnection(json.RawMessage(res.Connection), in.Secrets.Values())
-	res.Masked = masked
-	return res, err
+	res.Connection = stands.SecretJSON(fmt.Sprintf(`{"id_stand":%q,"kv":{"host":"203.0.113.10","password":%q,"spec":%q}}`, s.ID, pw, in.SpecHash))
+	// Masked as the engine masks it: every resolved secret value replaced (the loop must never see
+	// the clear record anywhere but in Secrets.WriteConnection).
+	res.Masked = json.RawMessage(fmt.Sprintf(`{"id_stand":%q,"kv":{"host":"203.0.113.10","password":"***"}}`, s.ID))
+	return res, nil
 }
 
 func (e *fakeEngine) Drift(_ context.Context, in stands.Input) (*stands.Result, error) {
@@ -258,6 +261,8 @@ type fakeSecrets struct {
 	values      map[string]string
 	down        bool
 	connections map[string]string
+	writing     chan struct{} // when set, WriteConnection waits on it
+	blocked     int           // WriteConnection calls waiting on writing
 }
 
 var _ Secrets = (*fakeSecrets)(nil)
@@ -282,6 +287,15 @@ func (f *fakeSecrets) Secret(_ context.Context, ref manifest.SecretRef) (string,
 }
 
 func (f *fakeSecrets) WriteConnection(_ context.Context, id string, record json.RawMessage) error {
+	f.mu.Lock()
+	gate := f.writing
+	if gate != nil {
+		f.blocked++
+	}
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -324,7 +338,7 @@ func (e *fakeEngine) Preview(_ context.Context, in stands.Input) (*stands.Result
 	e.previews++
 	cur, ok := e.stacks[in.Stand.ID]
 	if !ok {
-		return nil, engine.ErrNoStack
+		return nil, errNoStack
 	}
 	res := &stands.Result{StandID: in.Stand.ID, Operation: "preview"}
 	if cur.SpecHash != in.SpecHash {

@@ -20,7 +20,7 @@ func (r *Reconciler) run(o op) {
 	select {
 	case r.sem <- struct{}{}:
 	case <-r.opsCtx.Done():
-		r.finish(o, nil, r.opsCtx.Err(), r.cfg.Now())
+		r.finish(o, nil, r.opsCtx.Err(), r.cfg.Now(), true)
 		return
 	}
 	ctx := r.opsCtx
@@ -37,21 +37,22 @@ func (r *Reconciler) run(o op) {
 	started := r.cfg.Now()
 	changing := o.kind == opApply || o.kind == opDestroy
 	if changing {
-		r.commitStatus(ctx, o)
+		if st := r.Status(o.id); st != nil { // running: no cycle changes it meanwhile
+			r.commitStatus(ctx, o, *st)
+		}
 	}
 	res, err := r.operate(ctx, &o, log)
 	if err != nil {
 		c := reason.Of(err)
 		log.Warn("operation failed", "reason", c, "kind", c.Kind(), "err", r.scrub(o, err.Error()))
 	}
-	r.finish(o, res, err, started)
-	if err == nil && res != nil && res.Connection != nil {
-		// After finish: a record not stored backs the stand off (finish would forget that).
-		r.saveConnection(ctx, o.id, json.RawMessage(res.Connection), log)
-	}
+	// Stored while the stand is still running, so no cycle starts on it before its outcome is in.
+	saved := err != nil || res == nil || res.Connection == nil || r.saveConnection(ctx, o.id, json.RawMessage(res.Connection), log)
+	final := r.finish(o, res, err, started, saved)
 	<-r.sem                            // the commits below must not hold a worker: Gitea may be slow
 	if changing || o.kind == opApply { // a drift repaired by an apply counts too
-		r.commitStatus(ctx, o)
+		// The status this operation left, not the current one: a cycle may have started the next.
+		r.commitStatus(ctx, o, final)
 	}
 	r.publish(ctx)
 }
@@ -75,11 +76,7 @@ func (r *Reconciler) operate(ctx context.Context, o *op, log *slog.Logger) (*sta
 
 // commitStatus sets stands/<stand-id> on the operation's commit from the stand's status as summarise
 // left it, not from the operation.
-func (r *Reconciler) commitStatus(ctx context.Context, o op) {
-	st := r.Status(o.id)
-	if st == nil {
-		return
-	}
+func (r *Reconciler) commitStatus(ctx context.Context, o op, st Status) {
 	r.setCommitStatus(ctx, o.commit, "stands/"+o.id, commitState(st.Phase), string(st.Phase)+": "+cmp.Or(st.Message, string(st.Reason)), r.statusURL(o.id))
 }
 
@@ -108,26 +105,25 @@ func (r *Reconciler) declared(id string) bool {
 	return r.declaredIDs[id]
 }
 
-// saveConnection writes the unmasked record to the secret store when it changed.
-func (r *Reconciler) saveConnection(ctx context.Context, id string, record json.RawMessage, log *slog.Logger) {
+// saveConnection writes the unmasked record to the secret store when it changed; it reports whether
+// the store holds it.
+func (r *Reconciler) saveConnection(ctx context.Context, id string, record json.RawMessage, log *slog.Logger) bool {
 	sum := sha256.Sum256(record)
 	digest := hex.EncodeToString(sum[:])
 	r.mu.Lock()
 	saved := r.state(id).connSaved
 	r.mu.Unlock()
 	if saved == digest {
-		return
+		return true
 	}
-	err := r.sec.WriteConnection(ctx, id, record)
+	if err := r.sec.WriteConnection(ctx, id, record); err != nil {
+		log.Warn("connection record not stored; retrying later", "err", err)
+		return false
+	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.state(id)
-	if err != nil {
-		r.record(id, outcome{kind: outUnsaved})
-		log.Warn("connection record not stored; retrying later", "err", err, "next_attempt", st.rt.next)
-		return
-	}
-	st.connSaved = digest
+	r.state(id).connSaved = digest
+	r.mu.Unlock()
+	return true
 }
 
 func (r *Reconciler) scrub(o op, s string) string {
@@ -137,8 +133,9 @@ func (r *Reconciler) scrub(o op, s string) string {
 	return s
 }
 
-// finish records an operation's outcome.
-func (r *Reconciler) finish(o op, res *stands.Result, err error, started time.Time) {
+// finish records an operation's outcome, and a connection record not stored, which backs the stand
+// off; it returns the status they leave.
+func (r *Reconciler) finish(o op, res *stands.Result, err error, started time.Time, saved bool) Status {
 	out := outcome{kind: outSucceeded, op: o.kind, commit: o.commit, res: res, started: started}
 	if o.in != nil {
 		out.file, out.spec = o.in.Stand.Path, o.in.SpecHash
@@ -154,4 +151,11 @@ func (r *Reconciler) finish(o op, res *stands.Result, err error, started time.Ti
 		st.lastDrift = r.cfg.Now()
 	}
 	r.record(o.id, out)
+	if !saved {
+		r.record(o.id, outcome{kind: outUnsaved})
+	}
+	if st.status == nil {
+		return Status{}
+	}
+	return *st.status
 }

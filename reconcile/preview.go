@@ -74,7 +74,8 @@ func (r *Reconciler) previews(ctx context.Context, main *evaluation, actual []di
 		if err != nil {
 			// Retried at the next cycle: the head stays unplanned.
 			log.Warn("pull request not planned; retrying", "err", err)
-			r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateError, "planning failed, will retry: "+err.Error(), pr.URL)
+			// The error's text goes to the log only: a preview's may quote the pull request's content.
+			r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateError, "planning failed, will retry ("+string(reason.Of(err))+")", pr.URL)
 			continue
 		}
 		if err := f.UpsertComment(ctx, pr.Index, CommentMarker, plan.comment(pr)); err != nil {
@@ -163,7 +164,7 @@ func (r *Reconciler) planPR(ctx context.Context, pr gitsource.PullRequest, main 
 		if b, ok := before[a.ID]; ok && b == a {
 			continue // merging it changes nothing for this stand
 		}
-		if inputs[a.ID] == nil && !declared[a.ID] && a.Kind == diff.Blocked {
+		if _, inHead := inputs[a.ID]; !inHead && !declared[a.ID] && a.Kind == diff.Blocked {
 			continue // a stack the tracked branch does not declare either: not this pull request's removal
 		}
 		if a.Reason == reason.SourceUnavailable {

@@ -166,3 +166,19 @@ func TestPreviewOnTopOfAPendingChange(t *testing.T) {
 		t.Errorf("a further change of a pending stand is not planned:\n%s", c)
 	}
 }
+
+// TestPreviewNewBrokenStand: a stand the pull request adds that does not validate, or that belongs to
+// another owner, fails the plan with its report; the tracked branch does not have it to compare with.
+func TestPreviewNewBrokenStand(t *testing.T) {
+	h, f := newPreviewHarness(t, "a")
+	h.mustCycle()
+	f.open(9, "new-broken", h.files(), map[string]string{standFile("z"): strings.Replace(standYML("z", ""), "profile: small", "profile: huge", 1)}, true)
+	f.open(10, "other-owner", h.files(), map[string]string{standFile("q"): standYML("q", "  owner: qa")}, true)
+	h.mustCycle()
+	if st, c := f.status("new-broken", PlanContext), f.comment(9); !strings.HasPrefix(st, "failure: 1 invalid") || !strings.Contains(c, "stands/z/stand.yml:") {
+		t.Errorf("new broken stand: %q\n%s", st, c)
+	}
+	if st, c := f.status("other-owner", PlanContext), f.comment(10); !strings.HasPrefix(st, "failure: 1 invalid") || !strings.Contains(c, `owner is "qa"`) {
+		t.Errorf("new stand of another owner: %q\n%s", st, c)
+	}
+}

@@ -3,13 +3,13 @@ package reconcile
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/engine"
+	"fmt"
 	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 type harness struct {
@@ -166,7 +166,7 @@ func TestRetriesThenStalled(t *testing.T) {
 func TestWaitingNeverStalls(t *testing.T) {
 	h := newHarness(t, repoWith("a"), nil)
 	for range 5 {
-		h.eng.fail["local_a_dev"] = reason.Wrap(reason.UpdateConflict, fmt.Errorf("pulumi up: %w", engine.ErrUpdateInProgress))
+		h.eng.fail["local_a_dev"] = reason.Wrap(reason.UpdateConflict, errors.New("pulumi up: another update is currently in progress"))
 		h.mustCycle()
 		h.now = h.now.Add(time.Hour)
 	}
@@ -434,7 +434,7 @@ func TestObserveBacksOff(t *testing.T) {
 	h.mustCycle()
 	r2 := New(h.r.cfg, h.src, h.eng, h.sec) // a restart: the connection must be stored again
 	h.r = r2
-	h.eng.fail["local_a_dev"] = reason.Wrap(reason.UpdateConflict, fmt.Errorf("read stack: %w", engine.ErrUpdateInProgress))
+	h.eng.fail["local_a_dev"] = reason.Wrap(reason.UpdateConflict, errors.New("read stack: another update is currently in progress"))
 	h.mustCycle()
 	commits, calls := h.src.commits(), h.eng.calls
 	for range 3 {
@@ -447,5 +447,71 @@ func TestObserveBacksOff(t *testing.T) {
 	h.mustCycle()
 	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready || h.eng.calls != calls+1 {
 		t.Errorf("after the backoff: %+v, %d calls", st, h.eng.calls-calls)
+	}
+}
+
+// TestForeignStackIsLeftAlone: a stack without the reconciler's mark that no stand declares is
+// neither judged nor touched, and does not stop the cycle.
+func TestForeignStackIsLeftAlone(t *testing.T) {
+	h := newHarness(t, repoWith("a"), func(c *Config) { c.AllowMassDestroy = true })
+	h.eng.stacks["local_x_dev"] = stands.StackInfo{Project: "x", Env: "dev", Known: true}
+	h.mustCycle()
+	h.mustCycle()
+	if len(h.eng.destroys) != 0 || h.r.Status("local_x_dev") != nil {
+		t.Errorf("a foreign stack was touched: destroys %v, status %+v", h.eng.destroys, h.r.Status("local_x_dev"))
+	}
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready {
+		t.Errorf("a: %+v", st)
+	}
+}
+
+// TestNoCycleStartsOnAStandBeforeItsOutcome: while an apply's connection record is being stored,
+// the stand is still running: a cycle on a newer commit starts nothing on it, and the commit status
+// of the apply is the outcome of that apply, not "pending" of the next.
+func TestNoCycleStartsOnAStandBeforeItsOutcome(t *testing.T) {
+	h, f := newPreviewHarness(t, "a")
+	h.mustCycle()
+	gate := make(chan struct{})
+	h.sec.mu.Lock()
+	h.sec.writing = gate
+	h.sec.mu.Unlock()
+	port := func(p int) map[string]string {
+		return map[string]string{standFile("a"): strings.Replace(standYML("a", ""), "cache: {}", fmt.Sprintf("cache: {preferences: {port: %d}}", p), 1)}
+	}
+	h.src.commit(port(6390)) // h002
+	if err := h.r.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.sec.mu.Lock()
+		blocked := h.sec.blocked
+		h.sec.mu.Unlock()
+		if blocked == 1 && h.eng.upsOf("local_a_dev") == 2 {
+			break // applied, and its record is being stored
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the apply of h002 did not reach its connection record")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.src.commit(port(6391)) // h003, while h002's record is being stored
+	if err := h.r.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.status("h003", "stands/local_a_dev"); got != "" {
+		t.Errorf("an apply of h003 started before h002's outcome: %q", got)
+	}
+	close(gate)
+	h.r.Wait()
+	if got := f.status("h002", "stands/local_a_dev"); !strings.HasPrefix(got, "success: Ready") {
+		t.Errorf("stands/local_a_dev on h002: %q", got)
+	}
+	h.sec.mu.Lock()
+	h.sec.writing = nil
+	h.sec.mu.Unlock()
+	h.mustCycle()
+	if got := f.status("h003", "stands/local_a_dev"); !strings.HasPrefix(got, "success: Ready") || h.eng.upsOf("local_a_dev") != 3 {
+		t.Errorf("h003 afterwards: %q, %d ups", got, h.eng.upsOf("local_a_dev"))
 	}
 }

@@ -123,7 +123,10 @@ func short(commit string) string {
 
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
-	return truncate(line, 160)
+	if len(line) <= 160 {
+		return line
+	}
+	return truncate(line, 160-len("…"))
 }
 
 // cell keeps a value inside its Markdown table cell.

@@ -138,7 +138,8 @@ func summarise(o outcome, prev Status, rt retries, now time.Time, p policy) (Sta
 func failed(o outcome, x Status, rt retries, now time.Time, p policy) (Status, retries) {
 	msg := truncate(o.detail, maxMessage)
 	x.SchemaVersion = SchemaVersion
-	x.Phase, x.Reason, x.Message, x.LastAttemptedCommit, x.Timings = reason.Failed, o.reason, o.reason.Message(msg), o.commit, timings(o, now)
+	// An error's own text is the message: a reason's default message would hide what failed.
+	x.Phase, x.Reason, x.Message, x.LastAttemptedCommit, x.Timings = reason.Failed, o.reason, msg, o.commit, timings(o, now)
 	if o.reason.Kind() == reason.Waiting {
 		rt.waits++
 		rt.next = now.Add(p.backoff(rt.waits))

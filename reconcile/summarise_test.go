@@ -243,10 +243,11 @@ func TestMessagesKeepUTF8(t *testing.T) {
 	if !utf8.ValidString(got.Message) || len(got.Message) > maxMessage+len("…") || !strings.HasSuffix(got.Message, "…") {
 		t.Errorf("message of %d bytes, valid %v", len(got.Message), utf8.ValidString(got.Message))
 	}
-	for _, n := range []int{159, 160, 161} {
-		line := firstLine(strings.Repeat("a", n-1) + "жжж")
-		if !utf8.ValidString(line) {
-			t.Errorf("firstLine cut a rune at %d", n)
+	for _, n := range []int{155, 156, 157, 158, 159, 160, 161} {
+		in := strings.Repeat("a", n) + "жжж"
+		line := firstLine(in)
+		if !utf8.ValidString(line) || len(line) > 160 || (len(in) <= 160 && line != in) {
+			t.Errorf("firstLine of %d bytes: %d bytes %q", len(in), len(line), line)
 		}
 	}
 	if truncate("short", 10) != "short" || truncate("", 0) != "" {

@@ -15,11 +15,11 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 )
 
-// TestReconcileLinksNoPulumi: the loop depends on small interfaces and plain types only, so it builds
-// and tests without the Pulumi SDK; the engine is wired in by the command.
+// TestReconcileLinksNoPulumi: the loop depends on small interfaces and plain types only, so it and its
+// tests build without the Pulumi SDK (-test: the fakes too); the engine is wired in by the command.
 func TestReconcileLinksNoPulumi(t *testing.T) {
 	for _, pkg := range []string{"./reconcile", "./diff", "./reason", "./stands", "./manifest"} {
-		cmd := goCmd(t, "list", "-deps", pkg)
+		cmd := goCmd(t, "list", "-deps", "-test", pkg)
 		cmd.Dir = testenv.RepoRoot()
 		out, err := cmd.Output()
 		if err != nil {
