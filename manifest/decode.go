@@ -123,7 +123,7 @@ func posOf(n *node, fallback Pos) Pos {
 
 func (d *decoder) stand(root *node, file string, opts LoadOptions) *Stand {
 	s := &Stand{Path: file, Pos: Pos{File: file, Line: 1}}
-	d.fields(root, "the manifest", "stand", "users", "ssh", "node_profiles", "nodes", "apps", "registries")
+	d.fields(root, "the manifest", "stand", "node_profiles", "nodes", "apps", "registries")
 
 	meta := root.get("stand")
 	if meta == nil {
@@ -131,7 +131,7 @@ func (d *decoder) stand(root *node, file string, opts LoadOptions) *Stand {
 	} else {
 		s.Pos = meta.pos
 	}
-	d.fields(meta, "stand", "project", "env", "owner", "protect", "suspend")
+	d.fields(meta, "stand", "project", "env", "owner", "protect", "suspend", "users", "ssh")
 	s.Project = d.str(meta.get("project"), "stand.project", true, s.Pos)
 	s.Env = d.str(meta.get("env"), "stand.env", true, s.Pos)
 	s.Owner = d.str(meta.get("owner"), "stand.owner", false, s.Pos)
@@ -149,32 +149,35 @@ func (d *decoder) stand(root *node, file string, opts LoadOptions) *Stand {
 	d.idPart(s.Env, posOf(meta.get("env"), s.Pos), "stand.env")
 	s.ID = s.Owner + "_" + s.Project + "_" + s.Env
 
-	users := root.get("users")
-	if users == nil {
-		d.rep.addf(s.Pos, RuleRequired, "users is required (sudo, app)")
-	}
-	d.fields(users, "users", "sudo", "app")
-	s.Users.Sudo = d.str(users.get("sudo"), "users.sudo", true, posOf(users, s.Pos))
-	s.Users.App = d.str(users.get("app"), "users.app", true, posOf(users, s.Pos))
-	for _, u := range []struct{ name, v string }{{"users.sudo", s.Users.Sudo}, {"users.app", s.Users.App}} {
-		if u.v != "" && !unixUser.MatchString(u.v) {
-			d.rep.addf(posOf(users.get(strings.TrimPrefix(u.name, "users.")), s.Pos), RuleType, "%s %q is not a valid Unix user name", u.name, u.v)
-		}
-	}
-	if s.Users.Sudo != "" && s.Users.Sudo == s.Users.App {
-		d.rep.addf(posOf(users, s.Pos), RuleType, "users.sudo and users.app must differ")
-	}
-
-	ssh := root.get("ssh")
-	d.fields(ssh, "ssh", "key_name_admin")
-	s.SSH.KeyNameAdmin = d.str(ssh.get("key_name_admin"), "ssh.key_name_admin", true, posOf(ssh, s.Pos))
-
+	d.accounts(s, meta)
 	d.profiles(s, root.get("node_profiles"))
 	d.registries(s, root.get("registries"))
 	d.apps(s, root.get("apps"))
 	d.nodes(s, root.get("nodes"))
 	d.crossRefs(s, root)
 	return s
+}
+
+// accounts reads stand.users and stand.ssh (seed §3).
+func (d *decoder) accounts(s *Stand, meta *node) {
+	users := meta.get("users")
+	if users == nil {
+		d.rep.addf(s.Pos, RuleRequired, "stand.users is required (sudo, app)")
+	}
+	d.fields(users, "stand.users", "sudo", "app")
+	s.Users.Sudo = d.str(users.get("sudo"), "stand.users.sudo", true, posOf(users, s.Pos))
+	s.Users.App = d.str(users.get("app"), "stand.users.app", true, posOf(users, s.Pos))
+	for _, u := range []struct{ key, v string }{{"sudo", s.Users.Sudo}, {"app", s.Users.App}} {
+		if u.v != "" && !unixUser.MatchString(u.v) {
+			d.rep.addf(posOf(users.get(u.key), s.Pos), RuleType, "stand.users.%s %q is not a valid Unix user name", u.key, u.v)
+		}
+	}
+	if s.Users.Sudo != "" && s.Users.Sudo == s.Users.App {
+		d.rep.addf(posOf(users, s.Pos), RuleType, "stand.users.sudo and stand.users.app must differ")
+	}
+	ssh := meta.get("ssh")
+	d.fields(ssh, "stand.ssh", "key_name_admin")
+	s.SSH.KeyNameAdmin = d.str(ssh.get("key_name_admin"), "stand.ssh.key_name_admin", true, posOf(ssh, s.Pos))
 }
 
 var unixUser = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)

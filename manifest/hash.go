@@ -96,13 +96,24 @@ func SpecHash(fsys fs.FS, s *Stand, secrets Secrets, passphrase string) (string,
 }
 
 // stripPolicy drops stand.protect and stand.suspend from a copy of the merged document.
+//
+// It also lays users and ssh out at the top level, where this project's first manifests had them:
+// the hash is of the stand, not of where its manifest writes them, so neither form re-applies the
+// stands the other applied.
 func stripPolicy(root *node) *node {
 	meta := root.get("stand")
 	if meta == nil {
 		return root
 	}
 	m := *meta
-	m.fields = slices.DeleteFunc(slices.Clone(m.fields), func(f field) bool { return f.key == "protect" || f.key == "suspend" })
+	var hoisted []field
+	m.fields = slices.DeleteFunc(slices.Clone(m.fields), func(f field) bool {
+		if slices.Contains(legacyKeys, f.key) {
+			hoisted = append(hoisted, f)
+			return true
+		}
+		return f.key == "protect" || f.key == "suspend"
+	})
 	r := *root
 	r.fields = slices.Clone(root.fields)
 	for i := range r.fields {
@@ -110,6 +121,7 @@ func stripPolicy(root *node) *node {
 			r.fields[i].value = &m
 		}
 	}
+	r.fields = append(r.fields, hoisted...)
 	return &r
 }
 

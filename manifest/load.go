@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"path"
 	"slices"
@@ -36,14 +37,47 @@ func load(fsys fs.FS, file string, opts LoadOptions, rep *Report) *Stand {
 	s := d.stand(root, file, opts)
 	s.Manifests = files
 	s.root = root
+	s.Warnings = l.warnings
 	l.packages(s, d)
 	return s
 }
 
 type loader struct {
-	fsys fs.FS
-	rep  *Report
-	docs map[string]*node
+	fsys     fs.FS
+	rep      *Report
+	docs     map[string]*node
+	warnings []Diagnostic
+}
+
+// legacyKeys are the stand settings an earlier version of this project read at the top level of a
+// manifest; the seed (and now this project) has them under stand:.
+var legacyKeys = []string{"users", "ssh"}
+
+// hoistLegacy moves a manifest's top-level users and ssh under stand:, where the seed's format has
+// them, with a deprecation warning; both places at once is an error. It runs per file, before
+// from_dep_manifest merges them, so a base in either form merges with a stand in the other.
+func (l *loader) hoistLegacy(doc *node) {
+	for _, key := range legacyKeys {
+		i := slices.IndexFunc(doc.fields, func(f field) bool { return f.key == key })
+		if i < 0 {
+			continue
+		}
+		f := doc.fields[i]
+		meta := doc.get("stand")
+		if meta != nil && meta.get(key) != nil {
+			l.rep.addf(f.keyPos, RuleSyntax, "%s is given twice: at the top level and as stand.%s; keep stand.%s", key, key, key)
+			continue
+		}
+		l.warnings = append(l.warnings, Diagnostic{Pos: f.keyPos, Rule: RuleDeprecated,
+			Msg: fmt.Sprintf("top-level %s is the old form: move it under stand: (stand.%s), as in the Stands Engine's manifests", key, key)})
+		doc.fields = slices.Delete(doc.fields, i, i+1)
+		switch {
+		case meta == nil:
+			doc.fields = append(doc.fields, field{key: "stand", keyPos: f.keyPos, value: &node{kind: kindMap, pos: f.keyPos, fields: []field{f}}})
+		case meta.kind == kindMap:
+			meta.fields = append(meta.fields, f)
+		}
+	}
 }
 
 // read parses one manifest file once.
@@ -66,6 +100,9 @@ func (l *loader) read(file string, from Pos) *node {
 	if n != nil && n.kind != kindMap {
 		l.rep.addf(n.pos, RuleSyntax, "a manifest must be a YAML mapping, not a %s", n.kind)
 		n = nil
+	}
+	if n != nil {
+		l.hoistLegacy(n)
 	}
 	l.docs[file] = n
 	return n

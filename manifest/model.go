@@ -25,6 +25,9 @@ type Stand struct {
 	Apps       []*App
 	Registries []*Registry
 
+	// Warnings are what loads but should change, such as the old top-level users and ssh.
+	Warnings []Diagnostic
+
 	Pos  Pos   // of the `stand:` mapping, for errors about the whole stand
 	root *node // merged document, for the spec hash
 }

@@ -14,7 +14,9 @@ const (
 	StandFile = "stand.yml"
 )
 
-// Discover lists every stands/**/stand.yml of a repository, sorted.
+// Discover lists every stands/**/stand.yml of a repository, sorted, and every file there named like
+// one but not quite (stand.yaml, Stand.yml): those fail their preflight with RuleManifestName instead
+// of being skipped, which the reconciler would read as the stand's removal.
 func Discover(fsys fs.FS) ([]string, error) {
 	var files []string
 	err := fs.WalkDir(fsys, StandsDir, func(p string, d fs.DirEntry, err error) error {
@@ -27,12 +29,18 @@ func Discover(fsys fs.FS) ([]string, error) {
 		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != StandsDir {
 			return fs.SkipDir
 		}
-		if !d.IsDir() && d.Name() == StandFile {
+		if !d.IsDir() && looksLikeManifest(d.Name()) {
 			files = append(files, p)
 		}
 		return nil
 	})
 	return files, err
+}
+
+// looksLikeManifest reports whether a file name is stand.yml or a near miss of it.
+func looksLikeManifest(name string) bool {
+	n := strings.ToLower(name)
+	return n == StandFile || n == "stand.yaml"
 }
 
 // IsBase reports whether p is a base manifest (bases/*.yml): used only through from_dep_manifest.
@@ -109,6 +117,7 @@ func PreflightAll(ctx context.Context, fsys fs.FS, files []string, opts Prefligh
 			r.Err.addf(r.Stand.Pos, RuleDuplicateID, "stand id %s is also declared by %s; owner, project and env together must be unique", s.ID, other.Stand.Path)
 		}
 	}
+	uniqueServerNames(results)
 	all := &Report{}
 	for _, r := range results {
 		if r.Err == nil {
@@ -133,6 +142,9 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 			res.Err = rep
 		}
 	}()
+	if name := path.Base(file); name != StandFile {
+		rep.addf(Pos{File: file, Line: 1, Col: 1}, RuleManifestName, "a stand manifest must be named %s, not %s: rename it (until then the stand is neither applied nor destroyed)", StandFile, name)
+	}
 	s := load(fsys, file, opts.LoadOptions, rep)
 	if s == nil {
 		return res, nil
@@ -146,8 +158,9 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 	var srep *Report
 	switch {
 	case errors.As(err, &srep):
+		// The other checks still run, on placeholders: every independent problem in one report.
 		rep.add(srep.Diags...)
-		return res, nil
+		secrets = secrets.withPlaceholders(s)
 	case err != nil && opts.KeepGoing:
 		res.SourceErr = err
 		return res, nil
@@ -155,9 +168,47 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 		return res, err
 	}
 	res.Secrets = secrets
-	for _, v := range secrets.values {
-		red.add(v)
+	for ref, v := range secrets.values {
+		if !secrets.placeholder[ref] {
+			red.add(v)
+		}
 	}
 	res.Rendered = render(fsys, s, secrets, PreflightAddresses(s), rep)
 	return res, nil
+}
+
+// uniqueServerNames refuses two nodes of different stands whose server names are the same (env two
+// with node node-db, env two-node with node db): Hetzner names are unique in a project, and the second
+// apply would fail or, worse, adopt the first stand's server.
+func uniqueServerNames(results []*Result) {
+	type owner struct {
+		res  *Result
+		node *Node
+	}
+	seen := map[string]owner{}
+	for _, r := range results {
+		s := r.Stand
+		if s == nil || s.Project == "" || s.Env == "" || s.Owner == "" {
+			continue
+		}
+		for _, n := range s.Nodes {
+			name := s.ServerName(n)
+			prev, ok := seen[name]
+			if !ok {
+				seen[name] = owner{r, n}
+				continue
+			}
+			if prev.res.Stand.ID == s.ID {
+				continue // the same id twice is RuleDuplicateID's
+			}
+			for _, pair := range [][2]owner{{{r, n}, prev}, {prev, {r, n}}} {
+				o, other := pair[0], pair[1]
+				if o.res.Err == nil {
+					o.res.Err = &Report{}
+				}
+				o.res.Err.addf(o.node.Pos, RuleServerName, "server name %s is also the name of node %s of stand %s (%s); change a node name or the env",
+					name, other.node.Name, other.res.Stand.ID, other.res.Stand.Path)
+			}
+		}
+	}
 }

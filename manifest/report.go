@@ -37,14 +37,19 @@ const (
 	RulePortConflict = "port-conflict" // two instances on one node claim a host port
 	RulePort         = "port"          // a role port is invalid or not published
 	RuleImage        = "image"         // an image reference is empty or malformed
+	RuleManifestName = "manifest-name" // a file under stands/ named like stand.yml but not it
+	RuleServerName   = "server-name"   // two stands' nodes get the same server name
 )
+
+// RuleDeprecated marks a warning: the manifest loads, in a form that should change.
+const RuleDeprecated = "deprecated"
 
 // Rules lists every rule; each has a fixture in testdata/rules.
 var Rules = []string{
 	RuleSyntax, RuleRequired, RuleType, RuleIDPart, RuleDuplicateID, RuleBase, RuleRefProfile, RuleRefApp,
 	RuleRefRegistry, RulePlacement, RuleFileMissing, RuleSecret, RuleSecretPath, RuleRender, RuleCloudInit,
 	RulePodYAML, RuleConnection, RuleConnName, RuleUploadDest, RuleUploadMode, RulePortConflict, RulePort,
-	RuleImage,
+	RuleImage, RuleManifestName, RuleServerName,
 }
 
 // Diagnostic is one problem found in a stand, with the place that caused it.

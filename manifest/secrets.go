@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"strings"
@@ -100,6 +101,24 @@ func (e EnvSource) Secret(_ context.Context, ref SecretRef) (string, error) {
 // Secrets holds resolved secret values. Its String never shows them.
 type Secrets struct {
 	values map[SecretRef]string
+	// placeholder marks values that stand in for secrets that could not be resolved, so the checks
+	// after them still run; such a set never reaches an apply (its stand has an error).
+	placeholder map[SecretRef]bool
+}
+
+// withPlaceholders gives every reference of the stand that has no value a placeholder unique to it.
+func (s Secrets) withPlaceholders(st *Stand) Secrets {
+	out := Secrets{values: maps.Clone(s.values), placeholder: map[SecretRef]bool{}}
+	if out.values == nil {
+		out.values = map[SecretRef]string{}
+	}
+	for _, use := range st.SecretUses() {
+		if _, ok := out.values[use.Ref]; !ok {
+			out.values[use.Ref] = "missing-secret-" + strings.NewReplacer("/", "-", "#", "-").Replace(use.Ref.String())
+			out.placeholder[use.Ref] = true
+		}
+	}
+	return out
 }
 
 // NewSecrets builds a set of resolved values, e.g. for tests and the engine.

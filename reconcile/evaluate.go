@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/stands-engine/stands-reconciler/diff"
@@ -29,6 +30,7 @@ type evaluation struct {
 	secretsErr error
 	unreadable []string
 	allow      map[string]bool
+	warnings   []manifest.Diagnostic // each once, in manifest order
 }
 
 func (r *Reconciler) evaluate(ctx context.Context, files fs.FS) (*evaluation, error) {
@@ -52,6 +54,11 @@ func (r *Reconciler) evaluate(ctx context.Context, files fs.FS) (*evaluation, er
 			}
 			ev.unreadable = append(ev.unreadable, msg)
 			continue
+		}
+		for _, w := range s.Warnings {
+			if !slices.Contains(ev.warnings, w) {
+				ev.warnings = append(ev.warnings, w)
+			}
 		}
 		v := verdict{id: s.ID, file: res.File}
 		switch {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/diff"
 	"github.com/stands-engine/stands-reconciler/gitsource"
+	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -114,6 +115,8 @@ type prPlan struct {
 	priced bool // every server of the plan had a known price
 	cur    string
 	failed bool
+	// warnings of the head's manifests: they load, in a form that should change.
+	warnings []manifest.Diagnostic
 }
 
 type planRow struct {
@@ -144,7 +147,7 @@ func (r *Reconciler) planPR(ctx context.Context, pr gitsource.PullRequest, main 
 	if err != nil {
 		r.log.Warn("plan without prices", "err", err)
 	}
-	plan := &prPlan{head: snap.Commit, priced: prices != nil, cur: "EUR"}
+	plan := &prPlan{head: snap.Commit, priced: prices != nil, cur: "EUR", warnings: head.warnings}
 	for _, u := range head.unreadable {
 		plan.add(planRow{id: "?", action: "invalid", note: u})
 	}
@@ -365,6 +368,12 @@ func (p *prPlan) comment(pr gitsource.PullRequest) string {
 		b.WriteString("\n#### Problems\n")
 		for _, r := range problems {
 			fmt.Fprintf(&b, "\n`%s`:\n```\n%s\n```\n", r.id, strings.ReplaceAll(r.note, "```", "'''"))
+		}
+	}
+	if len(p.warnings) > 0 {
+		b.WriteString("\n#### Warnings\n\n")
+		for _, w := range p.warnings {
+			fmt.Fprintf(&b, "- `%s`: %s\n", w.Pos, cell(w.Msg))
 		}
 	}
 	b.WriteString("\n<sub>stands-reconciler previews never create stacks or servers; this comment is updated when the pull request's head moves.</sub>\n")

@@ -182,3 +182,17 @@ func TestPreviewNewBrokenStand(t *testing.T) {
 		t.Errorf("new stand of another owner: %q\n%s", st, c)
 	}
 }
+
+// TestPreviewListsManifestWarnings: a stand in the old form (users at the top level) plans as usual,
+// and the comment tells the author what to move.
+func TestPreviewListsManifestWarnings(t *testing.T) {
+	h, f := newPreviewHarness(t, "a")
+	h.mustCycle()
+	old := standYML("z", "") + "users:\n  sudo: admin\n  app: app\n"
+	f.open(11, "old-form", h.files(), map[string]string{standFile("z"): old}, true)
+	h.mustCycle()
+	st, c := f.status("old-form", PlanContext), f.comment(11)
+	if !strings.HasPrefix(st, "success: 1 create") || !strings.Contains(c, "#### Warnings") || !strings.Contains(c, "`stands/z/stand.yml:14:1`: top-level users is the old form") {
+		t.Errorf("%q\n%s", st, c)
+	}
+}

@@ -102,6 +102,7 @@ type Reconciler struct {
 
 	prs         previewState    // used by Cycle only
 	declaredIDs map[string]bool // stands the last evaluated snapshot declares
+	warned      map[manifest.Diagnostic]bool
 }
 
 type stand struct {
@@ -145,7 +146,7 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 	}
 	r := &Reconciler{cfg: cfg, src: src, eng: eng, sec: sec, log: cfg.Log, sem: make(chan struct{}, cfg.Workers),
 		wake: make(chan struct{}, 1), stands: map[string]*stand{}, published: map[string][]byte{},
-		prs: previewState{planned: map[int64]string{}}}
+		prs: previewState{planned: map[int64]string{}}, warned: map[manifest.Diagnostic]bool{}}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
 	return r
 }
@@ -294,6 +295,12 @@ func (r *Reconciler) judge(ctx context.Context, snap *gitsource.Snapshot) (*desi
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d.desired = ev.desired(func(id string) bool { return r.state(id).running })
+	for _, w := range ev.warnings {
+		if !r.warned[w] { // once per process: the repository is read every poll
+			r.warned[w] = true
+			r.log.Warn("manifest warning", "at", w.Pos.String(), "rule", w.Rule, "warning", w.Msg)
+		}
+	}
 	r.declaredIDs = map[string]bool{}
 	for _, v := range ev.verdicts {
 		r.declaredIDs[v.id] = true

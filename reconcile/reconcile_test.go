@@ -515,3 +515,19 @@ func TestNoCycleStartsOnAStandBeforeItsOutcome(t *testing.T) {
 		t.Errorf("h003 afterwards: %q, %d ups", got, h.eng.upsOf("local_a_dev"))
 	}
 }
+
+// TestRenamedManifestIsNotARemoval: stand.yml renamed to stand.yaml is a stand that fails with the
+// reason, not one that left the repository (one destroy per cycle is always allowed, so only this
+// stands between the rename and a destroy).
+func TestRenamedManifestIsNotARemoval(t *testing.T) {
+	h := newHarness(t, repoWith("a", "b"), nil)
+	h.mustCycle()
+	h.src.commit(map[string]string{standFile("b"): "", "stands/b/stand.yaml": standYML("b", "")})
+	h.mustCycle()
+	if len(h.eng.destroys) != 0 {
+		t.Fatalf("a renamed manifest destroyed its stand: %v", h.eng.destroys)
+	}
+	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != reason.Failed || st.Reason != reason.Invalid || !strings.Contains(st.Message, "must be named stand.yml") {
+		t.Errorf("b: %+v", st)
+	}
+}

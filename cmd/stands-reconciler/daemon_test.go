@@ -60,11 +60,11 @@ func plainStand(p string) string {
 	return fmt.Sprintf(`stand:
   project: %s
   env: dev
-users:
-  sudo: admin
-  app: app
-ssh:
-  key_name_admin: stands-admin
+  users:
+    sudo: admin
+    app: app
+  ssh:
+    key_name_admin: stands-admin
 node_profiles:
   small:
     location: hel1

@@ -264,3 +264,27 @@ func TestInterrupted(t *testing.T) {
 		t.Errorf("stdout = %q", r.stdout)
 	}
 }
+
+// TestValidateWarnsOldForm: a stand with users and ssh at the top level (the old form) validates, and
+// stderr says where and what to move; stdout is the success record alone.
+func TestValidateWarnsOldForm(t *testing.T) {
+	seed, err := os.ReadFile("../../manifest/testdata/minirepo/stands/a/stand.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := strings.Replace(string(seed), "  users:\n    sudo: admin\n    app: app\n  ssh:\n    key_name_admin: k\n",
+		"users:\n  sudo: admin\n  app: app\nssh:\n  key_name_admin: k\n", 1)
+	if old == string(seed) {
+		t.Fatal("the mini repository's stand is not in the seed's form")
+	}
+	dir := repoFromArchive(t, "-- stands/a/stand.yml --\n"+old)
+	r := runCLI(t, context.Background(), newRecorder(map[string]string{"SECRET_KV_PASS": "kv", "SECRET_REG_PASS": "reg"}), "validate", dir)
+	if r.code != 0 || r.stdout != `{"operation":"validate","status":"success"}`+"\n" {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"stand.yml:5:1: warning: top-level users is the old form", "stand.yml:8:1: warning: top-level ssh", "[deprecated]"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+}

@@ -84,6 +84,7 @@ func preflightPaths(ctx context.Context, paths []string, owner string, std stdio
 		for _, r := range results {
 			all = append(all, &resultAt{root: t.root, Result: r})
 		}
+		printWarnings(std, t.root, results)
 	}
 	if ctx.Err() != nil {
 		return nil, exitInterrupted
@@ -93,6 +94,24 @@ func preflightPaths(ctx context.Context, paths []string, owner string, std stdio
 		return nil, exitError
 	}
 	return all, exitOK
+}
+
+// printWarnings prints each warning once, although a base's is every stand's that uses it: the
+// manifest loads, and should change.
+func printWarnings(std stdio, root string, results []*manifest.Result) {
+	seen := map[manifest.Diagnostic]bool{}
+	for _, r := range results {
+		if r.Stand == nil {
+			continue
+		}
+		for _, w := range r.Stand.Warnings {
+			if !seen[w] {
+				seen[w] = true
+				w.Pos.File = display(root, w.Pos.File)
+				fmt.Fprintf(std.err, "%s: warning: %s [%s]\n", w.Pos, w.Msg, w.Rule)
+			}
+		}
+	}
 }
 
 type resultAt struct {

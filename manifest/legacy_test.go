@@ -1,0 +1,71 @@
+package manifest
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// legacyForm turns the mini repository's stand (seed form) into the old one: users and ssh at the
+// top level, same lines.
+func legacyForm(t *testing.T, seed string) string {
+	t.Helper()
+	old := "  users:\n    sudo: admin\n    app: app\n  ssh:\n    key_name_admin: k\n"
+	if !strings.Contains(seed, old) {
+		t.Fatal("the mini repository's stand.yml is not in the seed's form")
+	}
+	return strings.Replace(seed, old, "users:\n  sudo: admin\n  app: app\nssh:\n  key_name_admin: k\n", 1)
+}
+
+// TestLegacyTopLevelAccounts: the old top-level users and ssh still load, with a deprecation warning
+// that has file, line and column, into the same stand with the same spec hash; both places at once
+// is an error; a base in one form merges with a stand in the other.
+func TestLegacyTopLevelAccounts(t *testing.T) {
+	base := miniRepo(t)
+	seed := string(base["stands/a/stand.yml"].Data)
+	legacy := with(base, map[string]string{"stands/a/stand.yml": legacyForm(t, seed)})
+
+	s, err := Load(legacy, "stands/a/stand.yml", LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Users != (Users{Sudo: "admin", App: "app"}) || s.SSH.KeyNameAdmin != "k" {
+		t.Errorf("old form read as %+v %+v", s.Users, s.SSH)
+	}
+	if len(s.Warnings) != 2 {
+		t.Fatalf("warnings: %v", s.Warnings)
+	}
+	for _, w := range s.Warnings {
+		if w.Rule != RuleDeprecated || w.Pos.File != "stands/a/stand.yml" || w.Pos.Line < 1 || w.Pos.Col < 1 || !strings.Contains(w.Msg, "under stand:") {
+			t.Errorf("warning %v", w)
+		}
+	}
+	if s, err := Load(base, "stands/a/stand.yml", LoadOptions{}); err != nil || len(s.Warnings) != 0 {
+		t.Errorf("seed form: %v, warnings %v", err, s.Warnings)
+	}
+	secrets := map[string]string{"SECRET_KV_PASS": "kv", "SECRET_REG_PASS": "reg"}
+	if a, b := hashOf(t, base, secrets, "p"), hashOf(t, legacy, secrets, "p"); a != b {
+		t.Errorf("the two forms hash differently: %s %s", a, b)
+	}
+
+	both := with(base, map[string]string{"stands/a/stand.yml": seed + "users:\n  sudo: root2\n  app: app2\n"})
+	_, err = Load(both, "stands/a/stand.yml", LoadOptions{})
+	var rep *Report
+	if !errors.As(err, &rep) || !rep.Has(RuleSyntax) || !strings.Contains(rep.Error(), "given twice") {
+		t.Errorf("both forms: %v", err)
+	}
+
+	// A base in the old form, the stand in the seed's overriding one user: deep merge as ever.
+	mixed := with(base, map[string]string{
+		"bases/acc.yml":      "users:\n  sudo: admin\n  app: app\nssh:\n  key_name_admin: k\n",
+		"stands/a/stand.yml": "from_dep_manifest: ../../bases/acc.yml\n" + strings.Replace(seed, "    app: app\n", "    app: svc\n", 1),
+	})
+	mixed["stands/a/stand.yml"].Data = []byte(strings.Replace(string(mixed["stands/a/stand.yml"].Data), "    sudo: admin\n", "", 1))
+	s, err = Load(mixed, "stands/a/stand.yml", LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Users != (Users{Sudo: "admin", App: "svc"}) || len(s.Warnings) != 2 || s.Warnings[0].Pos.File != "bases/acc.yml" {
+		t.Errorf("mixed forms: %+v, warnings %v", s.Users, s.Warnings)
+	}
+}
