@@ -155,6 +155,7 @@ func (d *decoder) stand(root *node, file string, opts LoadOptions) *Stand {
 	d.apps(s, root.get("apps"))
 	d.nodes(s, root.get("nodes"))
 	d.crossRefs(s, root)
+	d.checkNameLengths(s, posOf(meta.get("env"), s.Pos))
 	return s
 }
 

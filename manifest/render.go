@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -279,6 +280,10 @@ func (r *renderer) instance(base map[string]any, a *App, in *Instance) *Rendered
 		case dests[dest]:
 			r.rep.addf(f.Dest.Pos, RuleUploadDest, "files[].dest %q is used twice when %s", dest, label)
 			continue
+		case len(dest) > maxPath || slices.ContainsFunc(strings.Split(dest, "/"), func(c string) bool { return len(c) > maxUnitName }):
+			// The length only: the rendered path may hold a preference's value.
+			r.rep.addf(f.Dest.Pos, RuleNameLength, "files[].dest is %d characters, or has a part longer than %d, when %s", len(dest), maxUnitName, label)
+			continue
 		}
 		dests[dest] = true
 		content, ok := r.fileOrRaw(f.Src, ctx)
@@ -292,7 +297,14 @@ func (r *renderer) instance(base map[string]any, a *App, in *Instance) *Rendered
 		if data, ok := r.file(pkg.Pod, ctx); ok {
 			ri.Pod, ri.podSrc = data, pkg.Pod
 			ri.HostPorts = r.checkPod(pkg.Pod, data, label)
-			r.checkRolePortsPublished(pkg.Pod, ri, data, label)
+			if r.checkRolePortsPublished(pkg.Pod, ri, data, label) {
+				// On the host network the role ports are the app's own: claims too, declared or not.
+				for _, rp := range ri.Ports {
+					if !slices.ContainsFunc(ri.HostPorts, func(h Port) bool { return h.Number == rp.Number && h.Proto == rp.Proto }) {
+						ri.HostPorts = append(ri.HostPorts, Port{Number: rp.Number, Proto: rp.Proto})
+					}
+				}
+			}
 		}
 	}
 	if pkg.Connection != "" {
@@ -514,12 +526,17 @@ func (r *renderer) checkPod(p string, data []byte, label string) []Port {
 	}
 	if name := n.get("metadata").get("name"); name == nil || name.kind != kindScalar || name.value == "" {
 		bad(n.get("metadata"), "metadata.name is required")
+	} else if len(name.value) > maxHostname {
+		r.rep.addf(name.pos, RuleNameLength, "Pod YAML %s: metadata.name is %d characters; it is the pod's hostname, at most %d", label, len(name.value), maxHostname)
 	}
 	containers := n.get("spec").get("containers")
 	if containers == nil || containers.kind != kindSeq || len(containers.items) == 0 {
 		bad(n.get("spec"), "spec.containers must list at least one container")
 		return nil
 	}
+	// On the host network a container binds the host's ports itself: every port it declares is a
+	// claim on the node, whether or not it says hostPort.
+	hostNetwork := n.get("spec").get("hostNetwork") != nil && n.get("spec").get("hostNetwork").value == "true"
 	var claims []Port
 	for _, c := range containers.items {
 		if img := c.get("image"); img == nil || img.kind != kindScalar || img.value == "" {
@@ -535,6 +552,9 @@ func (r *renderer) checkPod(p string, data []byte, label string) []Port {
 		}
 		for _, pt := range ports.items {
 			hp := pt.get("hostPort")
+			if hp == nil && hostNetwork {
+				hp = pt.get("containerPort")
+			}
 			if hp == nil {
 				continue
 			}
@@ -554,11 +574,11 @@ func (r *renderer) checkPod(p string, data []byte, label string) []Port {
 }
 
 // checkRolePortsPublished: the engine waits for role ports to listen on the node, which only happens
-// for ports the Pod publishes with hostPort (or a pod on the host network).
-func (r *renderer) checkRolePortsPublished(p string, ri *RenderedInstance, data []byte, label string) {
+// for ports the Pod publishes with hostPort (or a pod on the host network, reported as true).
+func (r *renderer) checkRolePortsPublished(p string, ri *RenderedInstance, data []byte, label string) (hostNetwork bool) {
 	n, _ := parseYAML(p, data, false)
 	if hn := n.get("spec").get("hostNetwork"); hn != nil && hn.value == "true" {
-		return
+		return true
 	}
 	for _, rp := range ri.Ports {
 		found := false
@@ -571,6 +591,7 @@ func (r *renderer) checkRolePortsPublished(p string, ri *RenderedInstance, data 
 			r.rep.addf(Pos{File: p, Line: 1}, RulePort, "role %s port %s is not published as a hostPort by the Pod YAML %s", rp.Role, rp, label)
 		}
 	}
+	return false
 }
 
 // checkConnection returns the compact JSON object, keeping the template's key order.

@@ -39,6 +39,7 @@ const (
 	RuleImage        = "image"         // an image reference is empty or malformed
 	RuleManifestName = "manifest-name" // a file under stands/ named like stand.yml but not it
 	RuleServerName   = "server-name"   // two stands' nodes get the same server name
+	RuleNameLength   = "name-length"   // a name too long for the label, unit, file or hostname it becomes
 )
 
 // RuleDeprecated marks a warning: the manifest loads, in a form that should change.
@@ -49,7 +50,7 @@ var Rules = []string{
 	RuleSyntax, RuleRequired, RuleType, RuleIDPart, RuleDuplicateID, RuleBase, RuleRefProfile, RuleRefApp,
 	RuleRefRegistry, RulePlacement, RuleFileMissing, RuleSecret, RuleSecretPath, RuleRender, RuleCloudInit,
 	RulePodYAML, RuleConnection, RuleConnName, RuleUploadDest, RuleUploadMode, RulePortConflict, RulePort,
-	RuleImage, RuleManifestName, RuleServerName,
+	RuleImage, RuleManifestName, RuleServerName, RuleNameLength,
 }
 
 // Diagnostic is one problem found in a stand, with the place that caused it.

@@ -90,8 +90,9 @@ func ConfigHash(key []byte, in *manifest.RenderedInstance) string {
 // Units returns the instance's service for a stand on a node whose app user's home is home; hash is
 // its ConfigHash.
 func Units(standID string, in *manifest.RenderedInstance, home string, f Flavour, hash string) Unit {
-	name := "stands-" + InstanceName(in)
-	yaml := path.Join(home, ".config", "stands", InstanceName(in), "pod.yaml")
+	// The names validate checked the lengths of (manifest.InstanceUnitName, TemplateUnitName).
+	name := strings.TrimSuffix(manifest.InstanceUnitName(in.App, in.Instance), ".service")
+	yaml := manifest.PodYAMLPath(strings.TrimSuffix(home, "/"), in.App, in.Instance)
 	header := fmt.Sprintf("# Managed by stands-reconciler for stand %s, instance %s/%s. Do not edit: the next apply replaces it.\n", standID, in.App, in.Instance)
 	u := Unit{ConfigHash: hash, Files: []File{{Path: yaml, Mode: 0o600, Content: in.Pod}}}
 	switch f {
@@ -116,7 +117,7 @@ Restart=on-failure
 WantedBy=default.target
 `, standID, in.App, in.Instance, yaml, Network, hash))})
 	default:
-		u.Service = "podman-kube@" + Escape(yaml) + ".service"
+		u.Service = manifest.TemplateUnitName(yaml)
 		u.Files = append(u.Files, File{Path: path.Join(home, ".config", "systemd", "user", u.Service+".d", "50-stands.conf"), Mode: 0o644,
 			Content: []byte(header + fmt.Sprintf(`[Unit]
 Description=stands %[1]s: %[2]s/%[3]s
@@ -134,20 +135,6 @@ ExecStart=/usr/bin/podman kube play --replace --service-container=true --network
 	return u
 }
 
-// Escape is `systemd-escape STRING` (not --path): "/" becomes "-", and bytes other than ASCII
-// letters, digits, ":", "_" and a "." that does not lead become \xNN.
-func Escape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '/':
-			b.WriteByte('-')
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == ':', c == '_', c == '.' && i > 0:
-			b.WriteByte(c)
-		default:
-			fmt.Fprintf(&b, `\x%02x`, c)
-		}
-	}
-	return b.String()
-}
+// Escape escapes a string for a unit name as systemd-escape does (manifest.SystemdEscape: validate
+// checks unit name lengths with the same function).
+var Escape = manifest.SystemdEscape
