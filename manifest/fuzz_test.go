@@ -58,7 +58,7 @@ func FuzzPreflight(f *testing.F) {
 		}
 		if rep != nil {
 			for _, d := range rep.Diags {
-				if d.Pos.File == "" || d.Pos.Line < 1 {
+				if d.Pos.File == "" || d.Pos.Line < 1 || d.Pos.Col < 1 {
 					t.Fatalf("diagnostic without file:line: %#v", d)
 				}
 			}

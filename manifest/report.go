@@ -101,6 +101,13 @@ func (r *Report) err() error {
 // normalize sorts diagnostics by place and drops repeats (a base shared by several instances reports
 // its problem once, not once per use).
 func (r *Report) normalize() {
+	for i := range r.Diags {
+		// A check that knows only the line (a template engine's error, a line of rendered output)
+		// points at its start: editors and CI annotations read file:line:col.
+		if d := &r.Diags[i]; d.Pos.Line > 0 && d.Pos.Col == 0 {
+			d.Pos.Col = 1
+		}
+	}
 	slices.SortStableFunc(r.Diags, func(a, b Diagnostic) int {
 		return cmp.Or(cmp.Compare(a.Pos.File, b.Pos.File), cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
 	})

@@ -50,8 +50,8 @@ func TestRules(t *testing.T) {
 			}
 			var got []string
 			for _, d := range rep.Diags {
-				if d.Pos.File == "" || d.Pos.Line < 1 {
-					t.Errorf("diagnostic without file:line: %v", d)
+				if d.Pos.File == "" || d.Pos.Line < 1 || d.Pos.Col < 1 {
+					t.Errorf("diagnostic without file:line:col: %v", d)
 				}
 				got = append(got, fmt.Sprintf("%s:%d|%s", d.Pos.File, d.Pos.Line, d.Rule))
 			}

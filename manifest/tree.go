@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -77,17 +78,23 @@ const maxNodes = 100_000
 
 // parseYAML reads one YAML document into a node tree. Errors are diagnostics with file:line.
 func parseYAML(file string, data []byte, allowSecrets bool) (*node, []Diagnostic) {
+	if pos, ok := invalidUTF8(data); !ok {
+		// yaml.v3 reports these without a place, or at the wrong one.
+		pos.File = file
+		return nil, []Diagnostic{{Pos: pos, Rule: RuleSyntax, Msg: "invalid UTF-8: YAML files must be UTF-8 text"}}
+	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return &node{kind: kindMap, pos: Pos{File: file, Line: 1}}, nil
+			return &node{kind: kindMap, pos: Pos{File: file, Line: 1, Col: 1}}, nil
 		}
-		return nil, []Diagnostic{{Pos: Pos{File: file, Line: yamlErrLine(err, data)}, Rule: RuleSyntax, Msg: yamlErrText(err)}}
+		line := yamlErrLine(err, data)
+		return nil, []Diagnostic{{Pos: Pos{File: file, Line: line, Col: firstCol(data, line)}, Rule: RuleSyntax, Msg: yamlErrText(err)}}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		return nil, []Diagnostic{{Pos: Pos{File: file, Line: extra.Line}, Rule: RuleSyntax, Msg: "more than one YAML document; a manifest is a single document"}}
+		return nil, []Diagnostic{{Pos: Pos{File: file, Line: extra.Line, Col: max(1, extra.Column)}, Rule: RuleSyntax, Msg: "more than one YAML document; a manifest is a single document"}}
 	}
 	c := &converter{file: file, allowSecrets: allowSecrets}
 	root := &doc
@@ -115,6 +122,38 @@ func yamlErrLine(err error, data []byte) int {
 	}
 	lines := bytes.Count(bytes.TrimRight(data, "\n"), []byte("\n")) + 1
 	return max(1, min(line, lines))
+}
+
+// invalidUTF8 finds the first byte that is not UTF-8, as a line and column (in bytes, 1-based).
+func invalidUTF8(data []byte) (Pos, bool) {
+	if utf8.Valid(data) {
+		return Pos{}, true
+	}
+	line, col := 1, 1
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return Pos{Line: line, Col: col}, false
+		}
+		if r == '\n' {
+			line, col = line+1, 1
+		} else {
+			col += size
+		}
+		i += size
+	}
+	return Pos{Line: line, Col: col}, false
+}
+
+// firstCol is the column of the first non-blank character of a line (1 for a blank line): where a
+// diagnostic that knows only its line points.
+func firstCol(data []byte, line int) int {
+	lines := bytes.Split(data, []byte("\n"))
+	if line < 1 || line > len(lines) {
+		return 1
+	}
+	l := lines[line-1]
+	return len(l) - len(bytes.TrimLeft(l, " \t")) + 1
 }
 
 // yamlErrText drops yaml.v3's "yaml: line N:" prefix; the line is already in the position.
