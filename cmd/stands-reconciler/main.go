@@ -154,15 +154,36 @@ func newFlags(name, synopsis string, std stdio) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags returns (done, code): done is true when the command must return code now.
+// parseFlags returns (done, code): done is true when the command must return code now. Flags may
+// come after the paths too (`validate stands/ --owner qa`); "--" ends them. Help goes to stdout alone
+// and exits 0; a bad flag is the flag package's message and the usage on stderr, exit 2.
 func parseFlags(fs *flag.FlagSet, args []string, std stdio) (bool, int) {
-	if err := fs.Parse(args); err != nil {
+	usage := fs.Usage
+	fs.Usage = func() {} // printed below, once, where it belongs
+	defer func() { fs.Usage = usage }()
+	var paths []string
+	for {
+		err := fs.Parse(args)
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(std.out)
-			fs.Usage()
+			usage()
 			return true, exitOK
 		}
-		return true, exitUsage
+		if err != nil {
+			usage()
+			return true, exitUsage
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			paths = append(paths, rest...)
+			break
+		}
+		paths, args = append(paths, rest[0]), rest[1:]
 	}
+	// Leave the paths where the commands read them (fs.Args).
+	_ = fs.Parse(append([]string{"--"}, paths...))
 	return false, exitOK
 }

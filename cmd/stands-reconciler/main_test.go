@@ -10,7 +10,10 @@ import (
 	"sync"
 	"testing"
 
+	"errors"
+	"github.com/stands-engine/stands-reconciler/engine/configset"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 // exampleEnv resolves the example repository's secrets.
@@ -286,5 +289,59 @@ func TestValidateWarnsOldForm(t *testing.T) {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
 		}
+	}
+}
+
+// TestFlagsAndHelp: help goes to stdout alone; flags after the paths work; "--" ends the flags; a bad
+// flag is a usage error (2) on stderr.
+func TestFlagsAndHelp(t *testing.T) {
+	for _, cmd := range []string{"validate", "render", "apply", "run"} {
+		r := runCLI(t, context.Background(), nil, cmd, "--help")
+		if r.code != 0 || !strings.Contains(r.stdout, "Usage: stands-reconciler "+cmd) || r.stderr != "" {
+			t.Errorf("%s --help: exit %d\nstdout %q\nstderr %q", cmd, r.code, r.stdout, r.stderr)
+		}
+	}
+	out := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "render", "../../examples/stands-repo", "--out", out, "--owner", "local")
+	if r.code != 0 || strings.Count(r.stdout, `"operation":"render"`) != 3 || !strings.Contains(r.stdout, out) {
+		t.Errorf("render with flags after the path: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, context.Background(), nil, "validate", "--", "--out")
+	if r.code != exitError || !strings.Contains(r.stderr, "--out") {
+		t.Errorf("validate -- --out: a path named --out, exit %d\n%s", r.code, r.stderr)
+	}
+	r = runCLI(t, context.Background(), nil, "validate", "../../examples/stands-repo", "--no-such-flag")
+	if r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, "flag provided but not defined") || !strings.Contains(r.stderr, "Usage:") {
+		t.Errorf("a bad flag after the path: exit %d\nstdout %q\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestRenderContract: a render that fails prints no success record, even for the stands it wrote
+// before the failure; an interrupted one exits 130 with nothing on stdout.
+func TestRenderContract(t *testing.T) {
+	out := t.TempDir()
+	// The first stand is written, then the second fails (a full disk, say).
+	written := 0
+	writeConfigset = func(root string, r *manifest.Rendered) (string, error) {
+		if written++; written == 2 {
+			return "", errors.New("no space left on device")
+		}
+		return configset.Write(root, r)
+	}
+	defer func() { writeConfigset = configset.Write }()
+	r := runCLI(t, context.Background(), nil, "render", "--out", out, "../../examples/stands-repo")
+	if _, err := os.Stat(filepath.Join(out, "local_demo_single")); r.code != exitError || r.stdout != "" || err != nil {
+		t.Errorf("a render failing on its second stand: exit %d, first stand written: %v\nstdout %q\nstderr %s", r.code, err, r.stdout, r.stderr)
+	}
+	writeConfigset = configset.Write
+	// Ctrl-C after the checks, while stands are written.
+	ctx, cancel := context.WithCancel(context.Background())
+	writeConfigset = func(root string, r *manifest.Rendered) (string, error) {
+		cancel()
+		return configset.Write(root, r)
+	}
+	r = runCLI(t, ctx, nil, "render", "--out", t.TempDir(), "../../examples/stands-repo")
+	if r.code != exitInterrupted || r.stdout != "" {
+		t.Errorf("interrupted render: exit %d\nstdout %q\nstderr %s", r.code, r.stdout, r.stderr)
 	}
 }

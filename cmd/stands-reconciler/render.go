@@ -8,6 +8,9 @@ import (
 	"github.com/stands-engine/stands-reconciler/engine/configset"
 )
 
+// writeConfigset writes one stand's rendered files (a variable: tests make it fail part-way).
+var writeConfigset = configset.Write
+
 func runRender(ctx context.Context, args []string, std stdio, getenv env) int {
 	fs := newFlags("render", "render [--owner NAME] [--out DIR] PATH...\n\nValidates like 'validate', then writes each stand's rendered files, made with reserved\ntest addresses (RFC 5737), to DIR/<stand-id>/ (folders 0700, files 0600: they hold secrets).", std)
 	var owner, out string
@@ -24,14 +27,24 @@ func runRender(ctx context.Context, args []string, std stdio, getenv env) int {
 	if code != exitOK {
 		return code
 	}
+	// Every stand is written before any record is printed: stdout has a success record only when the
+	// command succeeds (the seed's contract), and Ctrl-C between stands stops it with 130.
+	records := make([]map[string]any, 0, len(results))
 	for _, r := range results {
-		dir, err := configset.Write(out, r.Rendered)
+		if ctx.Err() != nil {
+			fmt.Fprintln(std.err, "render: interrupted")
+			return exitInterrupted
+		}
+		dir, err := writeConfigset(out, r.Rendered)
 		if err != nil {
 			fmt.Fprintf(std.err, "render: %v\n", err)
 			return exitError
 		}
 		abs, _ := filepath.Abs(dir)
-		if code := writeRecord(std, map[string]any{"operation": "render", "status": "success", "id_stand": r.Stand.ID, "path": abs}); code != exitOK {
+		records = append(records, map[string]any{"operation": "render", "status": "success", "id_stand": r.Stand.ID, "path": abs})
+	}
+	for _, rec := range records {
+		if code := writeRecord(std, rec); code != exitOK {
 			return code
 		}
 	}
