@@ -20,10 +20,12 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/go-git/go-git/v5/storage/memory"
+	"github.com/stands-engine/stands-reconciler/internal/repofs"
 )
 
 // Snapshot is the tracked branch at one commit. Files is read-only.
@@ -359,8 +361,19 @@ func treeFS(c *object.Commit) (fs.FS, error) {
 		return nil, fmt.Errorf("read tree: %w", err)
 	}
 	out := fstest.MapFS{}
+	links := map[string]string{}
 	err = tree.Files().ForEach(func(f *object.File) error {
 		if !f.Mode.IsFile() {
+			return nil
+		}
+		if f.Mode == filemode.Symlink {
+			// Kept as a link, which refuses to be read (internal/repofs), as the command line sees it;
+			// go-git counts links as files whose content is the target's path.
+			target, err := f.Contents()
+			if err != nil {
+				return err
+			}
+			links[f.Name] = target
 			return nil
 		}
 		r, err := f.Reader()
@@ -378,7 +391,7 @@ func treeFS(c *object.Commit) (fs.FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read files: %w", err)
 	}
-	return out, nil
+	return repofs.Tree(out, links), nil
 }
 
 // RedactURL drops credentials from a URL for messages and logs.

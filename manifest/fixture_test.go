@@ -2,8 +2,10 @@ package manifest
 
 import (
 	"context"
+	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"io/fs"
 	"os"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -42,6 +44,20 @@ func fixture(t testing.TB, path string) (fstest.MapFS, testfs.Archive) {
 		t.Fatal(err)
 	}
 	return fsys, a
+}
+
+// fixtureFS is fixture with the archive's "symlinks" section ("path -> target" per line) made into
+// links, as a commit of the daemon holds them (internal/repofs).
+func fixtureFS(t testing.TB, path string) (fs.FS, testfs.Archive) {
+	t.Helper()
+	files, a := fixture(t, path)
+	links := map[string]string{}
+	for line := range strings.SplitSeq(strings.TrimSpace(a["symlinks"]), "\n") {
+		if p, target, ok := strings.Cut(line, " -> "); ok {
+			links[strings.TrimSpace(p)] = strings.TrimSpace(target)
+		}
+	}
+	return repofs.Tree(files, links), a
 }
 
 func preflightFS(t testing.TB, fsys fs.FS, secrets map[string]string) ([]*Result, error) {

@@ -3,6 +3,7 @@ package manifest
 import (
 	"errors"
 	"fmt"
+	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"io/fs"
 	"path"
 	"slices"
@@ -91,7 +92,7 @@ func (l *loader) read(file string, from Pos) *node {
 		if from.File != file {
 			rule = RuleBase
 		}
-		l.rep.addf(from, rule, "read %s: %v", file, fsErr(err))
+		l.rep.addf(from, fileRule(err, rule), "read %s: %v", file, fsErr(err))
 		l.docs[file] = nil
 		return nil
 	}
@@ -176,22 +177,34 @@ func resolveRel(file, ref string) (string, error) {
 	return p, nil
 }
 
-// fsErr drops the operation and path that fs errors repeat; the diagnostic already names both.
+// fsErr drops the operation and path that fs errors repeat; the diagnostic already names both. A
+// symbolic link keeps its path: it may be a folder on the way, not the file named.
 func fsErr(err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
-		if errors.Is(pe.Err, fs.ErrNotExist) {
+		switch {
+		case errors.Is(pe.Err, fs.ErrNotExist):
 			return errors.New("no such file")
+		case errors.Is(pe.Err, repofs.ErrSymlink):
+			return fmt.Errorf("%s is %w", pe.Path, pe.Err)
 		}
 		return pe.Err
 	}
 	return err
 }
 
+// fileRule is the rule of a failed read: RuleSymlink for a link, else the caller's.
+func fileRule(err error, rule string) string {
+	if errors.Is(err, repofs.ErrSymlink) {
+		return RuleSymlink
+	}
+	return rule
+}
+
 func (l *loader) exists(declared Pos, p, what string) bool {
 	st, err := fs.Stat(l.fsys, p)
 	if err != nil {
-		l.rep.addf(declared, RuleFileMissing, "%s %s: %v", what, p, fsErr(err))
+		l.rep.addf(declared, fileRule(err, RuleFileMissing), "%s %s: %v", what, p, fsErr(err))
 		return false
 	}
 	if st.IsDir() {

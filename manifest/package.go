@@ -62,7 +62,7 @@ func (l *loader) pkg(dir string, declared Pos, d *decoder) *Package {
 	p := &Package{Dir: dir, File: path.Join(dir, PackageFile), declared: declared}
 	data, err := fs.ReadFile(l.fsys, p.File)
 	if err != nil {
-		l.rep.addf(declared, RuleFileMissing, "app package %s: read %s: %v", dir, p.File, fsErr(err))
+		l.rep.addf(declared, fileRule(err, RuleFileMissing), "app package %s: read %s: %v", dir, p.File, fsErr(err))
 		return p
 	}
 	root, diags := parseYAML(p.File, data, false)

@@ -3,6 +3,7 @@ package manifest
 import (
 	"context"
 	"errors"
+	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"io/fs"
 	"path"
 	"strings"
@@ -29,7 +30,9 @@ func Discover(fsys fs.FS) ([]string, error) {
 		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != StandsDir {
 			return fs.SkipDir
 		}
-		if !d.IsDir() && looksLikeManifest(d.Name()) {
+		// A link under stands/ may be a stand (a linked folder or stand.yml): it fails as one, and while
+		// it does no stand is destroyed, instead of the stand behind it reading as removed.
+		if !d.IsDir() && (looksLikeManifest(d.Name()) || d.Type()&fs.ModeSymlink != 0) {
 			files = append(files, p)
 		}
 		return nil
@@ -142,6 +145,10 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 			res.Err = rep
 		}
 	}()
+	if _, err := fs.Stat(fsys, file); errors.Is(err, repofs.ErrSymlink) {
+		rep.addf(Pos{File: file, Line: 1, Col: 1}, RuleSymlink, "%v", fsErr(err))
+		return res, nil
+	}
 	if name := path.Base(file); name != StandFile {
 		rep.addf(Pos{File: file, Line: 1, Col: 1}, RuleManifestName, "a stand manifest must be named %s, not %s: rename it (until then the stand is neither applied nor destroyed)", StandFile, name)
 	}

@@ -405,7 +405,7 @@ func (r *renderer) file(p string, ctx map[string]any) ([]byte, bool) {
 	if !ok {
 		data, err := fs.ReadFile(r.fsys, p)
 		if err != nil {
-			r.rep.addf(Pos{File: p, Line: 1}, RuleFileMissing, "read template: %v", fsErr(err))
+			r.rep.addf(Pos{File: p, Line: 1}, fileRule(err, RuleFileMissing), "read template: %v", fsErr(err))
 			r.cache[p] = nil
 			return nil, false
 		}
@@ -434,7 +434,7 @@ func (r *renderer) fileOrRaw(p string, ctx map[string]any) ([]byte, bool) {
 	}
 	data, err := fs.ReadFile(r.fsys, p)
 	if err != nil {
-		r.rep.addf(Pos{File: p, Line: 1}, RuleFileMissing, "read file: %v", fsErr(err))
+		r.rep.addf(Pos{File: p, Line: 1}, fileRule(err, RuleFileMissing), "read file: %v", fsErr(err))
 		return nil, false
 	}
 	return data, true

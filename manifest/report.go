@@ -40,6 +40,7 @@ const (
 	RuleManifestName = "manifest-name" // a file under stands/ named like stand.yml but not it
 	RuleServerName   = "server-name"   // two stands' nodes get the same server name
 	RuleNameLength   = "name-length"   // a name too long for the label, unit, file or hostname it becomes
+	RuleSymlink      = "symlink"       // a file or folder the stand needs is a symbolic link (internal/repofs)
 )
 
 // RuleDeprecated marks a warning: the manifest loads, in a form that should change.
@@ -50,7 +51,7 @@ var Rules = []string{
 	RuleSyntax, RuleRequired, RuleType, RuleIDPart, RuleDuplicateID, RuleBase, RuleRefProfile, RuleRefApp,
 	RuleRefRegistry, RulePlacement, RuleFileMissing, RuleSecret, RuleSecretPath, RuleRender, RuleCloudInit,
 	RulePodYAML, RuleConnection, RuleConnName, RuleUploadDest, RuleUploadMode, RulePortConflict, RulePort,
-	RuleImage, RuleManifestName, RuleServerName, RuleNameLength,
+	RuleImage, RuleManifestName, RuleServerName, RuleNameLength, RuleSymlink,
 }
 
 // Diagnostic is one problem found in a stand, with the place that caused it.

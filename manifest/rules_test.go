@@ -35,7 +35,7 @@ func TestRules(t *testing.T) {
 		rule, _, _ := strings.Cut(name, "--")
 		covered[rule] = true
 		t.Run(name, func(t *testing.T) {
-			fsys, a := fixture(t, p)
+			fsys, a := fixtureFS(t, p)
 			want := strings.Fields(strings.ReplaceAll(a["want"], " ", "|"))
 			if len(want) == 0 {
 				t.Fatal("fixture has no want section")

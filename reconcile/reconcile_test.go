@@ -403,6 +403,20 @@ func TestQueuedDestroyOfARestoredStand(t *testing.T) {
 	if err := h.r.Cycle(ctx); err != nil { // a's apply holds the only worker
 		t.Fatal(err)
 	}
+	// Only once it does: a destroy started next could otherwise take the worker first.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.eng.mu.Lock()
+		inside := h.eng.running
+		h.eng.mu.Unlock()
+		if inside == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a's apply did not start")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	removed := h.src.files[standFile("c")].Data
 	h.src.commit(map[string]string{standFile("c"): ""})
 	if err := h.r.Cycle(ctx); err != nil { // c's destroy waits for the worker

@@ -15,6 +15,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/logging"
+	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -142,7 +143,7 @@ func applyOrPreview(ctx context.Context, op string, args []string, std stdio, ge
 		fmt.Fprintf(std.err, "%s: %v\n", op, err)
 		return exitError
 	}
-	fsys := os.DirFS(r.root)
+	fsys := repofs.Dir(r.root)
 	hash, err := manifest.SpecHash(fsys, r.Stand, r.Secrets, pass)
 	if err != nil {
 		fmt.Fprintf(std.err, "%s: %v\n", op, err)
@@ -251,7 +252,7 @@ func destroyTarget(arg, defaultOwner string) (owner, project, env string, err er
 		if err != nil {
 			return "", "", "", err
 		}
-		id, err := manifest.ReadIdentity(os.DirFS(root), filepath.ToSlash(rel), manifest.LoadOptions{DefaultOwner: defaultOwner})
+		id, err := manifest.ReadIdentity(repofs.Dir(root), filepath.ToSlash(rel), manifest.LoadOptions{DefaultOwner: defaultOwner})
 		if err != nil {
 			return "", "", "", err
 		}

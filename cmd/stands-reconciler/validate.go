@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
@@ -64,7 +65,7 @@ func preflightPaths(ctx context.Context, paths []string, owner string, std stdio
 	var all []*resultAt
 	problems, stands := 0, 0
 	for _, t := range targets {
-		results, err := manifest.PreflightAll(ctx, os.DirFS(t.root), t.files, manifest.PreflightOptions{
+		results, err := manifest.PreflightAll(ctx, repofs.Dir(t.root), t.files, manifest.PreflightOptions{
 			LoadOptions: manifest.LoadOptions{DefaultOwner: owner},
 			Secrets:     src,
 		})
@@ -154,7 +155,7 @@ func resolveTargets(paths []string) ([]target, error) {
 		root := findRoot(start)
 		if st.IsDir() {
 			if abs == root {
-				rel, err := manifest.Discover(os.DirFS(root))
+				rel, err := manifest.Discover(repofs.Dir(root))
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", p, err)
 				}
