@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"code.gitea.io/sdk/gitea"
@@ -23,6 +24,9 @@ type Gitea struct {
 	repo  string
 	token func() (string, error)
 	http  *http.Client
+
+	mu sync.Mutex
+	me string // the token's user: the author of the comments it may edit
 }
 
 // PullRequest is an open pull request as previews need it.
@@ -110,13 +114,18 @@ func (g *Gitea) UpsertComment(ctx context.Context, index int64, marker, body str
 	if err != nil {
 		return err
 	}
+	me, err := g.self(c)
+	if err != nil {
+		return err
+	}
 	for page := 1; ; page++ {
 		comments, _, err := c.ListIssueComments(g.owner, g.repo, index, gitea.ListIssueCommentOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
 		if err != nil {
 			return fmt.Errorf("list comments of #%d: %w", index, err)
 		}
 		for _, cm := range comments {
-			if !strings.Contains(cm.Body, marker) {
+			// Only the reconciler's own comment: anyone can write the marker into one of theirs.
+			if !strings.Contains(cm.Body, marker) || cm.Poster == nil || cm.Poster.UserName != me {
 				continue
 			}
 			if cm.Body == body {
@@ -135,6 +144,20 @@ func (g *Gitea) UpsertComment(ctx context.Context, index int64, marker, body str
 		return fmt.Errorf("comment on #%d: %w", index, err)
 	}
 	return nil
+}
+
+// self is the user the token belongs to, asked once.
+func (g *Gitea) self(c *gitea.Client) (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.me == "" {
+		u, _, err := c.GetMyUserInfo()
+		if err != nil {
+			return "", fmt.Errorf("who the Gitea token belongs to: %w", err)
+		}
+		g.me = u.UserName
+	}
+	return g.me, nil
 }
 
 // maxDescription keeps a commit status description within what Gitea stores.

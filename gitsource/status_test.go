@@ -16,7 +16,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
+	"code.gitea.io/sdk/gitea"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"slices"
 )
 
 func TestPublishToGitea(t *testing.T) {
@@ -204,5 +206,53 @@ func TestLocalRepository(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("watch: %v", err)
+	}
+}
+
+// TestPlanCommentIsOurOwn: a comment that someone else wrote with the plan's marker in it is never
+// edited; the reconciler writes its own, and edits that one afterwards.
+func TestPlanCommentIsOurOwn(t *testing.T) {
+	g := testenv.StartGitea(t)
+	repo := g.CreateRepo(t, "stands")
+	repo.Change("init", map[string]string{"README.md": "stands\n"})
+	repo.ChangeOn("change", "a change", map[string]string{"x.txt": "x\n"})
+	api := g.API(t)
+	// Gitea records pushed branches asynchronously: open the pull request once it knows the head.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, err := api.GetRepoBranch(repo.Info.Owner.UserName, repo.Info.Name, "change"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Gitea does not know the pushed branch")
+		}
+	}
+	idx := repo.Open(api, "change", "a change")
+	mallory := g.CreateUser(t, "mallory")
+	repo.AddWriter(api, mallory.Name) // anyone who can comment: the repository is private
+	planted := "<!-- marker -->\nplanted by mallory"
+	if _, _, err := mallory.Client(t, g).CreateIssueComment(repo.Info.Owner.UserName, repo.Info.Name, idx, gitea.CreateIssueCommentOption{Body: planted}); err != nil {
+		t.Fatal(err)
+	}
+	forge, err := NewGitea(repo.Info.CloneURL, func() (string, error) { return g.Token, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, body := range []string{"<!-- marker -->\nplan one", "<!-- marker -->\nplan two"} {
+		if err := forge.UpsertComment(ctx, idx, "<!-- marker -->", body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	comments, _, err := api.ListIssueComments(repo.Info.Owner.UserName, repo.Info.Name, idx, gitea.ListIssueCommentOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range comments {
+		got = append(got, c.Poster.UserName+": "+c.Body)
+	}
+	want := []string{"mallory: " + planted, g.User + ": <!-- marker -->\nplan two"}
+	if !slices.Equal(got, want) {
+		t.Errorf("comments %q, want %q", got, want)
 	}
 }
