@@ -353,6 +353,16 @@ func (s *Source) publish(ctx context.Context, files map[string][]byte, message s
 	return hash.String(), nil
 }
 
+// MaxTreeSize bounds what a snapshot holds in memory: a repository of 1,000 stands is a few
+// megabytes; a commit that holds more (a pull request's head, say) is refused as a whole.
+const MaxTreeSize = 64 << 20
+
+// maxTreeSize is MaxTreeSize; tests lower it.
+var maxTreeSize int64 = MaxTreeSize
+
+// ErrTooLarge marks a commit whose files are more than a snapshot holds.
+var ErrTooLarge = errors.New("repository too large")
+
 // treeFS copies a commit's tree into memory: snapshots are small (manifests and templates) and must not
 // change under a running reconcile.
 func treeFS(c *object.Commit) (fs.FS, error) {
@@ -362,9 +372,18 @@ func treeFS(c *object.Commit) (fs.FS, error) {
 	}
 	out := fstest.MapFS{}
 	links := map[string]string{}
+	large := map[string]int64{}
+	var total int64
 	err = tree.Files().ForEach(func(f *object.File) error {
 		if !f.Mode.IsFile() {
 			return nil
+		}
+		if f.Size > repofs.MaxFileSize {
+			large[f.Name] = f.Size // never read: a stand that needs it fails, naming it
+			return nil
+		}
+		if total += f.Size; total > maxTreeSize {
+			return fmt.Errorf("%w: the commit's files hold more than %d MiB", ErrTooLarge, MaxTreeSize>>20)
 		}
 		if f.Mode == filemode.Symlink {
 			// Kept as a link, which refuses to be read (internal/repofs), as the command line sees it;
@@ -391,7 +410,7 @@ func treeFS(c *object.Commit) (fs.FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read files: %w", err)
 	}
-	return repofs.Tree(out, links), nil
+	return repofs.Tree(out, links, large), nil
 }
 
 // RedactURL drops credentials from a URL for messages and logs.

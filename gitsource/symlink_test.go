@@ -22,7 +22,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
-// TestSymlinksJudgedAlike: a repository with links — a template linked to a file outside it, a stand
+// TestSymlinksJudgedAlike: a repository with links (and a file over the size limit) — a template linked to a file outside it, a stand
 // folder linked to another — gets the same verdict from the command line's view (a folder on disk)
 // and the daemon's (a commit): the same diagnostics, and the outside file read by neither.
 func TestSymlinksJudgedAlike(t *testing.T) {
@@ -55,6 +55,10 @@ func TestSymlinksJudgedAlike(t *testing.T) {
 		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A file over the limit, which neither view reads.
+	if err := os.WriteFile(filepath.Join(dir, "apps", "big.bin"), make([]byte, repofs.MaxFileSize+1), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	r, err := git.PlainInit(dir, false)
 	if err != nil {
@@ -106,9 +110,48 @@ func TestSymlinksJudgedAlike(t *testing.T) {
 	if !slices.Equal(cli, daemon) {
 		t.Errorf("verdicts differ\ncommand line: %q\ndaemon:       %q", cli, daemon)
 	}
+	for view, fsys := range map[string]fs.FS{"command line": repofs.Dir(dir), "daemon": snap.Files} {
+		if _, err := fs.ReadFile(fsys, "apps/big.bin"); !errors.Is(err, repofs.ErrTooLarge) || !strings.Contains(err.Error(), "apps/big.bin") {
+			t.Errorf("%s: a file over the limit: %v", view, err)
+		}
+	}
 	for _, want := range []string{"stands/linked:1:1 [symlink]", "stands/linked valid=false", "stands/evil/stand.yml valid=false", "stands/single/stand.yml valid=true"} {
 		if !slices.Contains(cli, want) {
 			t.Errorf("no %q in the verdict %q", want, cli)
 		}
+	}
+}
+
+// TestTreeSizeBounded: a commit whose files hold more than a snapshot may is refused whole, as an
+// error of the fetch (which changes nothing), not read into memory.
+func TestTreeSizeBounded(t *testing.T) {
+	dir := t.TempDir()
+	r, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Storer.SetReference(plumbing.NewSymbolicReference(plumbing.HEAD, plumbing.NewBranchReferenceName("main"))); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d", i)), make([]byte, 600), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wt, _ := r.Worktree()
+	if err := wt.AddGlob("."); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wt.Commit("files", &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	defer func(old int64) { maxTreeSize = old }(maxTreeSize)
+	maxTreeSize = 2000 // 4 files of 600 bytes do not fit
+	if _, err := New(dir, "main", WithStatusBranch("stands-status")).Fetch(context.Background()); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a commit over the limit: %v", err)
+	}
+	maxTreeSize = 2400
+	if _, err := New(dir, "main", WithStatusBranch("stands-status")).Fetch(context.Background()); err != nil {
+		t.Fatalf("a commit at the limit: %v", err)
 	}
 }

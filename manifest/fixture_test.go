@@ -5,6 +5,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -47,7 +48,8 @@ func fixture(t testing.TB, path string) (fstest.MapFS, testfs.Archive) {
 }
 
 // fixtureFS is fixture with the archive's "symlinks" section ("path -> target" per line) made into
-// links, as a commit of the daemon holds them (internal/repofs).
+// links and its "large" section ("path bytes") into files over the size limit, as a commit of the
+// daemon holds them (internal/repofs).
 func fixtureFS(t testing.TB, path string) (fs.FS, testfs.Archive) {
 	t.Helper()
 	files, a := fixture(t, path)
@@ -57,7 +59,17 @@ func fixtureFS(t testing.TB, path string) (fs.FS, testfs.Archive) {
 			links[strings.TrimSpace(p)] = strings.TrimSpace(target)
 		}
 	}
-	return repofs.Tree(files, links), a
+	large := map[string]int64{}
+	for line := range strings.SplitSeq(strings.TrimSpace(a["large"]), "\n") {
+		if p, size, ok := strings.Cut(line, " "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(size), 10, 64)
+			if err != nil {
+				t.Fatalf("large: %v", err)
+			}
+			large[p] = n
+		}
+	}
+	return repofs.Tree(files, links, large), a
 }
 
 func preflightFS(t testing.TB, fsys fs.FS, secrets map[string]string) ([]*Result, error) {

@@ -185,7 +185,7 @@ func fsErr(err error) error {
 		switch {
 		case errors.Is(pe.Err, fs.ErrNotExist):
 			return errors.New("no such file")
-		case errors.Is(pe.Err, repofs.ErrSymlink):
+		case errors.Is(pe.Err, repofs.ErrSymlink), errors.Is(pe.Err, repofs.ErrTooLarge):
 			return fmt.Errorf("%s is %w", pe.Path, pe.Err)
 		}
 		return pe.Err
@@ -193,10 +193,14 @@ func fsErr(err error) error {
 	return err
 }
 
-// fileRule is the rule of a failed read: RuleSymlink for a link, else the caller's.
+// fileRule is the rule of a failed read: RuleSymlink for a link, RuleSize for a file over the limit,
+// else the caller's.
 func fileRule(err error, rule string) string {
-	if errors.Is(err, repofs.ErrSymlink) {
+	switch {
+	case errors.Is(err, repofs.ErrSymlink):
 		return RuleSymlink
+	case errors.Is(err, repofs.ErrTooLarge):
+		return RuleSize
 	}
 	return rule
 }

@@ -41,6 +41,7 @@ const (
 	RuleServerName   = "server-name"   // two stands' nodes get the same server name
 	RuleNameLength   = "name-length"   // a name too long for the label, unit, file or hostname it becomes
 	RuleSymlink      = "symlink"       // a file or folder the stand needs is a symbolic link (internal/repofs)
+	RuleSize         = "size"          // a file the stand needs is larger than repofs.MaxFileSize
 )
 
 // RuleDeprecated marks a warning: the manifest loads, in a form that should change.
@@ -51,7 +52,7 @@ var Rules = []string{
 	RuleSyntax, RuleRequired, RuleType, RuleIDPart, RuleDuplicateID, RuleBase, RuleRefProfile, RuleRefApp,
 	RuleRefRegistry, RulePlacement, RuleFileMissing, RuleSecret, RuleSecretPath, RuleRender, RuleCloudInit,
 	RulePodYAML, RuleConnection, RuleConnName, RuleUploadDest, RuleUploadMode, RulePortConflict, RulePort,
-	RuleImage, RuleManifestName, RuleServerName, RuleNameLength, RuleSymlink,
+	RuleImage, RuleManifestName, RuleServerName, RuleNameLength, RuleSymlink, RuleSize,
 }
 
 // Diagnostic is one problem found in a stand, with the place that caused it.

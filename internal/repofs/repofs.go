@@ -19,6 +19,13 @@ import (
 // ErrSymlink is the error of a read through a symbolic link.
 var ErrSymlink = errors.New("a symbolic link: the files of a stands repository must be regular files and folders")
 
+// MaxFileSize bounds every file read from a repository (manifests, templates, app files): the
+// repository is pull request input, and a stand's files are a few kilobytes each.
+const MaxFileSize = 1 << 20
+
+// ErrTooLarge is the error of opening a file larger than MaxFileSize.
+var ErrTooLarge = errors.New("larger than 1 MiB, the most a stands repository's file may hold")
+
 // Dir is the repository in the folder root. Listing shows a link as what it is (not a folder), so a
 // walk never enters one.
 func Dir(root string) fs.FS { return dirFS{root: root, fs: os.DirFS(root)} }
@@ -32,7 +39,25 @@ func (d dirFS) Open(name string) (fs.File, error) {
 	if err := d.check("open", name); err != nil {
 		return nil, err
 	}
-	return d.fs.Open(name)
+	f, err := d.fs.Open(name)
+	return bounded(name, f, err)
+}
+
+// bounded refuses a regular file over MaxFileSize before anything reads it.
+func bounded(name string, f fs.File, err error) (fs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Mode().IsRegular() && st.Size() > MaxFileSize {
+		f.Close()
+		return nil, &fs.PathError{Op: "open", Path: name, Err: ErrTooLarge}
+	}
+	return f, nil
 }
 
 func (d dirFS) ReadDir(name string) ([]fs.DirEntry, error) {
@@ -73,8 +98,9 @@ func (d dirFS) check(op, name string) error {
 }
 
 // Tree is a commit's files in memory, with its symbolic links (path → target) kept as links: they list
-// as links and refuse to be read, as Dir does.
-func Tree(files fstest.MapFS, links map[string]string) fs.FS {
+// as links and refuse to be read, as Dir does. large names the files over MaxFileSize, which the
+// commit has but which were never read into memory: they list, and refuse to open.
+func Tree(files fstest.MapFS, links map[string]string, large map[string]int64) fs.FS {
 	out := fstest.MapFS{}
 	for p, f := range files {
 		out[p] = f
@@ -82,15 +108,22 @@ func Tree(files fstest.MapFS, links map[string]string) fs.FS {
 	for p, target := range links {
 		out[p] = &fstest.MapFile{Data: []byte(target), Mode: fs.ModeSymlink | 0o777}
 	}
-	return treeFS{m: out, links: links}
+	for p := range large {
+		out[p] = &fstest.MapFile{Mode: 0o444}
+	}
+	return treeFS{m: out, links: links, large: large}
 }
 
 type treeFS struct {
 	m     fstest.MapFS
 	links map[string]string
+	large map[string]int64
 }
 
 func (t treeFS) check(op, name string) error {
+	if _, ok := t.large[name]; ok && op == "open" {
+		return &fs.PathError{Op: op, Path: name, Err: ErrTooLarge}
+	}
 	for p := name; p != "." && p != "/" && p != ""; p = path.Dir(p) {
 		if _, ok := t.links[p]; ok {
 			return &fs.PathError{Op: op, Path: p, Err: ErrSymlink}
@@ -103,7 +136,8 @@ func (t treeFS) Open(name string) (fs.File, error) {
 	if err := t.check("open", name); err != nil {
 		return nil, err
 	}
-	return t.m.Open(name)
+	f, err := t.m.Open(name)
+	return bounded(name, f, err)
 }
 
 func (t treeFS) ReadDir(name string) ([]fs.DirEntry, error) {
@@ -125,5 +159,10 @@ func (t treeFS) ReadFile(name string) ([]byte, error) {
 	if err := t.check("open", name); err != nil {
 		return nil, err
 	}
+	f, err := t.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
 	return t.m.ReadFile(name)
 }

@@ -60,7 +60,7 @@ func Parse(data string) Archive {
 }
 
 // Meta sections describe a case and are not files.
-var Meta = map[string]bool{"want": true, "comment": true, "delete": true, "symlinks": true}
+var Meta = map[string]bool{"want": true, "comment": true, "delete": true, "symlinks": true, "large": true}
 
 // Overlay returns base with the archive applied: sections are files to write, "delete" lists files
 // to remove; "want" and "comment" are left to the test.
