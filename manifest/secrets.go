@@ -46,6 +46,9 @@ func ParseSecretRef(s string) (SecretRef, error) {
 	if strings.HasPrefix(path, "/") {
 		return SecretRef{}, fmt.Errorf("secret %q: absolute paths are refused; paths are relative to the secrets prefix", s)
 	}
+	if first, _, _ := strings.Cut(path, "/"); first == ReservedSecretDir {
+		return SecretRef{}, fmt.Errorf("secret %q: %s/ under the secrets prefix holds the reconciler's own records (each stand's connection record); a manifest cannot read them", s, ReservedSecretDir)
+	}
 	for seg := range strings.SplitSeq(path, "/") {
 		if seg == ".." || seg == "." {
 			return SecretRef{}, fmt.Errorf("secret %q: %q segments are refused; paths stay inside the secrets prefix", s, seg)
@@ -56,6 +59,10 @@ func ParseSecretRef(s string) (SecretRef, error) {
 	}
 	return ref, nil
 }
+
+// ReservedSecretDir is the folder under the secrets prefix where the reconciler writes each stand's
+// connection record (<prefix>/stands/<stand-id>/connection); no !secret reaches into it.
+const ReservedSecretDir = "stands"
 
 // SecretSource resolves secret references. Implementations: EnvSource here, Vault in package vault.
 type SecretSource interface {

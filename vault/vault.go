@@ -220,7 +220,7 @@ func (c *Client) Secret(ctx context.Context, ref manifest.SecretRef) (string, er
 // <mount>/<prefix>/stands/<stand-id>/connection, field "value".
 func (c *Client) WriteConnection(ctx context.Context, standID string, record json.RawMessage) error {
 	token := c.api.Token()
-	if _, err := c.api.KVv2(c.mount).Put(ctx, c.key(path.Join("stands", standID, "connection")), map[string]any{"value": string(record)}); err != nil {
+	if _, err := c.api.KVv2(c.mount).Put(ctx, c.key(path.Join(manifest.ReservedSecretDir, standID, "connection")), map[string]any{"value": string(record)}); err != nil {
 		return fmt.Errorf("write connection of %s: %w", standID, c.classify(token, err))
 	}
 	return nil
