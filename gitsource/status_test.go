@@ -149,13 +149,7 @@ func TestPublishToGitea(t *testing.T) {
 // and a commit to it wakes the watcher.
 func TestLocalRepository(t *testing.T) {
 	dir := t.TempDir()
-	r, err := git.PlainInit(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Storer.SetReference(plumbing.NewSymbolicReference(plumbing.HEAD, plumbing.NewBranchReferenceName("main"))); err != nil {
-		t.Fatal(err)
-	}
+	r := initMain(t, dir)
 	commit := func(name string) string {
 		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755); err != nil {
 			t.Fatal(err)

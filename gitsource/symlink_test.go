@@ -60,20 +60,8 @@ func TestSymlinksJudgedAlike(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "apps", "big.bin"), make([]byte, repofs.MaxFileSize+1), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := git.PlainInit(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Storer.SetReference(plumbing.NewSymbolicReference(plumbing.HEAD, plumbing.NewBranchReferenceName("main"))); err != nil {
-		t.Fatal(err)
-	}
-	wt, _ := r.Worktree()
-	if err := wt.AddGlob("."); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wt.Commit("stands with links", &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}}); err != nil {
-		t.Fatal(err)
-	}
+	r := initMain(t, dir)
+	commitAll(t, r, "stands with links")
 	snap, err := New(dir, "main", WithStatusBranch("stands-status")).Fetch(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -126,25 +114,13 @@ func TestSymlinksJudgedAlike(t *testing.T) {
 // error of the fetch (which changes nothing), not read into memory.
 func TestTreeSizeBounded(t *testing.T) {
 	dir := t.TempDir()
-	r, err := git.PlainInit(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Storer.SetReference(plumbing.NewSymbolicReference(plumbing.HEAD, plumbing.NewBranchReferenceName("main"))); err != nil {
-		t.Fatal(err)
-	}
+	r := initMain(t, dir)
 	for i := range 4 {
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d", i)), make([]byte, 600), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wt, _ := r.Worktree()
-	if err := wt.AddGlob("."); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wt.Commit("files", &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}}); err != nil {
-		t.Fatal(err)
-	}
+	commitAll(t, r, "files")
 	defer func(old int64) { maxTreeSize = old }(maxTreeSize)
 	maxTreeSize = 2000 // 4 files of 600 bytes do not fit
 	if _, err := New(dir, "main", WithStatusBranch("stands-status")).Fetch(context.Background()); !errors.Is(err, ErrTooLarge) {
@@ -153,5 +129,33 @@ func TestTreeSizeBounded(t *testing.T) {
 	maxTreeSize = 2400
 	if _, err := New(dir, "main", WithStatusBranch("stands-status")).Fetch(context.Background()); err != nil {
 		t.Fatalf("a commit at the limit: %v", err)
+	}
+}
+
+// initMain makes a repository in dir whose HEAD is main, as the reconciler's local repositories are.
+func initMain(t *testing.T, dir string) *git.Repository {
+	t.Helper()
+	r, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Storer.SetReference(plumbing.NewSymbolicReference(plumbing.HEAD, plumbing.NewBranchReferenceName("main"))); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// commitAll commits every file of the work tree, links as links.
+func commitAll(t *testing.T, r *git.Repository, msg string) {
+	t.Helper()
+	wt, err := r.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wt.AddGlob("."); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wt.Commit(msg, &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -404,19 +404,11 @@ func TestQueuedDestroyOfARestoredStand(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Only once it does: a destroy started next could otherwise take the worker first.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitUntil(t, "a's apply holds the worker", func() bool {
 		h.eng.mu.Lock()
-		inside := h.eng.running
-		h.eng.mu.Unlock()
-		if inside == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a's apply did not start")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer h.eng.mu.Unlock()
+		return h.eng.running == 1
+	})
 	removed := h.src.files[standFile("c")].Data
 	h.src.commit(map[string]string{standFile("c"): ""})
 	if err := h.r.Cycle(ctx); err != nil { // c's destroy waits for the worker
@@ -496,19 +488,12 @@ func TestNoCycleStartsOnAStandBeforeItsOutcome(t *testing.T) {
 	if err := h.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitUntil(t, "the apply of h002 stores its connection record", func() bool {
 		h.sec.mu.Lock()
 		blocked := h.sec.blocked
 		h.sec.mu.Unlock()
-		if blocked == 1 && h.eng.upsOf("local_a_dev") == 2 {
-			break // applied, and its record is being stored
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the apply of h002 did not reach its connection record")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return blocked == 1 && h.eng.upsOf("local_a_dev") == 2
+	})
 	h.src.commit(port(6391)) // h003, while h002's record is being stored
 	if err := h.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
@@ -543,5 +528,15 @@ func TestRenamedManifestIsNotARemoval(t *testing.T) {
 	}
 	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != reason.Failed || st.Reason != reason.Invalid || !strings.Contains(st.Message, "must be named stand.yml") {
 		t.Errorf("b: %+v", st)
+	}
+}
+
+// waitUntil polls cond for up to 10 s, failing the test with what it waited for.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10 s: %s", what)
+		}
 	}
 }

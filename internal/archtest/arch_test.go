@@ -51,26 +51,14 @@ func TestFunctionsStayShort(t *testing.T) {
 	root := testenv.RepoRoot()
 	funcs := 0
 	for _, dir := range []string{"reconcile", "cmd/stands-reconciler", "cmd/hcloudsim"} {
-		files, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
-		if err != nil || len(files) == 0 {
-			t.Fatalf("%s: no Go files (%v)", dir, err)
-		}
-		for _, p := range files {
-			if strings.HasSuffix(p, "_test.go") {
-				continue
-			}
-			fset := token.NewFileSet()
-			f, err := parser.ParseFile(fset, p, nil, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, d := range f.Decls {
+		for p, f := range sources(t, filepath.Join(root, dir)) {
+			for _, d := range f.file.Decls {
 				fd, ok := d.(*ast.FuncDecl)
 				if !ok || fd.Body == nil {
 					continue
 				}
 				funcs++
-				if n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; n > maxLines {
+				if n := f.fset.Position(fd.End()).Line - f.fset.Position(fd.Pos()).Line + 1; n > maxLines {
 					rel, _ := filepath.Rel(root, p)
 					t.Errorf("%s: %s is %d lines (at most %d)", rel, fd.Name.Name, n, maxLines)
 				}
@@ -95,23 +83,11 @@ func goCmd(t *testing.T, args ...string) *exec.Cmd {
 // TestOnlySummariseSetsStatus: in the loop, a status's phase, reason and message are set by
 // summarise alone; any other code hands it an outcome.
 func TestOnlySummariseSetsStatus(t *testing.T) {
-	root := testenv.RepoRoot()
-	files, err := filepath.Glob(filepath.Join(root, "reconcile", "*.go"))
-	if err != nil || len(files) < 5 {
-		t.Fatalf("reconcile: %d files (%v)", len(files), err)
-	}
 	guarded := map[string]bool{"Phase": true, "Reason": true, "Message": true}
 	assignments := 0
-	for _, p := range files {
-		if strings.HasSuffix(p, "_test.go") {
-			continue
-		}
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, p, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
+	for p, src := range sources(t, filepath.Join(testenv.RepoRoot(), "reconcile")) {
+		fset := src.fset
+		ast.Inspect(src.file, func(n ast.Node) bool {
 			var fields []string
 			switch n := n.(type) {
 			case *ast.AssignStmt:
@@ -145,4 +121,35 @@ func TestOnlySummariseSetsStatus(t *testing.T) {
 	if assignments < 10 {
 		t.Fatalf("found %d assignments in summarise.go: the check looks at the wrong code", assignments)
 	}
+}
+
+// source is a parsed Go file.
+type source struct {
+	fset *token.FileSet
+	file *ast.File
+}
+
+// sources parses the non-test Go files of a folder, by path; a folder without any fails the test.
+func sources(t *testing.T, dir string) map[string]source {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]source{}
+	for _, p := range paths {
+		if strings.HasSuffix(p, "_test.go") {
+			continue
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[p] = source{fset, f}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s: no Go files", dir)
+	}
+	return out
 }
