@@ -177,7 +177,7 @@ func (e *Engine) hcloud() (*hcloud.Client, error) {
 
 // prepare opens the stand's stack (creating it when create is set), checks ownership, and fills the
 // plan.
-func (e *Engine) prepare(ctx context.Context, in stands.Input, create bool) (auto.Stack, *plan, auto.OutputMap, error) {
+func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly bool) (auto.Stack, *plan, auto.OutputMap, error) {
 	s := in.Stand
 	p := &plan{in: in, mode: e.nodesMode(), configsets: e.cfg.ConfigsetDir, hashKey: e.configHashKey()}
 	st, err := e.stack(ctx, stands.StackRef{Project: s.Project, Env: s.Env}, p.program, create)
@@ -198,8 +198,12 @@ func (e *Engine) prepare(ctx context.Context, in stands.Input, create bool) (aut
 	if err := checkOwned(st, outs, dep); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
-	if err := e.recoverStack(ctx, st, stands.StackRef{Project: s.Project, Env: s.Env}, dep, e.standLog(in)); err != nil {
-		return auto.Stack{}, nil, nil, err
+	// A preview only reads (DESIGN.md): what a killed run left behind is undone by the next apply,
+	// never by a plan a pull request asked for.
+	if !readOnly {
+		if err := e.recoverStack(ctx, st, stands.StackRef{Project: s.Project, Env: s.Env}, dep, e.standLog(in)); err != nil {
+			return auto.Stack{}, nil, nil, err
+		}
 	}
 	if p.privateKey, p.publicKey, err = keyPair(outs); err != nil {
 		return auto.Stack{}, nil, nil, err
@@ -251,7 +255,7 @@ func (e *Engine) Apply(ctx context.Context, in stands.Input, force bool) (_ *sta
 	}
 	defer unlock()
 	log := e.standLog(in)
-	st, p, outs, err := e.prepare(ctx, in, true)
+	st, p, outs, err := e.prepare(ctx, in, true, false)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +284,7 @@ func (e *Engine) Refresh(ctx context.Context, in stands.Input) (_ *stands.Result
 		return nil, err
 	}
 	defer unlock()
-	st, p, _, err := e.prepare(ctx, in, false)
+	st, p, _, err := e.prepare(ctx, in, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +317,7 @@ func (e *Engine) Drift(ctx context.Context, in stands.Input) (_ *stands.Result, 
 }
 
 func (e *Engine) preview(ctx context.Context, in stands.Input, op string) (*stands.Result, error) {
-	st, p, outs, err := e.prepare(ctx, in, op == "preview-new")
+	st, p, outs, err := e.prepare(ctx, in, op == "preview-new", true)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
@@ -105,6 +106,12 @@ func (e EnvSource) Secret(_ context.Context, ref SecretRef) (string, error) {
 	return v, nil
 }
 
+// SecretExists says whether the variable is set, without returning it.
+func (e EnvSource) SecretExists(ctx context.Context, ref SecretRef) error {
+	_, err := e.Secret(ctx, ref)
+	return err
+}
+
 // Secrets holds resolved secret values. Its String never shows them.
 type Secrets struct {
 	values map[SecretRef]string
@@ -128,6 +135,61 @@ func (s Secrets) withPlaceholders(st *Stand) Secrets {
 	return out
 }
 
+// Placeholder is the value a `!secret` takes in a pull request's plan. It is made from the reference's
+// name alone, so nothing rendered from it depends on the secret, and it fits where secrets go (a host
+// name label, a URL, a password): lower-case letters, digits and dashes. Variant 1 is a second value,
+// different in length and content: what renders differently under the two depends on the secret.
+func Placeholder(ref SecretRef, variant int) string {
+	sum := sha256.Sum256([]byte(ref.String()))
+	name := strings.Trim(placeholderUnsafe.ReplaceAllString(strings.ToLower(ref.String()), "-"), "-")
+	if variant == 0 {
+		return fmt.Sprintf("secret-%s-%x", name, sum[:3])
+	}
+	return fmt.Sprintf("s%x-%s-other", sum[:5], name)
+}
+
+var placeholderUnsafe = regexp.MustCompile(`[^a-z0-9]+`)
+
+// PlaceholderSource resolves every reference to its Placeholder once Exists says the secret is
+// there. It is how a pull request is planned: the secret's name is checked, its value never read.
+type PlaceholderSource struct {
+	Variant int
+	// Exists returns nil when the secret exists, an error wrapping ErrSecretNotFound when it does
+	// not, or the source's failure. Nil: every secret exists.
+	Exists func(ctx context.Context, ref SecretRef) error
+}
+
+func (p PlaceholderSource) Secret(ctx context.Context, ref SecretRef) (string, error) {
+	if p.Exists != nil {
+		if err := p.Exists(ctx, ref); err != nil {
+			return "", err
+		}
+	}
+	return Placeholder(ref, p.Variant), nil
+}
+
+func (PlaceholderSource) placeholders() {}
+
+// PlaceholderSecrets is the set PlaceholderSource would resolve for a stand, without asking anyone.
+func PlaceholderSecrets(st *Stand, variant int) Secrets {
+	out := Secrets{values: map[SecretRef]string{}, placeholder: map[SecretRef]bool{}}
+	for _, use := range st.SecretUses() {
+		out.values[use.Ref] = Placeholder(use.Ref, variant)
+		out.placeholder[use.Ref] = true
+	}
+	return out
+}
+
+// Placeholders reports whether the set holds only placeholders: a plan, never an apply.
+func (s Secrets) Placeholders() bool {
+	for ref := range s.values {
+		if !s.placeholder[ref] {
+			return false
+		}
+	}
+	return true
+}
+
 // NewSecrets builds a set of resolved values, e.g. for tests and the engine.
 func NewSecrets(values map[SecretRef]string) Secrets {
 	return Secrets{values: values}
@@ -147,8 +209,10 @@ func (s Secrets) Scrub(text string) string { return s.redactor().scrub(text) }
 
 func (s Secrets) redactor() *redactor {
 	r := &redactor{}
-	for _, v := range s.values {
-		r.add(v)
+	for ref, v := range s.values {
+		if !s.placeholder[ref] { // a placeholder is no secret: a message may show it
+			r.add(v)
+		}
 	}
 	return r
 }
@@ -157,7 +221,8 @@ func (s Secrets) redactor() *redactor {
 // each with the place that references it; a source error that is not "not found" (a Vault that is
 // down) is returned as is so the caller can wait and retry instead of failing the stand.
 func ResolveSecrets(ctx context.Context, s *Stand, src SecretSource) (Secrets, error) {
-	out := Secrets{values: map[SecretRef]string{}}
+	out := Secrets{values: map[SecretRef]string{}, placeholder: map[SecretRef]bool{}}
+	_, stands := src.(interface{ placeholders() })
 	rep := &Report{}
 	missing := map[SecretRef]bool{}
 	for _, use := range s.SecretUses() {
@@ -168,6 +233,7 @@ func ResolveSecrets(ctx context.Context, s *Stand, src SecretSource) (Secrets, e
 		switch {
 		case err == nil:
 			out.values[use.Ref] = v
+			out.placeholder[use.Ref] = stands
 		case errors.Is(err, ErrSecretNotFound):
 			missing[use.Ref] = true
 			rep.addf(use.Pos, RuleSecret, "secret %s (%s) cannot be resolved: %v", use.Ref, use.Where, err)

@@ -21,11 +21,13 @@ type verdict struct {
 	reason   reason.Reason // of the problem: Invalid, VaultUnavailable, OtherOwner
 	problem  string        // why it cannot go on; scrubbed of secret values
 	input    *stands.Input
+	print    *standPrint // pull request plans only: the stand under placeholders
 }
 
 // evaluation is what a snapshot declares, judged stand by stand. It does not touch the reconciler's
 // state, so pull request plans use it too.
 type evaluation struct {
+	files      fs.FS
 	verdicts   []verdict
 	secretsErr error
 	unreadable []string
@@ -34,17 +36,21 @@ type evaluation struct {
 }
 
 func (r *Reconciler) evaluate(ctx context.Context, files fs.FS) (*evaluation, error) {
+	return r.evaluateWith(ctx, files, r.sec)
+}
+
+func (r *Reconciler) evaluateWith(ctx context.Context, files fs.FS, src manifest.SecretSource) (*evaluation, error) {
 	paths, err := manifest.Discover(files)
 	if err != nil {
 		return nil, fmt.Errorf("list stands: %w", err)
 	}
 	results, err := manifest.PreflightAll(ctx, files, paths, manifest.PreflightOptions{
-		LoadOptions: manifest.LoadOptions{DefaultOwner: r.cfg.Owner}, Secrets: r.sec, KeepGoing: true})
+		LoadOptions: manifest.LoadOptions{DefaultOwner: r.cfg.Owner}, Secrets: src, KeepGoing: true})
 	var rep *manifest.Report
 	if err != nil && !errors.As(err, &rep) {
 		return nil, fmt.Errorf("preflight: %w", err)
 	}
-	ev := &evaluation{allow: allowDestroy(files)}
+	ev := &evaluation{allow: allowDestroy(files), files: files}
 	for _, res := range results {
 		s := res.Stand
 		if s == nil || s.ID == "" || s.Project == "" || s.Env == "" || s.Owner == "" {

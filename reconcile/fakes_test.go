@@ -129,25 +129,27 @@ var errNoStack = errors.New("the stand has no stack yet")
 
 // fakeEngine keeps stacks in memory and counts `pulumi up`s.
 type fakeEngine struct {
-	mu          sync.Mutex
-	stacks      map[string]stands.StackInfo
-	ups         map[string]int
-	destroys    []string
-	drifts      int
-	fail        map[string]error // next Apply/Destroy of a stand fails with it
-	drifted     map[string]bool
-	inventoryUp error
-	gate        chan struct{} // when set, Apply waits on it
-	running     int
-	maxRunning  int
-	previews    int
-	calls       int // Apply calls, observes included
+	mu             sync.Mutex
+	stacks         map[string]stands.StackInfo
+	ups            map[string]int
+	destroys       []string
+	drifts         int
+	fail           map[string]error // next Apply/Destroy of a stand fails with it
+	drifted        map[string]bool
+	inventoryUp    error
+	gate           chan struct{} // when set, Apply waits on it
+	running        int
+	maxRunning     int
+	previews       int
+	previewSecrets []string          // every secret value a preview was given
+	configs        map[string]string // stand → its instances' configuration at the last apply
+	calls          int               // Apply calls, observes included
 }
 
 var _ Engine = (*fakeEngine)(nil)
 
 func newFakeEngine() *fakeEngine {
-	return &fakeEngine{stacks: map[string]stands.StackInfo{}, ups: map[string]int{}, fail: map[string]error{}, drifted: map[string]bool{}}
+	return &fakeEngine{stacks: map[string]stands.StackInfo{}, ups: map[string]int{}, fail: map[string]error{}, drifted: map[string]bool{}, configs: map[string]string{}}
 }
 
 func (e *fakeEngine) Inventory(context.Context) ([]stands.StackInfo, error) {
@@ -206,6 +208,7 @@ func (e *fakeEngine) Apply(ctx context.Context, in stands.Input, force bool) (*s
 		res.Changes = map[string]int{"create": 1}
 		e.stacks[s.ID] = stands.StackInfo{Project: s.Project, Env: s.Env, StandID: s.ID, Owned: true, SpecHash: in.SpecHash, Protect: s.Protect, Known: true}
 	}
+	e.configs[s.ID] = configOf(in)
 	pw, _ := in.Secrets.Value(manifest.SecretRef{Path: "kv-password", Field: "value"})
 	res.Connection = stands.SecretJSON(fmt.Sprintf(`{"id_stand":%q,"kv":{"host":"203.0.113.10","password":%q,"spec":%q}}`, s.ID, pw, in.SpecHash))
 	// Masked as the engine masks it: every resolved secret value replaced (the loop must never see
@@ -340,18 +343,35 @@ func (e *fakeEngine) Preview(_ context.Context, in stands.Input) (*stands.Result
 	if !ok {
 		return nil, errNoStack
 	}
+	e.previewSecrets = append(e.previewSecrets, in.Secrets.Values()...)
 	res := &stands.Result{StandID: in.Stand.ID, Operation: "preview"}
 	if cur.SpecHash != in.SpecHash {
 		res.Changed = true
-		res.Steps = []stands.Step{{Op: "replace", Node: "main", ServerName: serverName(in), ServerType: "cx32", OldServerType: "cx22", Location: "hel1", OldLocation: "hel1"}}
+		// As Pulumi compares a plan's placeholders with the production values: every secret-fed
+		// input differs.
+		res.Steps = []stands.Step{{Op: "replace", Node: "main", ServerName: serverName(in), ServerType: "cx32", OldServerType: "cx22", Location: "hel1", OldLocation: "hel1"},
+			{Op: "update", Kind: "images", Node: "main", Changed: "registries"}}
+		if configOf(in) != e.configs[in.Stand.ID] {
+			res.Steps = append(res.Steps, stands.Step{Op: "update", Kind: "instance", Node: "main", Instance: "kv--cache", Changed: "configHash,spec"})
+		}
 	}
 	return res, nil
+}
+
+// configOf is what Pulumi compares for an instance: its rendered configuration.
+func configOf(in stands.Input) string {
+	out, err := manifest.Render(in.FS, in.Stand, in.Secrets, manifest.PreflightAddresses(in.Stand))
+	if err != nil {
+		return "error"
+	}
+	return digest(out.Instances)
 }
 
 func (e *fakeEngine) PreviewNew(_ context.Context, in stands.Input) (*stands.Result, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.previews++
+	e.previewSecrets = append(e.previewSecrets, in.Secrets.Values()...)
 	return &stands.Result{StandID: in.Stand.ID, Operation: "preview", Changed: true,
 		Steps: []stands.Step{{Op: "create", Node: "main", ServerName: serverName(in), ServerType: "cx22", Location: "hel1"}}}, nil
 }

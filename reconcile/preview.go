@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -43,11 +44,14 @@ const CommentMarker = "<!-- stands-reconciler:plan -->"
 // previewState remembers which head of each open pull request was planned.
 type previewState struct {
 	planned map[int64]string
+	// the tracked branch under placeholders, for the commit it was judged at
+	blindCommit string
+	blind       *evaluation
 }
 
 // previews plans every open pull request into the tracked branch whose head moved since its last
 // plan. main is the tracked branch's evaluation: only the stands a pull request changes are planned.
-func (r *Reconciler) previews(ctx context.Context, main *evaluation, actual []diff.Actual) {
+func (r *Reconciler) previews(ctx context.Context, main *evaluation, commit string, actual []diff.Actual) {
 	f, p, refs := r.cfg.Forge, r.cfg.Planner, r.cfg.Refs
 	if f == nil || p == nil || refs == nil {
 		return
@@ -71,7 +75,7 @@ func (r *Reconciler) previews(ctx context.Context, main *evaluation, actual []di
 			continue
 		}
 		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StatePending, "planning", pr.URL)
-		plan, err := r.planPR(ctx, pr, main, actual)
+		plan, err := r.planPR(ctx, pr, main, commit, actual)
 		if err != nil {
 			// Retried at the next cycle: the head stays unplanned.
 			log.Warn("pull request not planned; retrying", "err", err)
@@ -131,18 +135,27 @@ type planRow struct {
 // planPR plans what merging the pull request would do. What it changes is where the diff of its head
 // and the diff of the tracked branch, each against the backend's stacks, decide differently; only
 // those stands are previewed.
-func (r *Reconciler) planPR(ctx context.Context, pr gitsource.PullRequest, main *evaluation, actual []diff.Actual) (*prPlan, error) {
+func (r *Reconciler) planPR(ctx context.Context, pr gitsource.PullRequest, main *evaluation, commit string, actual []diff.Actual) (*prPlan, error) {
 	snap, err := r.cfg.Refs.FetchRef(ctx, pr.Ref())
 	if err != nil {
 		return nil, err
 	}
-	head, err := r.evaluate(ctx, snap.Files)
+	if r.prs.blindCommit != commit || r.prs.blind == nil {
+		if r.prs.blind, err = r.evaluateBlind(ctx, main.files); err != nil {
+			return nil, err
+		}
+		r.prs.blindCommit = commit
+	}
+	blindMain := r.prs.blind
+	head, err := r.evaluateBlind(ctx, snap.Files)
 	if err != nil {
 		return nil, err
 	}
-	if head.secretsErr != nil {
-		return nil, fmt.Errorf("secret store unavailable: %w", head.secretsErr)
+	if err := cmp.Or(head.secretsErr, blindMain.secretsErr, main.secretsErr); err != nil {
+		r.prs.blind = nil
+		return nil, fmt.Errorf("secret store unavailable: %w", err)
 	}
+	prints := head.sameAs(main, blindMain)
 	prices, err := r.cfg.Planner.Prices(ctx)
 	if err != nil {
 		r.log.Warn("plan without prices", "err", err)
@@ -174,6 +187,9 @@ func (r *Reconciler) planPR(ctx context.Context, pr gitsource.PullRequest, main 
 			a.Detail = strings.Join(head.unreadable, "; ")
 		}
 		row, err := r.planRow(ctx, a, inputs[a.ID], prices, plan)
+		if row.action == "update" {
+			row.steps = blindSteps(row.steps, prints[a.ID], head.print(a.ID))
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -391,6 +407,8 @@ func stepText(s stands.Step) string {
 	case "instance":
 		t := fmt.Sprintf("%s instance `%s` on `%s`", s.Op, s.Instance, s.Node)
 		switch {
+		case s.Op == "update" && s.MayChange:
+			t += " (may restart it: a secret's value decides, and plans never read secrets)"
 		case s.Op == "update" && s.ConfigUnknown:
 			t += " (may restart it: its configuration depends on servers not made yet)"
 		case s.Op == "update" && strings.Contains(s.Changed, "configHash"):
@@ -398,7 +416,11 @@ func stepText(s stands.Step) string {
 		}
 		return t
 	default:
-		return fmt.Sprintf("%s %s of `%s`", s.Op, s.Kind, s.Node)
+		t := fmt.Sprintf("%s %s of `%s`", s.Op, s.Kind, s.Node)
+		if s.MayChange {
+			t += " (may change: a secret's value decides)"
+		}
+		return t
 	}
 	switch s.Op {
 	case "create":

@@ -271,7 +271,7 @@ func (r *Reconciler) Cycle(ctx context.Context) error {
 		r.ops.Add(1)
 		go r.run(o)
 	}
-	r.previews(ctx, d.ev, actual)
+	r.previews(ctx, d.ev, snap.Source, actual)
 	return nil
 }
 

@@ -65,7 +65,10 @@ type Step struct {
 	Changed  string `json:"changed,omitempty"`  // an instance's or node's changed inputs, comma-separated
 	// ConfigUnknown: the instance's configuration depends on servers not made yet, so whether it
 	// changes is only known during the apply.
-	ConfigUnknown bool   `json:"configUnknown,omitempty"`
+	ConfigUnknown bool `json:"configUnknown,omitempty"`
+	// MayChange: a pull request's plan cannot tell whether the change happens, because a secret's
+	// value decides it; the plan never reads secret values.
+	MayChange     bool   `json:"mayChange,omitempty"`
 	ServerName    string `json:"serverName,omitempty"`
 	ServerType    string `json:"serverType,omitempty"`
 	OldServerType string `json:"oldServerType,omitempty"` // a replace or delete: the type going away

@@ -64,6 +64,15 @@ func (s *Session) Secret(ctx context.Context, ref manifest.SecretRef) (string, e
 	return c.Secret(ctx, ref)
 }
 
+// SecretExists says whether a reference resolves, never handing out its value.
+func (s *Session) SecretExists(ctx context.Context, ref manifest.SecretRef) error {
+	c, err := s.client(ctx)
+	if err != nil {
+		return err
+	}
+	return c.SecretExists(ctx, ref)
+}
+
 // WriteConnection stores a stand's unmasked connection record.
 func (s *Session) WriteConnection(ctx context.Context, id string, record json.RawMessage) error {
 	c, err := s.client(ctx)

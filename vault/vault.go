@@ -193,20 +193,9 @@ func (c *Client) key(p string) string {
 // Secret resolves a reference: <mount>/data/<prefix>/<path>, field "value" unless the reference names
 // one. Implements manifest.SecretSource. Errors name the reference, never a value.
 func (c *Client) Secret(ctx context.Context, ref manifest.SecretRef) (string, error) {
-	token := c.api.Token()
-	s, err := c.api.KVv2(c.mount).Get(ctx, c.key(ref.Path))
-	if errors.Is(err, vaultapi.ErrSecretNotFound) {
-		return "", fmt.Errorf("%w: %s/%s", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path))
-	}
+	v, err := c.field(ctx, ref)
 	if err != nil {
-		return "", fmt.Errorf("read secret %s: %w", ref, c.classify(token, err))
-	}
-	if s == nil || s.Data == nil { // a deleted version comes back without data
-		return "", fmt.Errorf("%w: %s/%s is deleted", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path))
-	}
-	v, ok := s.Data[ref.Field]
-	if !ok {
-		return "", fmt.Errorf("%w: %s/%s has no field %q", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path), ref.Field)
+		return "", err
 	}
 	str, ok := v.(string)
 	if !ok {
@@ -214,6 +203,33 @@ func (c *Client) Secret(ctx context.Context, ref manifest.SecretRef) (string, er
 		str = string(b)
 	}
 	return str, nil
+}
+
+// SecretExists says whether the reference resolves, as Secret would, without handing its value to
+// anyone: pull request plans check names with it (KV v2 has no read of a field's presence alone, so
+// the version is read and dropped here).
+func (c *Client) SecretExists(ctx context.Context, ref manifest.SecretRef) error {
+	_, err := c.field(ctx, ref)
+	return err
+}
+
+func (c *Client) field(ctx context.Context, ref manifest.SecretRef) (any, error) {
+	token := c.api.Token()
+	s, err := c.api.KVv2(c.mount).Get(ctx, c.key(ref.Path))
+	if errors.Is(err, vaultapi.ErrSecretNotFound) {
+		return nil, fmt.Errorf("%w: %s/%s", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read secret %s: %w", ref, c.classify(token, err))
+	}
+	if s == nil || s.Data == nil { // a deleted version comes back without data
+		return nil, fmt.Errorf("%w: %s/%s is deleted", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path))
+	}
+	v, ok := s.Data[ref.Field]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s/%s has no field %q", manifest.ErrSecretNotFound, c.mount, c.key(ref.Path), ref.Field)
+	}
+	return v, nil
 }
 
 // WriteConnection stores a stand's unmasked connection record at

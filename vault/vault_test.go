@@ -122,11 +122,18 @@ func TestSecretsAndConnection(t *testing.T) {
 		if got, err := c.Secret(ctx, ref(t, in)); err != nil || got != want {
 			t.Errorf("%s = %q, %v", in, got, err)
 		}
+		if err := c.SecretExists(ctx, ref(t, in)); err != nil {
+			t.Errorf("%s exists: %v", in, err)
+		}
 	}
 	for _, missing := range []string{"nope", "gone", "db/main#password"} {
 		_, err := c.Secret(ctx, ref(t, missing))
 		if !errors.Is(err, manifest.ErrSecretNotFound) || errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "SENTINEL") {
 			t.Errorf("%s: %v", missing, err)
+		}
+		// Pull request plans check names only, with the same answer.
+		if err := c.SecretExists(ctx, ref(t, missing)); !errors.Is(err, manifest.ErrSecretNotFound) {
+			t.Errorf("%s exists: %v", missing, err)
 		}
 	}
 	// Resolution through the manifest's SecretSource interface, as preflight does.

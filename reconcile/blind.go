@@ -1,0 +1,368 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strings"
+
+	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/stands"
+)
+
+// A pull request's plan is blind to secrets (DESIGN.md, "Pull requests are untrusted"): every
+// !secret of the head, and of the tracked branch it is compared with, is its name-derived
+// placeholder. Servers never see a secret, so their steps are Pulumi's, exact. What a secret feeds
+// (an instance's configuration, a node's ports and images, registry credentials) is judged here
+// instead, by comparing the two branches' renders under two placeholder sets: Pulumi's verdict on
+// those inputs compares a placeholder with the production value, and would tell whether a guess
+// was right.
+
+// standPrint is what a stand's secret-fed resources look like under placeholders.
+type standPrint struct {
+	instances  map[string]instPrint // by <app>--<instance>
+	nodes      map[string]nodePrint
+	registries string // the registries as written: names, literal values, secret names
+	secrets    bool   // the stand references a secret
+}
+
+type instPrint struct {
+	node string
+	a, b string // digests of its render under placeholder sets 0 and 1
+	src  string // digest of its package's files
+}
+
+type nodePrint struct{ portsA, portsB, imagesA, imagesB string }
+
+// secretExists checks a reference by name. A source that cannot say so without the value is read
+// and the value dropped here.
+func (r *Reconciler) secretExists(ctx context.Context, ref manifest.SecretRef) error {
+	if c, ok := r.sec.(interface {
+		SecretExists(context.Context, manifest.SecretRef) error
+	}); ok {
+		return c.SecretExists(ctx, ref)
+	}
+	_, err := r.sec.Secret(ctx, ref)
+	return err
+}
+
+// evaluateBlind judges a snapshot as a pull request's plan sees it: every secret's existence is
+// checked by name and its value is a placeholder; each stand that can go on gets its print.
+func (r *Reconciler) evaluateBlind(ctx context.Context, files fs.FS) (*evaluation, error) {
+	known := map[manifest.SecretRef]error{}
+	exists := func(ctx context.Context, ref manifest.SecretRef) error {
+		if err, ok := known[ref]; ok {
+			return err
+		}
+		err := r.secretExists(ctx, ref)
+		if err == nil || errors.Is(err, manifest.ErrSecretNotFound) {
+			known[ref] = err
+		}
+		return err
+	}
+	ev, err := r.evaluateWith(ctx, files, manifest.PlaceholderSource{Exists: exists})
+	if err != nil {
+		return nil, err
+	}
+	for i := range ev.verdicts {
+		if v := &ev.verdicts[i]; v.input != nil {
+			v.print = printOf(files, v.input)
+		}
+	}
+	return ev, nil
+}
+
+func printOf(files fs.FS, in *stands.Input) *standPrint {
+	s := in.Stand
+	p := &standPrint{instances: map[string]instPrint{}, nodes: map[string]nodePrint{}, secrets: len(s.SecretUses()) > 0}
+	p.registries = digest(registriesAsWritten(s.Registries))
+	src := map[string]string{}
+	for _, a := range s.Apps {
+		src[a.Name] = packageDigest(files, a.Package)
+	}
+	var renders [2]*manifest.Rendered
+	for variant := range renders {
+		// An error leaves the set empty: every instance then differs between the two sets.
+		renders[variant], _ = manifest.Render(files, s, manifest.PlaceholderSecrets(s, variant), manifest.PreflightAddresses(s))
+	}
+	ports, images := [2]map[string][]string{{}, {}}, [2]map[string][]string{{}, {}}
+	for variant, rd := range renders {
+		if rd == nil {
+			continue
+		}
+		for _, ri := range rd.Instances {
+			name := ri.App + "--" + ri.Instance
+			ip := p.instances[name]
+			ip.node, ip.src = ri.Node, src[ri.App]
+			d := digest(ri)
+			if variant == 0 {
+				ip.a = d
+			} else {
+				ip.b = d
+			}
+			p.instances[name] = ip
+			for _, pt := range append(slices.Clone(ri.Ports), ri.HostPorts...) {
+				ports[variant][ri.Node] = append(ports[variant][ri.Node], pt.String()+"/"+pt.Role)
+			}
+			images[variant][ri.Node] = append(images[variant][ri.Node], ri.Images...)
+			images[variant][ri.Node] = append(images[variant][ri.Node], "registry:"+ri.Registry)
+		}
+	}
+	for _, n := range s.Nodes {
+		set := func(m map[string][]string) string { l := slices.Clone(m[n.Name]); slices.Sort(l); return digest(l) }
+		p.nodes[n.Name] = nodePrint{portsA: set(ports[0]), portsB: set(ports[1]), imagesA: set(images[0]), imagesB: set(images[1])}
+	}
+	return p
+}
+
+// registriesAsWritten is the registries without positions: moving a line changes nothing.
+func registriesAsWritten(regs []*manifest.Registry) []string {
+	var out []string
+	val := func(v manifest.Value) string {
+		if v.Secret != nil {
+			return "!secret " + v.Secret.String()
+		}
+		return v.Text
+	}
+	for _, r := range regs {
+		out = append(out, fmt.Sprintf("%s|%s|%s|%s|%t", r.Name, val(r.URL), val(r.Username), val(r.Password), r.Insecure))
+	}
+	return out
+}
+
+func packageDigest(files fs.FS, pkg *manifest.Package) string {
+	if pkg == nil {
+		return ""
+	}
+	paths := []string{pkg.File, pkg.Pod, pkg.Connection}
+	for _, f := range pkg.Files {
+		paths = append(paths, f.Src)
+	}
+	if pkg.PostStart != nil {
+		paths = append(paths, pkg.PostStart.Src)
+	}
+	h := sha256.New()
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		data, err := fs.ReadFile(files, p)
+		if err != nil {
+			data = []byte("unreadable: " + err.Error())
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", p, len(data))
+		h.Write(data)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func digest(v any) string {
+	b, _ := json.Marshal(v)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// change is how merging a pull request changes one secret-fed input.
+type change int
+
+const (
+	unchanged change = iota
+	changes          // exactly: nothing secret decides it
+	mayChange        // a secret's value decides it, known only at the apply
+)
+
+func (p *standPrint) instance(name string, main *standPrint) change {
+	h, ok := p.instances[name]
+	var m instPrint
+	if main != nil {
+		m, ok = main.instances[name]
+	}
+	if !ok {
+		return changes // new here, or on a branch whose stand could not be judged
+	}
+	return compare(h.a, h.b, m.a, m.b, h.src != m.src, p.secrets)
+}
+
+// compare judges one input from its digests under the two placeholder sets on the head (a, b) and
+// on the tracked branch (ma, mb), and whether the pull request edits the templates behind it.
+func compare(a, b, ma, mb string, edited, secrets bool) change {
+	sensitive := a != b || ma != mb // a secret's value shows in the render
+	da, db := a != ma, b != mb
+	switch {
+	case edited && sensitive:
+		// An edited template that reads a secret: whether its output still differs from the
+		// tracked branch's with the real value is the secret's to say (a guess written as a
+		// constant renders like production exactly when it is right).
+		return mayChange
+	case edited && secrets && !da && !db:
+		// The same output under both placeholders, from edited templates of a stand with secrets:
+		// a comparison with a constant ({{ if eq .secret "guess" }}) misses both placeholders.
+		return mayChange
+	case da && db:
+		// The same templates on both branches render differently: the change is the pull
+		// request's non-secret input, whatever the secret is.
+		return changes
+	case da || db:
+		return mayChange
+	}
+	return unchanged
+}
+
+func (p *standPrint) node(node, key string, main *standPrint) change {
+	h := p.nodes[node]
+	var m nodePrint
+	if main != nil {
+		m = main.nodes[node]
+	}
+	edited := false // a template of an instance on the node
+	for name, in := range p.instances {
+		if main == nil || in.node != node {
+			continue
+		}
+		if mi, ok := main.instances[name]; ok && mi.src != in.src {
+			edited = true
+		}
+	}
+	switch key {
+	case "ports":
+		return compare(h.portsA, h.portsB, m.portsA, m.portsB, edited, false)
+	case "registries":
+		// The input is the images pulled and the credentials to pull them with, which are secrets.
+		if main != nil && p.registries != main.registries {
+			return mayChange
+		}
+	}
+	// A port or an image compared with a secret constant is not looked for: the plan stays blind
+	// to it (it shows no change), it only misses telling that one may come.
+	return compare(h.imagesA, h.imagesB, m.imagesA, m.imagesB, edited, false)
+}
+
+// secretFed are the inputs of each kind of node resource that come from a render.
+var secretFed = map[string][]string{"instance": {"configHash", "spec"}, "node": {"ports"}, "images": {"images", "registries"}}
+
+// blindSteps rewrites a preview's node-level steps from the prints: an input a secret feeds changes
+// when the head's render differs from the tracked branch's, whatever Pulumi compared. An update
+// left with nothing changed is dropped; a resource that changes though Pulumi saw no difference gets
+// its step.
+func blindSteps(steps []stands.Step, main, head *standPrint) []stands.Step {
+	var out []stands.Step
+	seen := map[string]bool{}
+	for _, s := range steps {
+		keys, fed := secretFed[s.Kind]
+		if !fed {
+			out = append(out, s)
+			continue
+		}
+		name := s.Node
+		if s.Kind == "instance" {
+			name = s.Instance
+		}
+		seen[s.Kind+"/"+name] = true
+		var kept []string
+		for _, k := range strings.Split(s.Changed, ",") {
+			if k != "" && !slices.Contains(keys, k) {
+				kept = append(kept, k)
+			}
+		}
+		changed, may := head.judge(s.Kind, name, main)
+		s.Changed, s.MayChange = strings.Join(append(kept, changed...), ","), may
+		if s.Op == "update" && s.Changed == "" {
+			continue
+		}
+		out = append(out, s)
+	}
+	if main == nil {
+		return out // nothing to compare with: Pulumi's steps against an empty stack are creates
+	}
+	add := func(kind, name, node string, existed bool) {
+		if changed, may := head.judge(kind, name, main); !seen[kind+"/"+name] && existed && len(changed) > 0 {
+			out = append(out, stands.Step{Op: "update", Kind: kind, Node: node, Changed: strings.Join(changed, ","), MayChange: may})
+			if kind == "instance" {
+				out[len(out)-1].Instance = name
+			}
+		}
+	}
+	for _, name := range sortedKeys(head.nodes) {
+		_, existed := main.nodes[name]
+		add("node", name, name, existed)
+		add("images", name, name, existed)
+	}
+	for _, name := range sortedKeys(head.instances) {
+		_, existed := main.instances[name]
+		add("instance", name, head.instances[name].node, existed)
+	}
+	// Whether Pulumi listed a step must not show in the order either.
+	order := map[string]int{"": 0, "node": 1, "images": 2, "instance": 3}
+	slices.SortStableFunc(out, func(x, y stands.Step) int {
+		return cmp.Or(cmp.Compare(order[x.Kind], order[y.Kind]), cmp.Compare(x.Node, y.Node), cmp.Compare(x.Instance, y.Instance))
+	})
+	return out
+}
+
+// judge lists the secret-fed inputs of one resource that merging changes, and whether any of them
+// depends on a secret's value.
+func (p *standPrint) judge(kind, name string, main *standPrint) (changed []string, may bool) {
+	for _, k := range secretFed[kind] {
+		var c change
+		switch {
+		case kind != "instance":
+			c = p.node(name, k, main)
+		case k == "configHash": // spec changes with it; configHash is what restarts the instance
+			c = p.instance(name, main)
+		}
+		if c != unchanged {
+			changed = append(changed, k)
+			may = may || c == mayChange
+		}
+	}
+	return changed, may
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// sameAs makes the head's placeholder evaluation comparable with the tracked branch's real one:
+// a stand the pull request leaves as it is (equal spec hashes under placeholders on both branches)
+// takes the tracked branch's real spec hash, so the diff sees no change; any other keeps its
+// placeholder hash, which no stack holds. It returns the tracked branch's prints by stand.
+func (ev *evaluation) sameAs(main, blindMain *evaluation) map[string]*standPrint {
+	real, blind := map[string]*stands.Input{}, map[string]*verdict{}
+	for _, v := range main.verdicts {
+		real[v.id] = v.input
+	}
+	prints := map[string]*standPrint{}
+	for i := range blindMain.verdicts {
+		v := &blindMain.verdicts[i]
+		blind[v.id], prints[v.id] = v, v.print
+	}
+	for _, v := range ev.verdicts {
+		m, r := blind[v.id], real[v.id]
+		if v.input == nil || m == nil || m.input == nil || r == nil || m.input.SpecHash != v.input.SpecHash {
+			continue
+		}
+		v.input.SpecHash = r.SpecHash
+	}
+	return prints
+}
+
+// print is a stand's print in this evaluation, nil when it has none.
+func (ev *evaluation) print(id string) *standPrint {
+	for _, v := range ev.verdicts {
+		if v.id == id {
+			return v.print
+		}
+	}
+	return nil
+}

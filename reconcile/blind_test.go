@@ -1,0 +1,241 @@
+package reconcile
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/manifest"
+)
+
+// hostilePRs try to read kv-password back through a pull request's plan, one channel each. Every
+// one renders the real value on the merged path (TestHostileTemplatesSeeTheSecretWhenMerged).
+var hostilePRs = []struct {
+	name   string
+	change map[string]string
+	guess  bool // reads no secret: writes a guess that equals production's configuration
+}{
+	{"hex in a file destination", map[string]string{"apps/kv/app.yml": kvApp(`dest: '/x/{{ printf "%x" .preferences.password }}/redis.conf'`, "")}, false},
+	{"base64 in a file destination", map[string]string{"apps/kv/app.yml": kvApp(`dest: "/x/{{ b64enc .preferences.password }}/redis.conf"`, "")}, false},
+	{"fragments in destinations", map[string]string{"apps/kv/app.yml": kvApp(`dest: "/x/{{ slice .preferences.password 0 3 }}/{{ slice .preferences.password 3 6 }}/redis.conf"`, "")}, false},
+	{"length as a port", map[string]string{"apps/kv/app.yml": kvApp("", `ports: ['{{ len .preferences.password | printf "10%02d" }}/tcp']`)}, false},
+	{"a template error quoting it", map[string]string{"apps/kv/redis.conf.tmpl": "requirepass {{ index .preferences .preferences.password }}\n"}, false},
+	{"a number that is not one", map[string]string{"apps/kv/redis.conf.tmpl": "port {{ .preferences.password | printf \"%d\" }}\n"}, false},
+	{"a guess deciding the image", map[string]string{"apps/kv/app.yml": strings.Replace(kvApp("", ""), `"{{ .preferences.image }}"`,
+		`'registry.example.test/{{ if eq .preferences.password "kv-s3cret-value" }}right{{ else }}wrong{{ end }}:1'`, 1)}, false},
+	{"a guess deciding the configuration", map[string]string{"apps/kv/redis.conf.tmpl": `{{ if eq .preferences.password "kv-s3cret-value" }}requirepass {{ .preferences.password }}{{ end }}` + "\n"}, false},
+	{"a guess equal to production", guessed(), true},
+}
+
+// guessed is the example's kv package with every use of the password replaced by a guess of it: the
+// configuration is production's exactly when the guess is right.
+func guessed() map[string]string {
+	out := map[string]string{}
+	for _, f := range []string{"redis.conf.tmpl", "connection.json.tmpl", "hooks/ping.sh.tmpl"} {
+		data, err := os.ReadFile(testenv.RepoRoot() + "/examples/stands-repo/apps/kv/" + f)
+		if err != nil {
+			panic(err)
+		}
+		out["apps/kv/"+f] = strings.ReplaceAll(string(data), ".preferences.password", `"`+kvPassword+`"`)
+	}
+	return out
+}
+
+// kvApp is the example's apps/kv/app.yml with the file's destination or the role's ports replaced.
+func kvApp(dest, ports string) string {
+	if dest == "" {
+		dest = `dest: "/home/{{ .user_app }}/stands/{{ .instance }}/redis.conf"`
+	}
+	if ports == "" {
+		ports = `ports: ["{{ .preferences.port }}/tcp"]`
+	}
+	return fmt.Sprintf(`images:
+  - "{{ .preferences.image }}"
+roles:
+  server:
+    zone: internal
+    %s
+files:
+  - src: redis.conf.tmpl
+    %s
+    mode: "0600"
+pod: pod.yaml.tmpl
+connection: connection.json.tmpl
+`, ports, dest)
+}
+
+// TestPreviewIsBlindToSecrets: whatever a pull request's templates do with a secret, its plan (the
+// comment, every commit status, the logs, the status files) is the same byte for byte whatever the
+// secret's value is, holds no form of it, and the previews were never given it.
+func TestPreviewIsBlindToSecrets(t *testing.T) {
+	for _, tc := range hostilePRs {
+		t.Run(tc.name, func(t *testing.T) {
+			var seen [2]string
+			for i, secret := range []string{kvPassword, "zq-0ther-v4lue-x"} {
+				out, previewed := planUnder(t, secret, tc.change)
+				for _, form := range secretForms(secret) {
+					if strings.Contains(out, form) {
+						t.Errorf("secret %q shows as %q in what the plan published:\n%s", secret, form, out)
+					}
+				}
+				for _, v := range previewed {
+					if v == secret {
+						t.Errorf("a preview was given the secret's value")
+					}
+				}
+				seen[i] = out
+			}
+			if seen[0] != seen[1] {
+				t.Errorf("the plan depends on the secret's value:\n--- one secret:\n%s\n--- another:\n%s", seen[0], seen[1])
+			}
+			if !strings.Contains(seen[0], "local_a_dev") {
+				t.Errorf("the plan does not show the changed stand:\n%s", seen[0])
+			}
+		})
+	}
+}
+
+// planUnder applies stand a with kv-password = secret, plans the pull request, and returns all the
+// plan published (comment, commit statuses, the logs of the planning cycle, status files) and
+// the secret values its previews were given.
+func planUnder(t *testing.T, secret string, change map[string]string) (string, []string) {
+	var logs bytes.Buffer
+	f := newFakeForge()
+	h := newHarness(t, repoWith("a"), func(c *Config) {
+		c.Branch, c.StatusBranch = "main", "main"
+		c.Forge, c.Refs = f, f
+	})
+	h.r.cfg.Planner = h.eng
+	h.sec.values["kv-password"] = secret
+	h.mustCycle()
+	if !strings.Contains(h.sec.connections["local_a_dev"], secret) {
+		t.Fatalf("the tracked branch's apply did not get the secret: %q", h.sec.connections["local_a_dev"])
+	}
+	published := len(h.src.published)
+	h.r.log = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	f.open(1, "head1", h.files(), change, true)
+	h.mustCycle()
+	var b strings.Builder
+	b.WriteString(f.comment(1))
+	for _, name := range []string{PlanContext} {
+		fmt.Fprintf(&b, "\nstatus %s: %s\n", name, f.status("head1", name))
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		// time and the durations change from run to run; the messages and values do not
+		if i := strings.Index(line, `"level"`); i > 0 {
+			line = line[i:]
+		}
+		b.WriteString(line + "\n")
+	}
+	for _, commit := range h.src.published[published:] {
+		for p, data := range commit {
+			fmt.Fprintf(&b, "published %s:\n%s\n", p, data)
+		}
+	}
+	return b.String(), h.eng.previewSecrets
+}
+
+// secretForms are the ways a value could be smuggled out: whole, encoded, or in fragments.
+func secretForms(v string) []string {
+	forms := []string{v, hex.EncodeToString([]byte(v)), base64.StdEncoding.EncodeToString([]byte(v)), strings.ToUpper(hex.EncodeToString([]byte(v)))}
+	for i := 0; i+3 <= len(v); i += 3 {
+		forms = append(forms, "/"+v[i:i+3]+"/")
+	}
+	return forms
+}
+
+// TestHostileTemplatesSeeTheSecretWhenMerged is the positive control of TestPreviewIsBlindToSecrets:
+// on the merged path each hostile template renders with the real value, so the plan really had
+// something to hide.
+func TestHostileTemplatesSeeTheSecretWhenMerged(t *testing.T) {
+	for _, tc := range hostilePRs {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, repoWith("a"), nil)
+			main := h.files()
+			head := h.files()
+			for p, c := range tc.change {
+				head[p] = &fstest.MapFile{Data: []byte(c)}
+			}
+			render := func(files fstest.MapFS, placeholders bool) string {
+				res, _ := manifest.PreflightAll(t.Context(), files, []string{standFile("a")}, manifest.PreflightOptions{
+					LoadOptions: manifest.LoadOptions{DefaultOwner: "local"}, Secrets: h.sec, KeepGoing: true})
+				if len(res) != 1 || res[0].Stand == nil {
+					t.Fatalf("stand not loaded: %+v", res)
+				}
+				secrets := res[0].Secrets
+				if placeholders {
+					secrets = manifest.PlaceholderSecrets(res[0].Stand, 0)
+				}
+				out, err := manifest.Render(files, res[0].Stand, secrets, manifest.PreflightAddresses(res[0].Stand))
+				if err != nil {
+					return "error: " + err.Error()
+				}
+				return digest(out.Instances)
+			}
+			if tc.guess {
+				// Production's configuration and the guess are the same: Pulumi would see no change.
+				if render(main, false) != render(head, false) {
+					t.Error("the guess does not reproduce production's configuration: the case tests nothing")
+				}
+				return
+			}
+			
+			if render(head, false) == render(head, true) {
+				t.Error("the template renders the same with the real secret as with its placeholder: it could not leak it")
+			}
+		})
+	}
+}
+
+// TestPreviewSaysMayChangeOnlyWhereASecretDecides: a plan stays exact where no secret decides
+// (servers, a non-secret preference, an untouched instance) and says "may" only for an edited
+// template that reads a secret; a secret that does not exist fails the plan by name.
+func TestPreviewSaysMayChangeOnlyWhereASecretDecides(t *testing.T) {
+	instance := func(prefs string) string {
+		return strings.Replace(standYML("a", ""), "      cache: {}", "      cache:\n        preferences:\n"+prefs, 1)
+	}
+	cases := []struct {
+		name         string
+		change       map[string]string
+		want, unwant []string
+		state        string
+	}{
+		{"server type only", map[string]string{standFile("a"): standYML("a", "node_profiles:\n  small:\n    type_serv: cx32")},
+			[]string{"replace `local-a-dev-main`"}, []string{"kv--cache", "may", "images of", "node of"}, "success"},
+		{"a non-secret preference", map[string]string{standFile("a"): instance("          maxmemory: 128mb\n")},
+			[]string{"update instance `kv--cache` on `main` (restarts it)"}, []string{"may"}, "success"},
+		{"an edited template that reads the secret", map[string]string{"apps/kv/redis.conf.tmpl": "requirepass {{ .preferences.password }}\n"},
+			[]string{"update instance `kv--cache` on `main` (may restart it"}, []string{"(restarts it)", "images of"}, "success"},
+		{"a secret that does not exist", map[string]string{standFile("a"): instance("          password: !secret no-such-secret\n")},
+			[]string{"invalid", "no-such-secret"}, []string{"kv--cache"}, "failure"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h, f := newPreviewHarness(t, "a")
+			h.mustCycle()
+			f.open(1, "head1", h.files(), tc.change, true)
+			h.mustCycle()
+			c := f.comment(1)
+			for _, w := range tc.want {
+				if !strings.Contains(c, w) {
+					t.Errorf("the plan lacks %q:\n%s", w, c)
+				}
+			}
+			for _, w := range tc.unwant {
+				if strings.Contains(c, w) {
+					t.Errorf("the plan has %q:\n%s", w, c)
+				}
+			}
+			if st := f.status("head1", PlanContext); !strings.HasPrefix(st, tc.state) {
+				t.Errorf("stands/plan: %q, want %s", st, tc.state)
+			}
+		})
+	}
+}
