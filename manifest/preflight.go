@@ -57,6 +57,9 @@ type PreflightOptions struct {
 	// Secrets resolves !secret references; validation renders with the real values to catch escaping
 	// mistakes, as the seed engine did.
 	Secrets SecretSource
+	// SkipRender leaves templates alone: a caller that renders elsewhere (a pull request's stands,
+	// in the render sandbox) adds those diagnostics itself.
+	SkipRender bool
 	// KeepGoing records a secret source's failure (a Vault that is down) in the stand's Result.SourceErr
 	// and goes on with the other stands, instead of stopping the run.
 	KeepGoing bool
@@ -180,7 +183,9 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 			red.add(v)
 		}
 	}
-	res.Rendered = render(fsys, s, secrets, PreflightAddresses(s), rep)
+	if !opts.SkipRender {
+		res.Rendered = render(fsys, s, secrets, PreflightAddresses(s), rep)
+	}
 	return res, nil
 }
 

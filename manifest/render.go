@@ -419,13 +419,35 @@ func (r *renderer) file(p string, ctx map[string]any) ([]byte, bool) {
 	if t == nil {
 		return nil, false
 	}
-	var buf bytes.Buffer
-	if err := t.Execute(&buf, ctx); err != nil {
+	buf := &limitedBuffer{max: MaxTemplateOutput}
+	if err := t.Execute(buf, ctx); err != nil {
 		r.templateErr(Pos{File: p}, err)
 		return nil, false
 	}
 	return buf.Bytes(), true
 }
+
+// MaxTemplateOutput bounds what one template may write: a template that writes more fails at
+// once instead of growing until memory runs out. (One that loops writing nothing is stopped by the
+// render sandbox's CPU limit.)
+const MaxTemplateOutput = 1 << 20
+
+// limitedBuffer refuses to grow past max.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+var errOutputLimit = fmt.Errorf("the output is larger than %d KiB", MaxTemplateOutput>>10)
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.max {
+		return 0, errOutputLimit
+	}
+	return b.Buffer.Write(p)
+}
+
+func (b *limitedBuffer) WriteString(s string) (int, error) { return b.Write([]byte(s)) }
 
 // fileOrRaw renders a *.tmpl file and reads any other file as it is.
 func (r *renderer) fileOrRaw(p string, ctx map[string]any) ([]byte, bool) {
@@ -447,8 +469,8 @@ func (r *renderer) inline(t Tmpl, ctx map[string]any) (string, bool) {
 	}
 	tt, err := newTemplate(t.Pos.File).Parse(t.Text)
 	if err == nil {
-		var buf bytes.Buffer
-		if err = tt.Execute(&buf, ctx); err == nil {
+		buf := &limitedBuffer{max: MaxTemplateOutput}
+		if err = tt.Execute(buf, ctx); err == nil {
 			return buf.String(), true
 		}
 	}

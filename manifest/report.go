@@ -87,6 +87,12 @@ func (r *Report) Has(rule string) bool {
 
 func (r *Report) add(d ...Diagnostic) { r.Diags = append(r.Diags, d...) }
 
+// Add adds diagnostics found elsewhere (a render in another process) and sorts the report again.
+func (r *Report) Add(d ...Diagnostic) {
+	r.add(d...)
+	r.normalize()
+}
+
 func (r *Report) addf(pos Pos, rule, format string, args ...any) {
 	r.Diags = append(r.Diags, Diagnostic{Pos: pos, Rule: rule, Msg: fmt.Sprintf(format, args...)})
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
@@ -25,20 +26,21 @@ import (
 // was right.
 
 // standPrint is what a stand's secret-fed resources look like under placeholders.
+// Its fields are exported for the render sandbox's answer (gob).
 type standPrint struct {
-	instances  map[string]instPrint // by <app>--<instance>
-	nodes      map[string]nodePrint
-	registries string // the registries as written: names, literal values, secret names
-	secrets    bool   // the stand references a secret
+	Instances  map[string]instPrint // by <app>--<instance>
+	Nodes      map[string]nodePrint
+	Registries string // the registries as written: names, literal values, secret names
+	Secrets    bool   // the stand references a secret
 }
 
 type instPrint struct {
-	node string
-	a, b string // digests of its render under placeholder sets 0 and 1
-	src  string // digest of its package's files
+	Node string
+	A, B string // digests of its render under placeholder sets 0 and 1
+	Src  string // digest of its package's files
 }
 
-type nodePrint struct{ portsA, portsB, imagesA, imagesB string }
+type nodePrint struct{ PortsA, PortsB, ImagesA, ImagesB string }
 
 // secretExists checks a reference by name. A source that cannot say so without the value is read
 // and the value dropped here.
@@ -53,8 +55,11 @@ func (r *Reconciler) secretExists(ctx context.Context, ref manifest.SecretRef) e
 }
 
 // evaluateBlind judges a snapshot as a pull request's plan sees it: every secret's existence is
-// checked by name and its value is a placeholder; each stand that can go on gets its print.
-func (r *Reconciler) evaluateBlind(ctx context.Context, files fs.FS) (*evaluation, error) {
+// checked by name and its value is a placeholder; each stand that can go on gets its print. The
+// tracked branch (main nil) is rendered here. A pull request's head is untrusted: the stands it
+// changes against main are rendered in the sandbox, where a runaway template is killed, and the
+// others take main's print.
+func (r *Reconciler) evaluateBlind(ctx context.Context, files fs.FS, main *evaluation) (*evaluation, error) {
 	known := map[manifest.SecretRef]error{}
 	exists := func(ctx context.Context, ref manifest.SecretRef) error {
 		if err, ok := known[ref]; ok {
@@ -66,22 +71,59 @@ func (r *Reconciler) evaluateBlind(ctx context.Context, files fs.FS) (*evaluatio
 		}
 		return err
 	}
-	ev, err := r.evaluateWith(ctx, files, manifest.PlaceholderSource{Exists: exists})
+	ev, err := r.evaluateWith(ctx, files, manifest.PlaceholderSource{Exists: exists}, main != nil)
+	if err != nil {
+		return nil, err
+	}
+	if main == nil {
+		for i := range ev.verdicts {
+			if v := &ev.verdicts[i]; v.input != nil {
+				v.print = printOf(files, v.input.Stand)
+			}
+		}
+		return ev, nil
+	}
+	same := map[string]*verdict{}
+	for i := range main.verdicts {
+		if m := &main.verdicts[i]; m.input != nil {
+			same[m.id] = m
+		}
+	}
+	var changed []string
+	for i := range ev.verdicts {
+		v := &ev.verdicts[i]
+		if m := same[v.id]; v.input != nil && m != nil && m.input.SpecHash == v.input.SpecHash {
+			v.print = m.print // nothing of it changed: main rendered the same files
+		} else if v.input != nil {
+			changed = append(changed, v.file)
+		}
+	}
+	if len(changed) == 0 {
+		return ev, nil
+	}
+	rendered, err := r.renderSandboxed(ctx, files, changed)
 	if err != nil {
 		return nil, err
 	}
 	for i := range ev.verdicts {
-		if v := &ev.verdicts[i]; v.input != nil {
-			v.print = printOf(files, v.input)
+		v := &ev.verdicts[i]
+		got, ok := rendered[v.file]
+		switch {
+		case !ok || v.input == nil:
+		case len(got.Diags) > 0:
+			rep := &manifest.Report{}
+			rep.Add(got.Diags...)
+			v.input, v.reason, v.problem = nil, reason.Invalid, rep.Error()
+		default:
+			v.print = got.Print
 		}
 	}
 	return ev, nil
 }
 
-func printOf(files fs.FS, in *stands.Input) *standPrint {
-	s := in.Stand
-	p := &standPrint{instances: map[string]instPrint{}, nodes: map[string]nodePrint{}, secrets: len(s.SecretUses()) > 0}
-	p.registries = digest(registriesAsWritten(s.Registries))
+func printOf(files fs.FS, s *manifest.Stand) *standPrint {
+	p := &standPrint{Instances: map[string]instPrint{}, Nodes: map[string]nodePrint{}, Secrets: len(s.SecretUses()) > 0}
+	p.Registries = digest(registriesAsWritten(s.Registries))
 	src := map[string]string{}
 	for _, a := range s.Apps {
 		src[a.Name] = packageDigest(files, a.Package)
@@ -98,15 +140,15 @@ func printOf(files fs.FS, in *stands.Input) *standPrint {
 		}
 		for _, ri := range rd.Instances {
 			name := ri.App + "--" + ri.Instance
-			ip := p.instances[name]
-			ip.node, ip.src = ri.Node, src[ri.App]
+			ip := p.Instances[name]
+			ip.Node, ip.Src = ri.Node, src[ri.App]
 			d := digest(ri)
 			if variant == 0 {
-				ip.a = d
+				ip.A = d
 			} else {
-				ip.b = d
+				ip.B = d
 			}
-			p.instances[name] = ip
+			p.Instances[name] = ip
 			for _, pt := range append(slices.Clone(ri.Ports), ri.HostPorts...) {
 				ports[variant][ri.Node] = append(ports[variant][ri.Node], pt.String()+"/"+pt.Role)
 			}
@@ -116,7 +158,7 @@ func printOf(files fs.FS, in *stands.Input) *standPrint {
 	}
 	for _, n := range s.Nodes {
 		set := func(m map[string][]string) string { l := slices.Clone(m[n.Name]); slices.Sort(l); return digest(l) }
-		p.nodes[n.Name] = nodePrint{portsA: set(ports[0]), portsB: set(ports[1]), imagesA: set(images[0]), imagesB: set(images[1])}
+		p.Nodes[n.Name] = nodePrint{PortsA: set(ports[0]), PortsB: set(ports[1]), ImagesA: set(images[0]), ImagesB: set(images[1])}
 	}
 	return p
 }
@@ -178,15 +220,15 @@ const (
 )
 
 func (p *standPrint) instance(name string, main *standPrint) change {
-	h, ok := p.instances[name]
+	h, ok := p.Instances[name]
 	var m instPrint
 	if main != nil {
-		m, ok = main.instances[name]
+		m, ok = main.Instances[name]
 	}
 	if !ok {
 		return changes // new here, or on a branch whose stand could not be judged
 	}
-	return compare(h.a, h.b, m.a, m.b, h.src != m.src, p.secrets)
+	return compare(h.A, h.B, m.A, m.B, h.Src != m.Src, p.Secrets)
 }
 
 // compare judges one input from its digests under the two placeholder sets on the head (a, b) and
@@ -215,32 +257,32 @@ func compare(a, b, ma, mb string, edited, secrets bool) change {
 }
 
 func (p *standPrint) node(node, key string, main *standPrint) change {
-	h := p.nodes[node]
+	h := p.Nodes[node]
 	var m nodePrint
 	if main != nil {
-		m = main.nodes[node]
+		m = main.Nodes[node]
 	}
 	edited := false // a template of an instance on the node
-	for name, in := range p.instances {
-		if main == nil || in.node != node {
+	for name, in := range p.Instances {
+		if main == nil || in.Node != node {
 			continue
 		}
-		if mi, ok := main.instances[name]; ok && mi.src != in.src {
+		if mi, ok := main.Instances[name]; ok && mi.Src != in.Src {
 			edited = true
 		}
 	}
 	switch key {
 	case "ports":
-		return compare(h.portsA, h.portsB, m.portsA, m.portsB, edited, false)
+		return compare(h.PortsA, h.PortsB, m.PortsA, m.PortsB, edited, false)
 	case "registries":
 		// The input is the images pulled and the credentials to pull them with, which are secrets.
-		if main != nil && p.registries != main.registries {
+		if main != nil && p.Registries != main.Registries {
 			return mayChange
 		}
 	}
 	// A port or an image compared with a secret constant is not looked for: the plan stays blind
 	// to it (it shows no change), it only misses telling that one may come.
-	return compare(h.imagesA, h.imagesB, m.imagesA, m.imagesB, edited, false)
+	return compare(h.ImagesA, h.ImagesB, m.ImagesA, m.ImagesB, edited, false)
 }
 
 // secretFed are the inputs of each kind of node resource that come from a render.
@@ -288,14 +330,14 @@ func blindSteps(steps []stands.Step, main, head *standPrint) []stands.Step {
 			}
 		}
 	}
-	for _, name := range sortedKeys(head.nodes) {
-		_, existed := main.nodes[name]
+	for _, name := range sortedKeys(head.Nodes) {
+		_, existed := main.Nodes[name]
 		add("node", name, name, existed)
 		add("images", name, name, existed)
 	}
-	for _, name := range sortedKeys(head.instances) {
-		_, existed := main.instances[name]
-		add("instance", name, head.instances[name].node, existed)
+	for _, name := range sortedKeys(head.Instances) {
+		_, existed := main.Instances[name]
+		add("instance", name, head.Instances[name].Node, existed)
 	}
 	// Whether Pulumi listed a step must not show in the order either.
 	order := map[string]int{"": 0, "node": 1, "images": 2, "instance": 3}

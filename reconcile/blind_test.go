@@ -186,7 +186,7 @@ func TestHostileTemplatesSeeTheSecretWhenMerged(t *testing.T) {
 				}
 				return
 			}
-			
+
 			if render(head, false) == render(head, true) {
 				t.Error("the template renders the same with the real secret as with its placeholder: it could not leak it")
 			}

@@ -36,16 +36,18 @@ type evaluation struct {
 }
 
 func (r *Reconciler) evaluate(ctx context.Context, files fs.FS) (*evaluation, error) {
-	return r.evaluateWith(ctx, files, r.sec)
+	return r.evaluateWith(ctx, files, r.sec, false)
 }
 
-func (r *Reconciler) evaluateWith(ctx context.Context, files fs.FS, src manifest.SecretSource) (*evaluation, error) {
+// evaluateWith judges with the given secrets; skipRender leaves the templates for the caller to
+// render (in the sandbox).
+func (r *Reconciler) evaluateWith(ctx context.Context, files fs.FS, src manifest.SecretSource, skipRender bool) (*evaluation, error) {
 	paths, err := manifest.Discover(files)
 	if err != nil {
 		return nil, fmt.Errorf("list stands: %w", err)
 	}
 	results, err := manifest.PreflightAll(ctx, files, paths, manifest.PreflightOptions{
-		LoadOptions: manifest.LoadOptions{DefaultOwner: r.cfg.Owner}, Secrets: src, KeepGoing: true})
+		LoadOptions: manifest.LoadOptions{DefaultOwner: r.cfg.Owner}, Secrets: src, KeepGoing: true, SkipRender: skipRender})
 	var rep *manifest.Report
 	if err != nil && !errors.As(err, &rep) {
 		return nil, fmt.Errorf("preflight: %w", err)

@@ -141,13 +141,13 @@ func (r *Reconciler) planPR(ctx context.Context, pr gitsource.PullRequest, main 
 		return nil, err
 	}
 	if r.prs.blindCommit != commit || r.prs.blind == nil {
-		if r.prs.blind, err = r.evaluateBlind(ctx, main.files); err != nil {
+		if r.prs.blind, err = r.evaluateBlind(ctx, main.files, nil); err != nil {
 			return nil, err
 		}
 		r.prs.blindCommit = commit
 	}
 	blindMain := r.prs.blind
-	head, err := r.evaluateBlind(ctx, snap.Files)
+	head, err := r.evaluateBlind(ctx, snap.Files, blindMain)
 	if err != nil {
 		return nil, err
 	}

@@ -75,6 +75,8 @@ type Config struct {
 	Forge   Forge
 	Planner Planner
 	Refs    RefSource
+	// Sandbox renders a pull request's stands where a runaway template can be killed.
+	Sandbox Sandbox
 }
 
 // Reconciler owns the stands' statuses and the operations running on them.

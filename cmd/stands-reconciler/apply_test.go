@@ -18,11 +18,8 @@ import (
 // TestMain lets the test binary serve the provider, as the real binary does when the Pulumi engine
 // runs it as pulumi-resource-stands.
 func TestMain(m *testing.M) {
-	if filepath.Base(os.Args[0]) == provider.BinaryName {
-		if err := provider.Serve(); err != nil {
-			os.Exit(1)
-		}
-		os.Exit(0)
+	if code, ok := asChild(); ok {
+		os.Exit(code)
 	}
 	if os.Getenv(runMainEnv) == "1" {
 		os.Exit(runMain())

@@ -373,7 +373,8 @@ func scanSecrets(haystacks map[string]string, secrets map[string]string) []strin
 	for name, v := range secrets {
 		forms := map[string]string{"plain": v, "base64": base64.StdEncoding.EncodeToString([]byte(v)),
 			"base64url": base64.URLEncoding.EncodeToString([]byte(v)), "base64raw": base64.RawStdEncoding.EncodeToString([]byte(v)),
-			"query-escaped": url.QueryEscape(v), "path-escaped": url.PathEscape(v)}
+			"query-escaped": url.QueryEscape(v), "path-escaped": url.PathEscape(v),
+			"hex": hex.EncodeToString([]byte(v)), "HEX": strings.ToUpper(hex.EncodeToString([]byte(v)))}
 		for place, text := range haystacks {
 			for form, needle := range forms {
 				// base64 of a value inside a longer text is shifted: check the three alignments.

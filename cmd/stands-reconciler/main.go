@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/internal/sandbox"
+	"github.com/stands-engine/stands-reconciler/reconcile"
 )
 
 const (
@@ -30,16 +32,44 @@ const (
 var version = ""
 
 func main() {
-	// The Pulumi engine runs this binary as pulumi-resource-stands (a link the engine package makes)
-	// to serve the stands provider.
-	if filepath.Base(os.Args[0]) == provider.BinaryName {
-		if err := provider.Serve(); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", provider.BinaryName, err)
-			os.Exit(1)
-		}
-		return
+	if code, ok := asChild(); ok {
+		os.Exit(code)
 	}
 	os.Exit(runMain())
+}
+
+// asChild serves the roles this binary is started in by itself (the tests' binaries too): the
+// Pulumi engine runs it as pulumi-resource-stands (a link the engine package makes) to serve the
+// stands provider, and pull request plans run it as a render sandbox.
+func asChild() (code int, ok bool) {
+	switch {
+	case filepath.Base(os.Args[0]) == provider.BinaryName:
+		if err := provider.Serve(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", provider.BinaryName, err)
+			return exitError, true
+		}
+		return exitOK, true
+	case len(os.Args) > 1 && os.Args[1] == sandbox.Command:
+		return sandboxChild(os.Args[2:]), true
+	}
+	return 0, false
+}
+
+// sandboxChild is this binary started to render a pull request's stands under limits
+// (internal/sandbox): it reads its job from stdin and answers on stdout.
+func sandboxChild(args []string) int {
+	job, err := sandbox.Child(args)
+	if err == nil && job != reconcile.RenderJob {
+		err = fmt.Errorf("sandbox: unknown job %q", job)
+	}
+	if err == nil {
+		err = reconcile.ServeRender(os.Stdin, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return exitError
+	}
+	return exitOK
 }
 
 // runMain runs the command line of this process until it ends or SIGINT/SIGTERM cancels it.

@@ -2,17 +2,23 @@ package main
 
 import (
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"code.gitea.io/sdk/gitea"
 
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 )
@@ -106,6 +112,69 @@ func TestPullRequestPlans(t *testing.T) {
 		}
 	})
 
+	var hostilePR int64
+	e.run("a hostile pull request reads no secret", func(t *testing.T) {
+		change := map[string]string{
+			// The password's hex in a file destination (the validate report printed it), and a
+			// configuration that guesses it: Pulumi's comparison with production would tell.
+			"apps/kv/app.yml":         strings.Replace(e.file("apps/kv/app.yml"), `dest: "/home/{{ .user_app }}/stands/{{ .instance }}/redis.conf"`, `dest: '/x/{{ printf "%x" .preferences.password }}/redis.conf'`, 1),
+			"apps/kv/redis.conf.tmpl": "requirepass {{ if eq .preferences.password \"guess\" }}right{{ else }}{{ slice .preferences.password 0 4 }}{{ end }}\n",
+		}
+		head := e.repo.ChangeOn("hostile", "read the password back", change)
+		hostilePR = e.repo.Open(devAPI, "hostile", "Hostile")
+		c := e.waitComment(hostilePR, head)
+		if !strings.Contains(c, "local_a_dev") || !strings.Contains(c, "local_b_dev") {
+			t.Errorf("the plan lacks the stands the change touches:\n%s", c)
+		}
+		// Positive control: on the merged path the same templates render the real value.
+		files, err := testfs.Dir(filepath.Join(testenv.RepoRoot(), "examples", "stands-repo"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, v := range change {
+			files[p] = &fstest.MapFile{Data: []byte(v)}
+		}
+		files[standPath("a")] = &fstest.MapFile{Data: []byte(daemonStand("a", 6300))}
+		lookup := func(name string) (string, bool) {
+			v, ok := map[string]string{"SECRET_KV_PASSWORD": e.secrets["kv-password"], "SECRET_REGISTRY_PASSWORD": "r"}[name]
+			return v, ok
+		}
+		res, _ := manifest.PreflightAll(t.Context(), files, []string{standPath("a")}, manifest.PreflightOptions{LoadOptions: manifest.LoadOptions{DefaultOwner: "local"}, Secrets: manifest.EnvSource{Lookup: lookup}})
+		if len(res) != 1 || res[0].Rendered == nil || len(res[0].Rendered.Instances) == 0 ||
+			!strings.Contains(res[0].Rendered.Instances[0].Files[0].Dest, hex.EncodeToString([]byte(e.secrets["kv-password"]))) {
+			t.Errorf("the hostile template does not see the secret on the merged path: %+v %v", res, res[0].Err)
+		}
+	})
+
+	var bombPR int64
+	e.run("a template bomb and an oversized file", func(t *testing.T) {
+		rss := func() int64 { return procStatus(t, e.cmd.Process.Pid, "VmHWM") }
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", e.cmd.Process.Pid), []byte("5"), 0); err != nil {
+			t.Fatalf("reset the daemon's peak RSS: %v", err)
+		}
+		before := rss()
+		head := e.repo.ChangeOn("bomb", "a template that never ends, a file too large", map[string]string{
+			"apps/kv/redis.conf.tmpl": `{{ $x := "aaaaaaaa" }}{{ range 1000000000 }}{{ $x = printf "%s%s" $x $x }}{{ end }}` + "\n",
+			standPath("c"):            "# " + strings.Repeat("#", 2<<20)})
+		start := time.Now()
+		bombPR = e.repo.Open(devAPI, "bomb", "Bomb")
+		c := e.waitComment(bombPR, head)
+		took := time.Since(start)
+		for _, want := range []string{"rendering this stand was stopped: sandbox limit reached", "stands/c/stand.yml"} {
+			if !strings.Contains(c, want) {
+				t.Errorf("the plan lacks %q:\n%s", want, c)
+			}
+		}
+		if st := e.planStatus(head); st.State != gitea.StatusFailure {
+			t.Errorf("stands/plan: %+v", st)
+		}
+		grew := rss() - before
+		if grew > 50<<20 {
+			t.Errorf("the daemon's peak RSS grew by %d MiB while planning the bomb", grew>>20)
+		}
+		t.Logf("the bomb was planned in %s; the daemon's peak RSS grew by %d MiB", took.Round(time.Second), grew>>20)
+	})
+
 	e.run("previews create nothing", func(t *testing.T) {
 		if after := listFiles(t, backend); strings.Join(after, ",") != strings.Join(stacksBefore, ",") {
 			t.Errorf("stacks before the previews %v, after %v", stacksBefore, after)
@@ -134,7 +203,7 @@ func TestPullRequestPlans(t *testing.T) {
 
 	e.run("no secret in comments or commit statuses", func(t *testing.T) {
 		haystacks := map[string]string{}
-		for _, pr := range []int64{addPR, brokenPR, 3} {
+		for _, pr := range []int64{addPR, brokenPR, 3, hostilePR, bombPR} {
 			comments, _, err := admin.ListIssueComments(owner, repo, pr, gitea.ListIssueCommentOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -152,6 +221,11 @@ func TestPullRequestPlans(t *testing.T) {
 				haystacks[fmt.Sprintf("status %s on %s", s.Context, sha[:12])] = s.Description + " " + s.TargetURL
 			}
 		}
+		log, err := os.ReadFile(e.logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		haystacks["the daemon's log"] = string(log)
 		if len(haystacks) < 8 {
 			t.Fatalf("only %d comments and statuses found", len(haystacks))
 		}
@@ -173,6 +247,26 @@ func TestPullRequestPlans(t *testing.T) {
 			t.Errorf("no stands/<stand-id> commit status on any commit")
 		}
 	})
+}
+
+// procStatus reads a size field of /proc/<pid>/status in bytes.
+func procStatus(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
 }
 
 func listFiles(t *testing.T, dir string) []string {

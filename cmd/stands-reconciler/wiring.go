@@ -8,6 +8,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
+	"github.com/stands-engine/stands-reconciler/internal/sandbox"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 )
 
@@ -75,6 +76,13 @@ func wire(f *daemonFlags, std stdio, getenv env, log *slog.Logger) (_ *wiring, e
 		cfg.Forge = forge
 		if f.previews {
 			cfg.Planner, cfg.Refs = eng, w.src
+			exe, err := sandbox.Executable()
+			if err != nil {
+				return nil, err
+			}
+			cfg.Sandbox = func(ctx context.Context, job string, write func(io.Writer) error, read func(io.Reader) error) error {
+				return sandbox.Run(ctx, exe, job, sandbox.DefaultLimits, write, read)
+			}
 		}
 	}
 	w.rec = reconcile.New(cfg, w.src, eng, sec)
