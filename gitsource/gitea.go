@@ -107,6 +107,25 @@ func (g *Gitea) PullRequests(ctx context.Context, base string) ([]PullRequest, e
 	}
 }
 
+// BranchTip is the commit a branch of the repository points at, "" when there is no such branch.
+func (g *Gitea) BranchTip(ctx context.Context, branch string) (string, error) {
+	c, err := g.client(ctx)
+	if err != nil {
+		return "", err
+	}
+	b, resp, err := c.GetRepoBranch(g.owner, g.repo, branch)
+	if resp != nil && resp.StatusCode == http.StatusNotFound {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: read branch %s: %w", ErrUnavailable, branch, err)
+	}
+	if b == nil || b.Commit == nil {
+		return "", nil
+	}
+	return b.Commit.ID, nil
+}
+
 // UpsertComment keeps one comment per pull request: the one containing marker is edited in place
 // (only when its text changes), or created.
 func (g *Gitea) UpsertComment(ctx context.Context, index int64, marker, body string) error {

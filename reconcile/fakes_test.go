@@ -143,7 +143,10 @@ type fakeEngine struct {
 	previews       int
 	previewSecrets []string          // every secret value a preview was given
 	configs        map[string]string // stand → its instances' configuration at the last apply
-	calls          int               // Apply calls, observes included
+	// previewGate, when set, holds every Preview until it is closed; each says so on previewing.
+	previewGate chan struct{}
+	previewing  chan string
+	calls       int // Apply calls, observes included
 }
 
 var _ Engine = (*fakeEngine)(nil)
@@ -336,6 +339,7 @@ func standFile(p string) string { return "stands/" + p + "/stand.yml" }
 
 // Planner side of the fake engine: previews count, never change the stacks.
 func (e *fakeEngine) Preview(_ context.Context, in stands.Input) (*stands.Result, error) {
+	e.hold(in)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.previews++
@@ -358,6 +362,17 @@ func (e *fakeEngine) Preview(_ context.Context, in stands.Input) (*stands.Result
 	return res, nil
 }
 
+// hold waits on previewGate when the test set one.
+func (e *fakeEngine) hold(in stands.Input) {
+	e.mu.Lock()
+	gate, started := e.previewGate, e.previewing
+	e.mu.Unlock()
+	if gate != nil {
+		started <- in.Stand.ID
+		<-gate
+	}
+}
+
 // configOf is what Pulumi compares for an instance: its rendered configuration.
 func configOf(in stands.Input) string {
 	out, err := manifest.Render(in.FS, in.Stand, in.Secrets, manifest.PreflightAddresses(in.Stand))
@@ -368,6 +383,7 @@ func configOf(in stands.Input) string {
 }
 
 func (e *fakeEngine) PreviewNew(_ context.Context, in stands.Input) (*stands.Result, error) {
+	e.hold(in)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.previews++
@@ -401,6 +417,7 @@ type fakeForge struct {
 	comments map[int64]string
 	edits    int
 	statuses map[string]string // sha + " " + context → state: description
+	tips     map[string]string // branch → commit
 }
 
 var (
@@ -410,7 +427,7 @@ var (
 )
 
 func newFakeForge() *fakeForge {
-	return &fakeForge{heads: map[string]fstest.MapFS{}, comments: map[int64]string{}, statuses: map[string]string{}}
+	return &fakeForge{heads: map[string]fstest.MapFS{}, comments: map[int64]string{}, statuses: map[string]string{}, tips: map[string]string{}}
 }
 
 // open opens (or moves the head of) pull request n with files changed from base ("" removes).
@@ -425,8 +442,9 @@ func (f *fakeForge) open(n int64, head string, base fstest.MapFS, change map[str
 			files[p] = &fstest.MapFile{Data: []byte(c)}
 		}
 	}
-	pr := gitsource.PullRequest{Index: n, HeadSHA: head, SameRepo: sameRepo, URL: fmt.Sprintf("http://gitea/pulls/%d", n)}
+	pr := gitsource.PullRequest{Index: n, HeadSHA: head, HeadRef: fmt.Sprintf("pr-%d", n), SameRepo: sameRepo, URL: fmt.Sprintf("http://gitea/pulls/%d", n)}
 	f.heads[pr.Ref()] = files
+	f.tips[pr.HeadRef] = head
 	for i := range f.prs {
 		if f.prs[i].Index == n {
 			f.prs[i] = pr
@@ -434,6 +452,19 @@ func (f *fakeForge) open(n int64, head string, base fstest.MapFS, change map[str
 		}
 	}
 	f.prs = append(f.prs, pr)
+}
+
+// agit makes pull request n's head no branch's tip, as an AGit pull request's is.
+func (f *fakeForge) agit(n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.tips, fmt.Sprintf("pr-%d", n))
+}
+
+func (f *fakeForge) BranchTip(_ context.Context, branch string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tips[branch], nil
 }
 
 func (f *fakeForge) close(n int64) {

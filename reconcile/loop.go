@@ -48,13 +48,17 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Wait blocks until every started operation has finished.
-func (r *Reconciler) Wait() { r.ops.Wait() }
+// Wait blocks until every started operation, and the pull request plans running, have finished.
+func (r *Reconciler) Wait() {
+	r.ops.Wait()
+	r.pw.wg.Wait()
+}
 
 // Drain lets running operations finish for up to timeout, then cancels them (Pulumi is interrupted
 // and the engine recovers the stack on the next start), and commits the final statuses. It returns
 // an error when operations had to be cancelled.
 func (r *Reconciler) Drain(timeout time.Duration) error {
+	r.stopPreviews()
 	done := make(chan struct{})
 	go func() { r.ops.Wait(); close(done) }()
 	var err error

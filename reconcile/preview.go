@@ -3,6 +3,7 @@ package reconcile
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -17,6 +18,8 @@ import (
 // Forge is the Gitea API: commit statuses, pull requests and the one comment per pull request.
 type Forge interface {
 	PullRequests(ctx context.Context, base string) ([]gitsource.PullRequest, error)
+	// BranchTip is the commit a branch of the repository points at, "" when there is no such branch.
+	BranchTip(ctx context.Context, branch string) (string, error)
 	UpsertComment(ctx context.Context, index int64, marker, body string) error
 	SetStatus(ctx context.Context, sha, context string, state gitsource.CommitState, description, targetURL string) error
 	FileURL(branch, path string) string
@@ -41,9 +44,11 @@ const PlanContext = "stands/plan"
 // CommentMarker identifies the reconciler's comment on a pull request.
 const CommentMarker = "<!-- stands-reconciler:plan -->"
 
-// previewState remembers which head of each open pull request was planned.
+// previewState is the preview worker's: which head of each open pull request was planned, and the
+// tracked branch under placeholders.
 type previewState struct {
-	planned map[int64]string
+	loaded bool
+	heads  map[int64]plannedHead
 	// the tracked branch under placeholders, for the commit it was judged at
 	blindCommit string
 	blind       *evaluation
@@ -52,11 +57,8 @@ type previewState struct {
 // previews plans every open pull request into the tracked branch whose head moved since its last
 // plan. main is the tracked branch's evaluation: only the stands a pull request changes are planned.
 func (r *Reconciler) previews(ctx context.Context, main *evaluation, commit string, actual []diff.Actual) {
-	f, p, refs := r.cfg.Forge, r.cfg.Planner, r.cfg.Refs
-	if f == nil || p == nil || refs == nil {
-		return
-	}
-	prs, err := f.PullRequests(ctx, r.cfg.Branch)
+	r.loadPlanned()
+	prs, err := r.cfg.Forge.PullRequests(ctx, r.cfg.Branch)
 	if err != nil {
 		r.log.Warn("pull requests not planned", "err", err)
 		return
@@ -64,42 +66,91 @@ func (r *Reconciler) previews(ctx context.Context, main *evaluation, commit stri
 	open := map[int64]bool{}
 	for _, pr := range prs {
 		open[pr.Index] = true
-		if r.prs.planned[pr.Index] == pr.HeadSHA {
+		if ctx.Err() != nil || !r.startPlan(ctx, pr) {
 			continue
 		}
-		log := r.log.With("pull_request", pr.Index, "head", short(pr.HeadSHA))
-		if !pr.SameRepo {
-			// Previews run with production credentials: never for code from a fork.
-			r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure, "no plan for a pull request from a fork: push its branch to this repository", pr.URL)
-			r.prs.planned[pr.Index] = pr.HeadSHA
-			continue
-		}
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StatePending, "planning", pr.URL)
-		plan, err := r.planPR(ctx, pr, main, commit, actual)
-		if err != nil {
-			// Retried at the next cycle: the head stays unplanned.
-			log.Warn("pull request not planned; retrying", "err", err)
-			// The error's text goes to the log only: a preview's may quote the pull request's content.
-			r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateError, "planning failed, will retry ("+string(reason.Of(err))+")", pr.URL)
-			continue
-		}
-		if err := f.UpsertComment(ctx, pr.Index, CommentMarker, plan.comment(pr)); err != nil {
-			log.Warn("plan comment not written; retrying", "err", err)
-			continue
-		}
-		state := gitsource.StateSuccess
-		if plan.failed {
-			state = gitsource.StateFailure
-		}
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, state, plan.summary(), pr.URL)
-		r.prs.planned[pr.Index] = pr.HeadSHA
-		log.Info("pull request planned", "stands", len(plan.rows), "failed", plan.failed)
+		r.planOne(ctx, pr, main, commit, actual)
 	}
-	for idx := range r.prs.planned {
+	forgot := false
+	for idx := range r.prs.heads {
 		if !open[idx] {
-			delete(r.prs.planned, idx) // closed or merged: nothing kept
+			delete(r.prs.heads, idx) // closed or merged: nothing kept
+			forgot = true
 		}
 	}
+	if forgot {
+		r.savePlanned()
+	}
+}
+
+// planOne plans one pull request's head, or says why it gets no plan.
+func (r *Reconciler) planOne(ctx context.Context, pr gitsource.PullRequest, main *evaluation, commit string, actual []diff.Actual) {
+	log := r.log.With("pull_request", pr.Index, "head", short(pr.HeadSHA))
+	why, err := r.untrusted(ctx, pr)
+	if err != nil {
+		log.Warn("pull request not planned; retrying", "err", err)
+		return
+	}
+	if why != "" {
+		// Previews read production state and render the head's templates: only for code someone
+		// with write access pushed.
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure, why, pr.URL)
+		r.finishPlan(pr.Index, pr.HeadSHA)
+		log.Info("pull request not planned", "why", why)
+		return
+	}
+	r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StatePending, "planning", pr.URL)
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PlanTimeout)
+	plan, err := r.planPR(pctx, pr, main, commit, actual)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return // stopping: the try counts, the head is tried again after the restart
+	case err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded):
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure, fmt.Sprintf("not planned: planning took longer than %s", r.cfg.PlanTimeout), pr.URL)
+		r.finishPlan(pr.Index, pr.HeadSHA)
+		log.Warn("pull request plan timed out", "timeout", r.cfg.PlanTimeout)
+		return
+	case errors.Is(err, gitsource.ErrTooLarge):
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure, "not planned: the commit holds more files than the reconciler reads (64 MiB)", pr.URL)
+		r.finishPlan(pr.Index, pr.HeadSHA)
+		log.Warn("pull request not planned", "err", err)
+		return
+	case err != nil:
+		// Tried again at the next cycle, up to maxPlanAttempts.
+		log.Warn("pull request not planned; retrying", "err", err)
+		// The error's text goes to the log only: a preview's may quote the pull request's content.
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateError, "planning failed, will retry ("+string(reason.Of(err))+")", pr.URL)
+		return
+	}
+	if err := r.cfg.Forge.UpsertComment(ctx, pr.Index, CommentMarker, plan.comment(pr)); err != nil {
+		log.Warn("plan comment not written; retrying", "err", err)
+		return
+	}
+	state := gitsource.StateSuccess
+	if plan.failed {
+		state = gitsource.StateFailure
+	}
+	r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, state, plan.summary(), pr.URL)
+	r.finishPlan(pr.Index, pr.HeadSHA)
+	log.Info("pull request planned", "stands", len(plan.rows), "failed", plan.failed)
+}
+
+// untrusted says why a pull request gets no plan: its head must be the tip of a branch of this
+// repository, which only users with write access can push. A fork's pull request is not, and
+// neither is an AGit one (refs/for/..., which users with read access can open on this repository).
+func (r *Reconciler) untrusted(ctx context.Context, pr gitsource.PullRequest) (string, error) {
+	if !pr.SameRepo {
+		return "no plan for a pull request from a fork: push its branch to this repository", nil
+	}
+	tip, err := r.cfg.Forge.BranchTip(ctx, pr.HeadRef)
+	if err != nil {
+		return "", err
+	}
+	if tip != pr.HeadSHA {
+		return "no plan: the head is not the tip of a branch of this repository (an AGit pull request, or a branch that moved); someone with write access can push it as a branch", nil
+	}
+	return "", nil
 }
 
 func (r *Reconciler) setCommitStatus(ctx context.Context, sha, name string, state gitsource.CommitState, description, url string) {

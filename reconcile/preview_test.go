@@ -62,8 +62,8 @@ func TestPreviewAddsAStand(t *testing.T) {
 	}
 	f.close(1)
 	h.mustCycle()
-	if len(h.r.prs.planned) != 0 {
-		t.Errorf("a closed pull request is remembered: %v", h.r.prs.planned)
+	if len(h.r.prs.heads) != 0 {
+		t.Errorf("a closed pull request is remembered: %v", h.r.prs.heads)
 	}
 }
 

@@ -77,6 +77,10 @@ type Config struct {
 	Refs    RefSource
 	// Sandbox renders a pull request's stands where a runaway template can be killed.
 	Sandbox Sandbox
+	// PreviewState is the file that keeps which pull request heads were planned across restarts
+	// ("" keeps them in memory only); PlanTimeout bounds one plan (DefaultPlanTimeout).
+	PreviewState string
+	PlanTimeout  time.Duration
 }
 
 // Reconciler owns the stands' statuses and the operations running on them.
@@ -102,7 +106,8 @@ type Reconciler struct {
 	pubMu     sync.Mutex
 	published map[string][]byte
 
-	prs         previewState    // used by Cycle only
+	prs         previewState // used by the preview worker only
+	pw          previewWorker
 	declaredIDs map[string]bool // stands the last evaluated snapshot declares
 	warned      map[manifest.Diagnostic]bool
 }
@@ -143,13 +148,17 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.PlanTimeout <= 0 {
+		cfg.PlanTimeout = DefaultPlanTimeout
+	}
 	if sec == nil {
 		sec = envSecrets{}
 	}
 	r := &Reconciler{cfg: cfg, src: src, eng: eng, sec: sec, log: cfg.Log, sem: make(chan struct{}, cfg.Workers),
 		wake: make(chan struct{}, 1), stands: map[string]*stand{}, published: map[string][]byte{},
-		prs: previewState{planned: map[int64]string{}}, warned: map[manifest.Diagnostic]bool{}}
+		prs: previewState{heads: map[int64]plannedHead{}}, warned: map[manifest.Diagnostic]bool{}}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
+	r.pw.ctx, r.pw.cancel = context.WithCancel(context.Background())
 	return r
 }
 
@@ -273,7 +282,7 @@ func (r *Reconciler) Cycle(ctx context.Context) error {
 		r.ops.Add(1)
 		go r.run(o)
 	}
-	r.previews(ctx, d.ev, snap.Source, actual)
+	r.schedulePreviews(previewJob{main: d.ev, commit: snap.Source, actual: actual})
 	return nil
 }
 

@@ -175,6 +175,32 @@ func TestPullRequestPlans(t *testing.T) {
 		t.Logf("the bomb was planned in %s; the daemon's peak RSS grew by %d MiB", took.Round(time.Second), grew>>20)
 	})
 
+	e.run("an AGit pull request by a reader gets no plan", func(t *testing.T) {
+		reader := e.gitea.CreateUser(t, "reader")
+		e.repo.AddReader(admin, reader.Name)
+		head := e.repo.PushAGit(reader, "sneaky", map[string]string{standPath("e"): daemonStand("e", 6330)})
+		st := e.planStatus(head)
+		if st.State != gitea.StatusFailure || !strings.Contains(st.Description, "not the tip of a branch") {
+			t.Errorf("stands/plan of an AGit head: %+v", st)
+		}
+		prs, _, err := admin.ListRepoPullRequests(owner, repo, gitea.ListPullRequestsOptions{State: gitea.StateOpen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, pr := range prs {
+			if pr.Head != nil && pr.Head.Sha == head {
+				found = true
+				if n := e.planComments(pr.Index); n != 0 {
+					t.Errorf("%d plan comments on the AGit pull request", n)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("the AGit push opened no pull request")
+		}
+	})
+
 	e.run("previews create nothing", func(t *testing.T) {
 		if after := listFiles(t, backend); strings.Join(after, ",") != strings.Join(stacksBefore, ",") {
 			t.Errorf("stacks before the previews %v, after %v", stacksBefore, after)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"path/filepath"
 
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
@@ -76,6 +77,9 @@ func wire(f *daemonFlags, std stdio, getenv env, log *slog.Logger) (_ *wiring, e
 		cfg.Forge = forge
 		if f.previews {
 			cfg.Planner, cfg.Refs = eng, w.src
+			if cfg.PreviewState, err = filepath.Abs(filepath.Join(f.stateDir, "previews.json")); err != nil {
+				return nil, err
+			}
 			exe, err := sandbox.Executable()
 			if err != nil {
 				return nil, err

@@ -114,13 +114,13 @@ func Run(ctx context.Context, exe, job string, lim Limits, write func(io.Writer)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case err != nil:
-		return explain(err, stderr.String(), lim)
+		return explain(err, stderr.String(), stderr.oom, lim)
 	}
 	return errors.Join(rerr, wrote)
 }
 
 // explain names the limit a child's death points to.
-func explain(err error, stderr string, lim Limits) error {
+func explain(err error, stderr string, oom bool, lim Limits) error {
 	if os.Getenv("SANDBOX_DEBUG") != "" {
 		fmt.Fprintln(os.Stderr, stderr)
 	}
@@ -130,7 +130,7 @@ func explain(err error, stderr string, lim Limits) error {
 			return fmt.Errorf("%w: it used more than %s of CPU time", ErrLimit, lim.CPU)
 		}
 	}
-	if strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "cannot allocate memory") {
+	if oom {
 		return fmt.Errorf("%w: it needed more than %d MiB of memory", ErrLimit, lim.Memory>>20)
 	}
 	last := strings.TrimSpace(stderr)
@@ -140,13 +140,24 @@ func explain(err error, stderr string, lim Limits) error {
 	return fmt.Errorf("sandbox child failed: %w (%s)", err, last)
 }
 
-// tail keeps the last max bytes written to it.
+// tail keeps the last max bytes written to it, and whether any of it said memory ran out (a runtime's
+// report comes first, before stacks that can be long).
 type tail struct {
-	buf bytes.Buffer
-	max int
+	buf  bytes.Buffer
+	max  int
+	oom  bool
+	last []byte // the end of the previous write: a marker may span two
 }
 
+// (the race detector's runtime says "address space collisions" when its address space is used up)
+var oomMarkers = [][]byte{[]byte("out of memory"), []byte("cannot allocate memory"), []byte("failed to reserve"), []byte("address space collisions"), []byte("failed to allocate")}
+
 func (t *tail) Write(p []byte) (int, error) {
+	seam := append(t.last, p[:min(len(p), 32)]...)
+	for _, m := range oomMarkers {
+		t.oom = t.oom || bytes.Contains(p, m) || bytes.Contains(seam, m)
+	}
+	t.last = append(t.last[:0], p[max(0, len(p)-32):]...)
 	t.buf.Write(p)
 	if over := t.buf.Len() - t.max; over > 0 {
 		t.buf.Next(over)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -286,4 +287,47 @@ func (u *User) Client(t testing.TB, g *Gitea) *gitea.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// AddReader gives a user read access to a repository of the admin.
+func (r *Repo) AddReader(api *gitea.Client, user string) {
+	r.t.Helper()
+	mode := gitea.AccessModeRead
+	if _, err := api.AddCollaborator(r.Info.Owner.UserName, r.Info.Name, user, gitea.AddCollaboratorOption{Permission: &mode}); err != nil {
+		r.t.Fatalf("add collaborator %s: %v", user, err)
+	}
+}
+
+// PushAGit opens a pull request the AGit way, as a user with read access can: a commit on main
+// with files written, pushed by the git CLI to refs/for/main/<topic>. It returns the commit. The
+// token goes in through the environment (http.extraHeader), not argv.
+func (r *Repo) PushAGit(u *User, topic string, files map[string]string) string {
+	r.t.Helper()
+	t := r.t
+	dir := t.(interface{ TempDir() string }).TempDir()
+	env := append(os.Environ(), "GIT_CONFIG_COUNT=3", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: token "+u.Token,
+		"GIT_CONFIG_KEY_1=user.name", "GIT_CONFIG_VALUE_1="+u.Name, "GIT_CONFIG_KEY_2=user.email", "GIT_CONFIG_VALUE_2="+u.Name+"@example.test",
+		"GIT_TERMINAL_PROMPT=0")
+	git := func(args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("clone", "--quiet", "--branch", "main", r.Info.CloneURL, ".")
+	for p, content := range files {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git("add", "-A")
+	git("commit", "--quiet", "-m", "AGit change "+topic)
+	git("push", "--quiet", "origin", "HEAD:refs/for/main/"+topic, "-o", "title=AGit "+topic)
+	return git("rev-parse", "HEAD")
 }

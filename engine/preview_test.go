@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/stands"
+)
+
+// TestPreviewIsReadOnly: a preview of a changed stand whose stack holds a stale lock (of a dead
+// process of this host, which an apply removes) leaves every file of the backend as it was, the
+// lock included. The apply afterwards is the control: the same lock is one the engine does remove.
+func TestPreviewIsReadOnly(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	file := "stands/single/stand.yml"
+	stand := load(t, examples(t, ""), file)
+	if _, err := f.eng.Apply(ctx, stand, false); err != nil {
+		t.Fatalf("apply: %v\n%s", err, f.logs)
+	}
+	base, err := fs.ReadFile(examples(t, ""), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bigger := load(t, examples(t, "-- "+file+" --\n"+strings.Replace(string(base), "type_serv: cx22", "type_serv: cx32", 1)), file)
+	if bigger.SpecHash == stand.SpecHash {
+		t.Fatal("the changed stand has the same spec hash")
+	}
+
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	ref := stands.StackRef{Project: stand.Stand.Project, Env: stand.Stand.Env}
+	lockDir := filepath.Join(f.backend, filepath.FromSlash(lockPrefix(ref)))
+	if err := os.MkdirAll(lockDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lock := filepath.Join(lockDir, "stale.json")
+	body := fmt.Sprintf(`{"pid":%d,"username":"u","hostname":%q,"timestamp":%q}`, dead.Process.Pid, host, time.Now().Add(-time.Minute).Format(time.RFC3339Nano))
+	if err := os.WriteFile(lock, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	before := backendFiles(t, f.backend)
+	_, previewErr := f.eng.Preview(ctx, bigger)
+	_, newErr := f.eng.PreviewNew(ctx, bigger)
+	after := backendFiles(t, f.backend)
+	if before != after {
+		t.Errorf("the backend changed during the previews (preview: %v, preview-new: %v):\nbefore:\n%s\nafter:\n%s", previewErr, newErr, before, after)
+	}
+	t.Logf("preview with a stale lock: %v", previewErr)
+
+	if _, err := f.eng.Apply(ctx, bigger, false); err != nil {
+		t.Fatalf("apply after the previews: %v\n%s", err, f.logs)
+	}
+	if _, err := os.Stat(lock); !os.IsNotExist(err) {
+		t.Errorf("the apply left the stale lock: %v (the control shows nothing)", err)
+	}
+}
+
+// backendFiles lists every file of a file:// backend with its mode and digest.
+func backendFiles(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		sum := ""
+		if !d.IsDir() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sum = fmt.Sprintf("%x", sha256.Sum256(data))
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fmt.Fprintf(&b, "%s %s %s %s\n", rel, info.Mode(), info.ModTime().Format(time.RFC3339Nano), sum)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
