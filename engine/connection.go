@@ -2,8 +2,10 @@ package engine
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/stands-engine/stands-reconciler/manifest"
@@ -37,8 +39,8 @@ func ConnectionRecord(standID string, r *manifest.Rendered) (json.RawMessage, er
 const Masked = "***"
 
 // MaskConnection returns the record with secrets masked (DESIGN.md, stricter than seed §11): every
-// value under a "credentials" key, every "url", and any string equal to a resolved secret value. Key
-// order is kept.
+// value under a "credentials" key, every "url", and any value that contains a resolved secret value
+// (a DSN under another key). Key order is kept.
 func MaskConnection(record json.RawMessage, secretValues []string) (json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(record))
 	dec.UseNumber()
@@ -110,20 +112,28 @@ func maskValue(dec *json.Decoder, out *bytes.Buffer, mask bool, secrets []string
 	case nil:
 		out.WriteString("null")
 	default:
-		if mask {
+		b, _ := json.Marshal(t)
+		if mask || isSecret(string(b), secrets) {
 			out.WriteString(`"` + Masked + `"`)
 			return nil
 		}
-		b, _ := json.Marshal(t)
 		out.Write(b)
 	}
 	return nil
 }
 
+// isSecret reports whether a value holds a secret anywhere, plainly or in a form a DSN or a header
+// carries it in (redis://:PW@host, a URL-escaped or base64 one): the whole value is masked.
 func isSecret(s string, secrets []string) bool {
 	for _, v := range secrets {
-		if v != "" && s == v {
-			return true
+		if v == "" {
+			continue
+		}
+		for _, form := range []string{v, url.QueryEscape(v), url.PathEscape(v), base64.StdEncoding.EncodeToString([]byte(v)),
+			base64.RawStdEncoding.EncodeToString([]byte(v)), base64.URLEncoding.EncodeToString([]byte(v))} {
+			if strings.Contains(s, form) {
+				return true
+			}
 		}
 	}
 	return false

@@ -67,7 +67,7 @@ func TestSymlinksJudgedAlike(t *testing.T) {
 		t.Fatal(err)
 	}
 	secrets := manifest.EnvSource{Lookup: func(k string) (string, bool) {
-		return map[string]string{"SECRET_REGISTRY_PASSWORD": "r", "SECRET_KV_PASSWORD": "k"}[k], true
+		return map[string]string{"SECRET_REGISTRY_PASSWORD": "registry-pw", "SECRET_KV_PASSWORD": "kv-password"}[k], true
 	}}
 	judge := func(view string, fsys fs.FS) []string {
 		files, err := manifest.Discover(fsys)

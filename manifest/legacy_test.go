@@ -43,7 +43,7 @@ func TestLegacyTopLevelAccounts(t *testing.T) {
 	if s, err := Load(base, "stands/a/stand.yml", LoadOptions{}); err != nil || len(s.Warnings) != 0 {
 		t.Errorf("seed form: %v, warnings %v", err, s.Warnings)
 	}
-	secrets := map[string]string{"SECRET_KV_PASS": "kv", "SECRET_REG_PASS": "reg"}
+	secrets := map[string]string{"SECRET_KV_PASS": "kv-value", "SECRET_REG_PASS": "reg-value"}
 	if a, b := hashOf(t, base, secrets, "p"), hashOf(t, legacy, secrets, "p"); a != b {
 		t.Errorf("the two forms hash differently: %s %s", a, b)
 	}

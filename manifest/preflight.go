@@ -179,7 +179,7 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 	}
 	res.Secrets = secrets
 	for ref, v := range secrets.values {
-		if !secrets.placeholder[ref] {
+		if !secrets.placeholder[ref] && !ref.Plain {
 			red.add(v)
 		}
 	}

@@ -55,9 +55,9 @@ func TestParseSecretRef(t *testing.T) {
 		env     string
 		wantErr bool
 	}{
-		{in: "registry-password", want: SecretRef{"registry-password", "value"}, env: "SECRET_REGISTRY_PASSWORD"},
-		{in: "db/main#user", want: SecretRef{"db/main", "user"}, env: "SECRET_DB_MAIN__USER"},
-		{in: "db/main.v2#value", want: SecretRef{"db/main.v2", "value"}, env: "SECRET_DB_MAIN_V2"},
+		{in: "registry-password", want: SecretRef{Path: "registry-password", Field: "value"}, env: "SECRET_REGISTRY_PASSWORD"},
+		{in: "db/main#user", want: SecretRef{Path: "db/main", Field: "user"}, env: "SECRET_DB_MAIN__USER"},
+		{in: "db/main.v2#value", want: SecretRef{Path: "db/main.v2", Field: "value"}, env: "SECRET_DB_MAIN_V2"},
 		{in: "../escape", wantErr: true},
 		{in: "a/../../b", wantErr: true},
 		{in: "/abs", wantErr: true},

@@ -275,10 +275,10 @@ func (r *renderer) instance(base map[string]any, a *App, in *Instance) *Rendered
 			r.rep.addf(f.Dest.Pos, RuleUploadDest, "files[].dest must be an absolute path on the node when %s", label)
 			continue
 		case path.Clean(dest) != dest || strings.HasSuffix(dest, "/"):
-			r.rep.addf(f.Dest.Pos, RuleUploadDest, "files[].dest %q is not a clean file path when %s", dest, label)
+			r.rep.addf(f.Dest.Pos, RuleUploadDest, "files[].dest %s is not a clean file path when %s", r.shown(dest), label)
 			continue
 		case dests[dest]:
-			r.rep.addf(f.Dest.Pos, RuleUploadDest, "files[].dest %q is used twice when %s", dest, label)
+			r.rep.addf(f.Dest.Pos, RuleUploadDest, "files[].dest %s is used twice when %s", r.shown(dest), label)
 			continue
 		case len(dest) > maxPath || slices.ContainsFunc(strings.Split(dest, "/"), func(c string) bool { return len(c) > maxUnitName }):
 			// The length only: the rendered path may hold a preference's value.
@@ -370,6 +370,25 @@ func (r *renderer) prefsValue(n *node) any {
 		return n.value
 	}
 	return nil
+}
+
+// shown is how a rendered value appears in a message: quoted when the render saw no secret's real
+// value (a plan's placeholders, a stand without secrets), else not at all. A message names places;
+// it never carries output of a template that saw a secret (the redactor is only a second line: it
+// cannot know a secret's hex or its fragments).
+func (r *renderer) shown(v any) string {
+	if r.secrets.blind() {
+		return strconv.Quote(fmt.Sprint(v))
+	}
+	return "(value not shown: the render saw secrets)"
+}
+
+// shownMsg is a parser's message about rendered output, which may quote it, under the same rule.
+func (r *renderer) shownMsg(msg string) string {
+	if r.secrets.blind() {
+		return msg
+	}
+	return "the output does not parse (the parser's words are not shown: they may quote output that saw secrets)"
 }
 
 // funcs are the helpers every template gets. None of them puts a value into an error message.
@@ -521,7 +540,7 @@ func (r *renderer) checkCloudInit(p string, data []byte) {
 	}
 	n, diags := parseYAML(p, data, false)
 	for _, d := range diags {
-		r.rep.addf(d.Pos, RuleCloudInit, "rendered cloud-init, line %d of the output: %s", d.Pos.Line, d.Msg)
+		r.rep.addf(d.Pos, RuleCloudInit, "rendered cloud-init, line %d of the output: %s", d.Pos.Line, r.shownMsg(d.Msg))
 	}
 	if n != nil && n.kind != kindMap {
 		r.rep.addf(Pos{File: p, Line: 1}, RuleCloudInit, "rendered cloud-init must be a YAML mapping")
@@ -532,7 +551,7 @@ func (r *renderer) checkCloudInit(p string, data []byte) {
 func (r *renderer) checkPod(p string, data []byte, label string) []Port {
 	n, diags := parseYAML(p, data, false)
 	for _, d := range diags {
-		r.rep.addf(d.Pos, RulePodYAML, "Pod YAML %s, line %d of the output: %s", label, d.Pos.Line, d.Msg)
+		r.rep.addf(d.Pos, RulePodYAML, "Pod YAML %s, line %d of the output: %s", label, d.Pos.Line, r.shownMsg(d.Msg))
 	}
 	if n == nil {
 		return nil
@@ -610,7 +629,7 @@ func (r *renderer) checkRolePortsPublished(p string, ri *RenderedInstance, data 
 			}
 		}
 		if !found {
-			r.rep.addf(Pos{File: p, Line: 1}, RulePort, "role %s port %s is not published as a hostPort by the Pod YAML %s", rp.Role, rp, label)
+			r.rep.addf(Pos{File: p, Line: 1}, RulePort, "role %s port %s is not published as a hostPort by the Pod YAML %s", rp.Role, r.shown(rp), label)
 		}
 	}
 	return false
@@ -659,7 +678,7 @@ func (r *renderer) checkNodeClaims(out *Rendered) {
 			}
 			seen[k.key] = true
 			if prev, dup := ports[k]; dup {
-				r.rep.addf(ri.pos, RulePortConflict, "node %s: host port %s is claimed by %s/%s and %s/%s", ri.Node, p, prev.App, prev.Instance, ri.App, ri.Instance)
+				r.rep.addf(ri.pos, RulePortConflict, "node %s: host port %s is claimed by %s/%s and %s/%s", ri.Node, r.shown(p), prev.App, prev.Instance, ri.App, ri.Instance)
 				continue
 			}
 			ports[k] = ri
@@ -667,7 +686,7 @@ func (r *renderer) checkNodeClaims(out *Rendered) {
 		for _, f := range ri.Files {
 			k := claim{ri.Node, f.Dest}
 			if prev, dup := files[k]; dup {
-				r.rep.addf(ri.pos, RuleUploadDest, "node %s: %s is uploaded by %s/%s and %s/%s", ri.Node, f.Dest, prev.App, prev.Instance, ri.App, ri.Instance)
+				r.rep.addf(ri.pos, RuleUploadDest, "node %s: %s is uploaded by %s/%s and %s/%s", ri.Node, r.shown(f.Dest), prev.App, prev.Instance, ri.App, ri.Instance)
 				continue
 			}
 			files[k] = ri

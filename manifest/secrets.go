@@ -16,7 +16,14 @@ import (
 type SecretRef struct {
 	Path  string
 	Field string
+	// Plain marks a value kept in the secret store that is not itself a secret (`!secret-plain`,
+	// e.g. a user name): it may be short, and messages and status files may show it.
+	Plain bool
 }
+
+// MinSecretLength is the shortest secret value accepted: a shorter one could not be kept out of
+// messages without blanking out ordinary words and numbers.
+const MinSecretLength = 6
 
 const defaultSecretField = "value"
 
@@ -180,10 +187,11 @@ func PlaceholderSecrets(st *Stand, variant int) Secrets {
 	return out
 }
 
-// Placeholders reports whether the set holds only placeholders: a plan, never an apply.
-func (s Secrets) Placeholders() bool {
+// blind reports whether the set holds no secret's real value: placeholders and !secret-plain values
+// only, or nothing.
+func (s Secrets) blind() bool {
 	for ref := range s.values {
-		if !s.placeholder[ref] {
+		if !s.placeholder[ref] && !ref.Plain {
 			return false
 		}
 	}
@@ -210,7 +218,7 @@ func (s Secrets) Scrub(text string) string { return s.redactor().scrub(text) }
 func (s Secrets) redactor() *redactor {
 	r := &redactor{}
 	for ref, v := range s.values {
-		if !s.placeholder[ref] { // a placeholder is no secret: a message may show it
+		if !s.placeholder[ref] && !ref.Plain { // neither is a secret: a message may show it
 			r.add(v)
 		}
 	}
@@ -231,6 +239,9 @@ func ResolveSecrets(ctx context.Context, s *Stand, src SecretSource) (Secrets, e
 		}
 		v, err := src.Secret(ctx, use.Ref)
 		switch {
+		case err == nil && !use.Ref.Plain && len(v) < MinSecretLength:
+			missing[use.Ref] = true
+			rep.addf(use.Pos, RuleSecret, "secret %s (%s) is shorter than %d characters: it cannot be kept out of messages; use a longer one, or reference it as !secret-plain when it is no secret (a user name)", use.Ref, use.Where, MinSecretLength)
 		case err == nil:
 			out.values[use.Ref] = v
 			out.placeholder[use.Ref] = stands
@@ -247,11 +258,14 @@ func ResolveSecrets(ctx context.Context, s *Stand, src SecretSource) (Secrets, e
 	return out, nil
 }
 
-// Values lists the resolved values, for masking them wherever they might be shown.
+// Values lists the resolved secret values (not the !secret-plain ones), for masking them wherever
+// they might be shown.
 func (s Secrets) Values() []string {
 	out := make([]string, 0, len(s.values))
-	for _, v := range s.values {
-		out = append(out, v)
+	for ref, v := range s.values {
+		if !ref.Plain {
+			out = append(out, v)
+		}
 	}
 	return out
 }

@@ -196,9 +196,9 @@ func (c *converter) convert(y *yaml.Node, depth int) *node {
 		return n
 	case yaml.ScalarNode:
 		tag := y.ShortTag()
-		if y.Tag == "!secret" {
+		if y.Tag == "!secret" || y.Tag == "!secret-plain" {
 			if !c.allowSecrets {
-				c.errorf(y, RuleSecret, "!secret is not allowed in this file; secrets belong in stand.yml or a base manifest")
+				c.errorf(y, RuleSecret, "%s is not allowed in this file; secrets belong in stand.yml or a base manifest", y.Tag)
 				return &node{kind: kindNull, pos: pos}
 			}
 			ref, err := ParseSecretRef(y.Value)
@@ -206,10 +206,11 @@ func (c *converter) convert(y *yaml.Node, depth int) *node {
 				c.errorf(y, RuleSecretPath, "%v", err)
 				return &node{kind: kindNull, pos: pos}
 			}
+			ref.Plain = y.Tag == "!secret-plain"
 			return &node{kind: kindSecret, pos: pos, secret: ref}
 		}
 		if strings.HasPrefix(y.Tag, "!") && !strings.HasPrefix(y.Tag, "!!") {
-			c.errorf(y, RuleSyntax, "unknown tag %s (only !secret is understood)", y.Tag)
+			c.errorf(y, RuleSyntax, "unknown tag %s (only !secret and !secret-plain are understood)", y.Tag)
 			return &node{kind: kindNull, pos: pos}
 		}
 		if tag == "!!null" {

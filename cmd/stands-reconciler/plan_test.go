@@ -136,7 +136,7 @@ func TestPullRequestPlans(t *testing.T) {
 		}
 		files[standPath("a")] = &fstest.MapFile{Data: []byte(daemonStand("a", 6300))}
 		lookup := func(name string) (string, bool) {
-			v, ok := map[string]string{"SECRET_KV_PASSWORD": e.secrets["kv-password"], "SECRET_REGISTRY_PASSWORD": "r"}[name]
+			v, ok := map[string]string{"SECRET_KV_PASSWORD": e.secrets["kv-password"], "SECRET_REGISTRY_PASSWORD": "registry-pw"}[name]
 			return v, ok
 		}
 		res, _ := manifest.PreflightAll(t.Context(), files, []string{standPath("a")}, manifest.PreflightOptions{LoadOptions: manifest.LoadOptions{DefaultOwner: "local"}, Secrets: manifest.EnvSource{Lookup: lookup}})
