@@ -418,6 +418,8 @@ type fakeForge struct {
 	edits    int
 	statuses map[string]string // sha + " " + context → state: description
 	tips     map[string]string // branch → commit
+	fetches  int               // FetchRef calls
+	tooLarge bool              // every head is over the snapshot's size limit
 }
 
 var (
@@ -482,9 +484,13 @@ func (f *fakeForge) PullRequests(context.Context, string) ([]gitsource.PullReque
 func (f *fakeForge) FetchRef(_ context.Context, ref string) (*gitsource.Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.fetches++
 	files, ok := f.heads[ref]
 	if !ok {
 		return nil, fmt.Errorf("no ref %s", ref)
+	}
+	if f.tooLarge {
+		return nil, fmt.Errorf("fetch %s: %w: the commit's files hold more than 64 MiB", ref, gitsource.ErrTooLarge)
 	}
 	return &gitsource.Snapshot{Commit: ref, Source: ref, Files: maps.Clone(files)}, nil
 }

@@ -122,3 +122,22 @@ func TestNoPlanForAGitPullRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadTooLargeFailsOnce: a head over the snapshot's size limit gets stands/plan failure once;
+// later cycles do not fetch it again.
+func TestHeadTooLargeFailsOnce(t *testing.T) {
+	h, f := newPreviewHarness(t, "a")
+	h.mustCycle()
+	f.tooLarge = true
+	f.open(1, "big1", h.files(), map[string]string{standFile("c"): standYML("c", "")}, true)
+	h.mustCycle()
+	fetches := f.fetches
+	h.mustCycle()
+	h.mustCycle()
+	if st := f.status("big1", PlanContext); !strings.HasPrefix(st, "failure: not planned: the commit holds more files") {
+		t.Errorf("stands/plan: %q", st)
+	}
+	if fetches != 1 || f.fetches != fetches {
+		t.Errorf("the head was fetched %d times, then %d more", fetches, f.fetches-fetches)
+	}
+}
