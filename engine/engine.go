@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/blang/semver"
 	"log/slog"
 	"maps"
 	"os"
@@ -100,11 +101,17 @@ func New(cfg Config) (*Engine, error) {
 	if filepath.Base(filepath.Dir(cfg.PulumiBin)) != "bin" || filepath.Base(cfg.PulumiBin) != "pulumi" {
 		return nil, fmt.Errorf("engine: the Pulumi CLI must be at <root>/bin/pulumi, not %s", cfg.PulumiBin)
 	}
-	cmd, err := auto.NewPulumiCommand(&auto.PulumiCommandOptions{Root: filepath.Dir(filepath.Dir(cfg.PulumiBin))})
+	c := cli{bin: cfg.PulumiBin, env: func() []string { return childEnv(cfg.PulumiBin) }}
+	// The Automation API's own command would run `pulumi version` with this process's whole
+	// environment: the version is read through cli too.
+	out, _, _, err := c.Run(context.Background(), "", nil, nil, nil, nil, "version")
 	if err != nil {
 		return nil, fmt.Errorf("pulumi CLI %s: %w", cfg.PulumiBin, err)
 	}
-	e.cmd = cmd
+	if c.version, err = semver.ParseTolerant(strings.TrimSpace(out)); err != nil {
+		return nil, fmt.Errorf("pulumi CLI %s: version %q: %w", cfg.PulumiBin, strings.TrimSpace(out), err)
+	}
+	e.cmd = c
 	return e, nil
 }
 
@@ -126,6 +133,8 @@ const (
 	OutProtect       = "protect" // stand.protect of the last apply: the destroy guard reads it when the manifest is gone
 )
 
+// envVars is what the engine sets for the Pulumi CLI, on top of childEnv. The provider's Hetzner
+// token is one of them: the plugin inherits it from the CLI, and no command line ever carries it.
 func (e *Engine) envVars() map[string]string {
 	env := map[string]string{
 		"PULUMI_CONFIG_PASSPHRASE":                    e.cfg.Passphrase,
@@ -171,12 +180,16 @@ func (e *Engine) stack(ctx context.Context, ref stands.StackRef, run pulumi.RunF
 	if err != nil {
 		return auto.Stack{}, err
 	}
-	cfg := auto.ConfigMap{provider.Name + ":" + provider.ConfigToken: {Value: token, Secret: true}}
-	if e.cfg.HcloudEndpoint != "" {
-		cfg[provider.Name+":"+provider.ConfigEndpoint] = auto.ConfigValue{Value: e.cfg.HcloudEndpoint}
+	// The token of the moment (a rotated credential file is read again) through the environment.
+	env := e.envVars()
+	env[provider.EnvToken] = token
+	if err := st.Workspace().SetEnvVars(env); err != nil {
+		return auto.Stack{}, fmt.Errorf("set the CLI's environment: %w", err)
 	}
-	if err := st.SetAllConfig(ctx, cfg); err != nil {
-		return auto.Stack{}, fmt.Errorf("set provider config: %w", err)
+	if e.cfg.HcloudEndpoint != "" {
+		if err := st.SetAllConfig(ctx, auto.ConfigMap{provider.Name + ":" + provider.ConfigEndpoint: {Value: e.cfg.HcloudEndpoint}}); err != nil {
+			return auto.Stack{}, fmt.Errorf("set provider config: %w", err)
+		}
 	}
 	return st, nil
 }

@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
-	"errors"
 	"github.com/stands-engine/stands-reconciler/engine/configset"
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
 	"github.com/stands-engine/stands-reconciler/manifest"
 )
@@ -343,5 +344,16 @@ func TestRenderContract(t *testing.T) {
 	r = runCLI(t, ctx, nil, "render", "--out", t.TempDir(), "../../examples/stands-repo")
 	if r.code != exitInterrupted || r.stdout != "" {
 		t.Errorf("interrupted render: exit %d\nstdout %q\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestRepoURLWithPasswordRefused: no secret is taken from a command line, which every user of the
+// machine can read; the refusal does not repeat it.
+func TestRepoURLWithPasswordRefused(t *testing.T) {
+	vars := map[string]string{"STANDS_PASSPHRASE": "pass-phrase", "HCLOUD_TOKEN": "hc-token", "STANDS_STATE_DIR": t.TempDir()}
+	r := runCLI(t, context.Background(), newRecorder(vars), "reconcile", "--once", "--pulumi", filepath.Join(testenv.RepoRoot(), "bin", "pulumi"),
+		"--repo", "https://bot:pw-SENTINEL@127.0.0.1:1/stands.git")
+	if r.code != 1 || !strings.Contains(r.stderr, "--repo holds a password") || strings.Contains(r.stderr+r.stdout, "SENTINEL") {
+		t.Errorf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -202,6 +203,12 @@ func (f *daemonFlags) source(getenv env, gitToken *credential.Credential, log *s
 	status := f.statusBranch
 	switch {
 	case strings.HasPrefix(f.repo, "http://"), strings.HasPrefix(f.repo, "https://"):
+		// No secret on a command line, which every user of the machine can read.
+		if u, err := url.Parse(f.repo); err == nil && u.User != nil {
+			if _, has := u.User.Password(); has {
+				return nil, errors.New("--repo holds a password: give the token in STANDS_GIT_TOKEN_FILE (or STANDS_GIT_TOKEN) and the user in --git-user")
+			}
+		}
 		if gitToken.Set() {
 			opts = append(opts, gitsource.WithToken(f.gitUser, gitToken.Value))
 		}

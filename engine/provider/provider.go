@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
@@ -36,7 +37,7 @@ var Version = "0.1.0"
 
 // Config keys the provider reads (stack config "stands:<key>").
 const (
-	ConfigToken    = "token"    // Hetzner API token (secret)
+	ConfigToken    = "token"    // Hetzner API token (secret): stacks of earlier versions hold it; EnvToken wins
 	ConfigEndpoint = "endpoint" // Hetzner API endpoint, e.g. hcloudsim's http://127.0.0.1:PORT/v1
 )
 
@@ -58,6 +59,10 @@ type resourceType interface {
 	update(ctx context.Context, c call, id string, olds, news resource.PropertyMap, preview bool) (resource.PropertyMap, error)
 	delete(ctx context.Context, c call, id string, state resource.PropertyMap) error
 }
+
+// EnvToken is the variable the engine gives the Pulumi CLI, and so this plugin, the Hetzner token
+// in: environments are readable only by the same user, command lines by everyone.
+const EnvToken = "STANDS_PROVIDER_HCLOUD_TOKEN"
 
 // call is what a resource operation may use: the Hetzner client (asked for only when needed, so node
 // work runs without a token) and the engine's log, for progress on long work.
@@ -170,6 +175,9 @@ func (p *Provider) Configure(_ context.Context, req *pulumirpc.ConfigureRequest)
 		return nil, fmt.Errorf("configure: %w", err)
 	}
 	token := stringProp(args, ConfigToken)
+	if t := os.Getenv(EnvToken); t != "" {
+		token = t
+	}
 	endpoint := stringProp(args, ConfigEndpoint)
 	if token != "" {
 		p.mu.Lock()

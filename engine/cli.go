@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/blang/semver"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+)
+
+// cli runs the Pulumi CLI as the Automation API's own command does, but with an explicit
+// environment: the Automation API starts every CLI with os.Environ() and plugins inherit the
+// CLI's, so the daemon's credentials (the Vault token, the Git token, the webhook secret,
+// SECRET_*) would reach every Pulumi process and the provider. Only what the CLI, the backend and
+// the provider need goes in (childEnv), plus what the engine sets for the operation.
+type cli struct {
+	bin     string
+	version semver.Version
+	env     func() []string
+}
+
+var _ auto.PulumiCommand = cli{}
+
+func (c cli) Version() semver.Version { return c.version }
+
+func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, stderr []io.Writer, extra []string, args ...string) (string, string, int, error) {
+	if !slices.Contains(args, "--non-interactive") {
+		args = append([]string{"--non-interactive"}, args...) // fail rather than prompt
+	}
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Dir, cmd.Stdin = workdir, stdin
+	cmd.Env = append(append(c.env(), extra...), "PULUMI_AUTOMATION_API=true")
+	var out, errOut bytes.Buffer
+	cmd.Stdout = io.MultiWriter(append(stdout, &out)...)
+	cmd.Stderr = io.MultiWriter(append(stderr, &errOut)...)
+	// Interrupted first, so the CLI writes its checkpoint and lets its lock go; killed if it will not.
+	cmd.Cancel = func() error {
+		if err := cmd.Process.Signal(os.Interrupt); err != nil {
+			return cmd.Process.Kill()
+		}
+		return nil
+	}
+	cmd.WaitDelay = 10 * time.Second
+	err := cmd.Run()
+	code := -2 // the Automation API's "unknown"
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		code = 0
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	}
+	return out.String(), errOut.String(), code, err
+}
+
+// childEnv is the environment every Pulumi process starts from: the system's basics, proxies and
+// certificates, the S3 backend's AWS_* settings, and the PULUMI_* settings of the operator, but
+// none of the credentials only the daemon needs. The engine adds its own (the backend URL, the
+// passphrase, the provider's token) for each operation.
+func childEnv(bin string) []string {
+	keep := func(k string) bool {
+		switch k {
+		case "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR",
+			"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy":
+			return true
+		case "PULUMI_ACCESS_TOKEN", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE":
+			return false // the engine sets its own passphrase; a Pulumi Cloud token is never needed
+		}
+		return strings.HasPrefix(k, "PULUMI_") || strings.HasPrefix(k, "AWS_")
+	}
+	var env []string
+	path := filepath.Dir(bin) // plugins and the language host are found next to the CLI first
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		switch {
+		case k == "PATH":
+			path += string(os.PathListSeparator) + v
+		case keep(k):
+			env = append(env, kv)
+		}
+	}
+	return append(env, "PATH="+path)
+}
