@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/engine/configset"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
@@ -102,6 +104,9 @@ func (p *plan) program(ctx *pulumi.Context) error {
 		a := manifest.Addresses{NetworkIPRange: p.ipRange, SSHPublicKey: p.publicKey, Nodes: map[string]manifest.NodeAddress{}}
 		for i, n := range nodes {
 			a.Nodes[n.n.Name] = manifest.NodeAddress{PublicIPv4: vals[2*i].(string), PrivateIP: vals[2*i+1].(string)}
+		}
+		if p.in.Untrusted {
+			a = manifest.PreflightAddresses(s) // as the sandbox rendered it, so it ends as it did there
 		}
 		r, err := manifest.Render(p.in.FS, s, p.in.Secrets, a)
 		if err != nil {
@@ -221,7 +226,11 @@ func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly 
 	}
 	p.ipRange = net.IPRange.String()
 	// Cloud-init is all the program takes from this render; addresses are not known yet.
-	p.rendered, err = manifest.Render(in.FS, s, in.Secrets, manifest.Addresses{NetworkIPRange: p.ipRange, SSHPublicKey: p.publicKey})
+	addr := manifest.Addresses{NetworkIPRange: p.ipRange, SSHPublicKey: p.publicKey}
+	if in.Untrusted {
+		addr = manifest.PreflightAddresses(s)
+	}
+	p.rendered, err = manifest.Render(in.FS, s, in.Secrets, addr)
 	if err != nil {
 		return auto.Stack{}, nil, nil, fmt.Errorf("render %s: %w", s.ID, err)
 	}
@@ -304,8 +313,19 @@ func (e *Engine) Refresh(ctx context.Context, in stands.Input) (_ *stands.Result
 // Preview reports what Apply would change, without changing anything: the servers or the stack. A
 // stand without a stack is ErrNoStack (PreviewNew plans one without creating its stack).
 func (e *Engine) Preview(ctx context.Context, in stands.Input) (_ *stands.Result, err error) {
+	defer blindError(in, &err) // after classify, which reads the CLI's output
 	defer classify(&err)
 	return e.preview(ctx, in, "preview")
+}
+
+// blindError replaces an untrusted input's error by its reason alone: the CLI's output, which the
+// error carries, lists Pulumi's verdict on every resource it got to, secret-fed ones included.
+func blindError(in stands.Input, err *error) {
+	if *err == nil || !in.Untrusted {
+		return
+	}
+	r := reason.Of(*err)
+	*err = reason.Wrap(r, fmt.Errorf("preview of %s failed (%s); a pull request's plan shows no output of the Pulumi CLI", in.Stand.ID, r))
 }
 
 // Drift reads the stand's servers back from Hetzner and reports what an apply would change to put
@@ -325,7 +345,11 @@ func (e *Engine) preview(ctx context.Context, in stands.Input, op string) (*stan
 	if op == "drift" {
 		opts = append(opts, optpreview.Refresh())
 	}
-	ch, wait := e.progressSteps(e.standLog(in, op, true))
+	log := e.standLog(in, op, true)
+	if in.Untrusted {
+		log = slog.New(slog.DiscardHandler) // Pulumi's steps and messages: its verdict on secret-fed inputs
+	}
+	ch, wait := e.progressSteps(log)
 	_, err = st.Preview(ctx, append(opts, optpreview.EventStreams(ch))...)
 	changes, steps := wait()
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 // runs against a throwaway file:// backend that is removed afterwards (DESIGN.md: previews never
 // create stacks or resources in the production backend). Hetzner is only read.
 func (e *Engine) PreviewNew(ctx context.Context, in stands.Input) (_ *stands.Result, err error) {
+	defer blindError(in, &err)
 	defer classify(&err)
 	dir, err := os.MkdirTemp(e.cfg.WorkDir, "preview-")
 	if err != nil {

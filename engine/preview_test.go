@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
@@ -96,4 +98,51 @@ func backendFiles(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// TestUntrustedPreview: a pull request's input is rendered by the engine only with the render
+// sandbox's fixed addresses (a template that behaves differently under the real ones cannot
+// escape the sandbox's limits: here it fails instead), Pulumi's steps about it are not logged, and
+// a failed preview's error carries its reason, not the CLI's output.
+func TestUntrustedPreview(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	file := "stands/single/stand.yml"
+	stand := load(t, examples(t, ""), file)
+	if _, err := f.eng.Apply(ctx, stand, false); err != nil {
+		t.Fatalf("apply: %v\n%s", err, f.logs)
+	}
+	ci, err := fs.ReadFile(examples(t, ""), "bases/cloud-init.yaml.tmpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, rest, _ := strings.Cut(string(ci), "\n")
+	tricky := first + "\n{{ if ne .network_ip_range \"192.0.2.0/24\" }}{{ index .not_there 1 }}{{ end }}\n" + rest
+	base, _ := fs.ReadFile(examples(t, ""), file)
+	bigger := strings.Replace(string(base), "type_serv: cx22", "type_serv: cx32", 1)
+	in := load(t, examples(t, "-- bases/cloud-init.yaml.tmpl --\n"+tricky+"-- "+file+" --\n"+bigger), file)
+	in.Untrusted = true
+	logged := len(f.logs.String())
+	res, err := f.eng.Preview(ctx, in)
+	if err != nil || len(res.Steps) != 1 || res.Steps[0].Op != "replace" {
+		t.Fatalf("untrusted preview: %+v %v", res, err)
+	}
+	if strings.Contains(f.logs.String()[logged:], "resource step") {
+		t.Errorf("Pulumi's steps about a pull request's input were logged:\n%s", f.logs.String()[logged:])
+	}
+	// Control: trusted, the same input renders with the real addresses and fails there.
+	in.Untrusted = false
+	if _, err := f.eng.Preview(ctx, in); err == nil || !strings.Contains(err.Error(), "not_there") {
+		t.Errorf("the trusted preview did not render with the real addresses: %v", err)
+	}
+
+	// A preview the CLI failed: the error of an untrusted input keeps its reason, not the output.
+	cliOut := "exit status 255\nstdout: Previewing update\n ~ stands:index:Instance kv--cache update [diff: ~configHash,spec]\n"
+	for _, r := range []reason.Reason{reason.Failure, reason.HetznerUnavailable} {
+		err := reason.Wrap(r, errors.New("pulumi preview demo_demo_single: "+cliOut))
+		blindError(stands.Input{Stand: in.Stand, Untrusted: true}, &err)
+		if reason.Of(err) != r || strings.Contains(err.Error(), "stands:index") || strings.Contains(err.Error(), "update") {
+			t.Errorf("untrusted error %q (reason %s, want %s)", err, reason.Of(err), r)
+		}
+	}
 }

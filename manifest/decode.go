@@ -114,6 +114,14 @@ func (d *decoder) idPart(v string, pos Pos, what string) {
 	}
 }
 
+// noDoubleDash refuses "--" in app and instance names: <app>--<instance> names the instance's unit,
+// resource and folders, and must name one instance only (app a--b's c would be app a's b--c).
+func (d *decoder) noDoubleDash(v string, pos Pos, what string) {
+	if strings.Contains(v, "--") {
+		d.rep.addf(pos, RuleIDPart, "%s %q must not hold \"--\": it separates the app from the instance in <app>--<instance>", what, v)
+	}
+}
+
 func posOf(n *node, fallback Pos) Pos {
 	if n == nil {
 		return fallback
@@ -268,6 +276,7 @@ func (d *decoder) apps(s *Stand, n *node) {
 			d.fields(g.value, iw, "preferences", "connection_name", "roles")
 			in := &Instance{Name: g.key, Pos: g.keyPos}
 			d.idPart(g.key, g.keyPos, "instance name")
+			d.noDoubleDash(g.key, g.keyPos, "instance name")
 			prefs := g.value.get("preferences")
 			if prefs != nil && prefs.kind != kindMap {
 				d.rep.addf(prefs.pos, RuleType, "%s.preferences must be a mapping", iw)
@@ -286,6 +295,7 @@ func (d *decoder) apps(s *Stand, n *node) {
 			a.Instances = append(a.Instances, in)
 		}
 		d.idPart(f.key, f.keyPos, "app name")
+		d.noDoubleDash(f.key, f.keyPos, "app name")
 		s.Apps = append(s.Apps, a)
 	}
 }

@@ -3,6 +3,7 @@ package manifest
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -93,5 +94,23 @@ func TestShortSecrets(t *testing.T) {
 	}
 	if v, _ := res.Secrets.Value(SecretRef{Path: "kv-password", Field: "value", Plain: true}); v != "pw9" || res.Secrets.Scrub("user pw9") != "user pw9" {
 		t.Errorf("!secret-plain value %q, scrubbed %q", v, res.Secrets.Scrub("user pw9"))
+	}
+}
+
+// TestNoDoubleDashInAppOrInstanceNames: <app>--<instance> must name one instance only, so neither
+// part may hold "--" (app a--b's instance c and app a's instance b--c would share a unit).
+func TestNoDoubleDashInAppOrInstanceNames(t *testing.T) {
+	base, err := testfs.Dir("../examples/stands-repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := "stands/single/stand.yml"
+	data, _ := base.ReadFile(file)
+	base[file] = &fstest.MapFile{Data: []byte(strings.Replace(string(data), "      cache:", "      b--c:", 1))}
+	_, err = Preflight(context.Background(), base, file, PreflightOptions{LoadOptions: LoadOptions{DefaultOwner: "local"},
+		Secrets: mapSource(map[string]string{"SECRET_KV_PASSWORD": "kv-password", "SECRET_REGISTRY_PASSWORD": "registry-pw"})})
+	var rep *Report
+	if !errors.As(err, &rep) || !rep.Has(RuleIDPart) || !strings.Contains(err.Error(), `instance name "b--c" must not hold "--"`) {
+		t.Errorf("want an id-part problem for b--c, got %v", err)
 	}
 }

@@ -378,7 +378,11 @@ func (r *renderer) prefsValue(n *node) any {
 // cannot know a secret's hex or its fragments).
 func (r *renderer) shown(v any) string {
 	if r.secrets.blind() {
-		return strconv.Quote(fmt.Sprint(v))
+		t := fmt.Sprint(v)
+		if len(t) > 100 { // a message quotes a value; it does not carry a rendered file
+			t = t[:100] + "…"
+		}
+		return strconv.Quote(t)
 	}
 	return "(value not shown: the render saw secrets)"
 }
@@ -402,9 +406,12 @@ var funcs = template.FuncMap{
 	},
 	"shquote": func(v any) string { return "'" + strings.ReplaceAll(fmt.Sprint(v), "'", `'\''`) + "'" },
 	"b64enc":  func(v any) string { return base64.StdEncoding.EncodeToString([]byte(fmt.Sprint(v))) },
-	"indent": func(n int, v any) string {
+	"indent": func(n int, v any) (string, error) {
+		if n < 0 || n > 1000 {
+			return "", fmt.Errorf("indent by %d: at most 1000", n)
+		}
 		pad := strings.Repeat(" ", n)
-		return pad + strings.ReplaceAll(fmt.Sprint(v), "\n", "\n"+pad)
+		return pad + strings.ReplaceAll(fmt.Sprint(v), "\n", "\n"+pad), nil
 	},
 	"default": func(def, v any) any {
 		if v == nil || v == "" {

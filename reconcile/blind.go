@@ -65,6 +65,9 @@ func (r *Reconciler) evaluateBlind(ctx context.Context, files fs.FS, main *evalu
 		if err, ok := known[ref]; ok {
 			return err
 		}
+		if len(known) > maxSecretNames {
+			return errTooManySecrets // each check is a read of the secret store
+		}
 		err := r.secretExists(ctx, ref)
 		if err == nil || errors.Is(err, manifest.ErrSecretNotFound) {
 			known[ref] = err
@@ -74,6 +77,9 @@ func (r *Reconciler) evaluateBlind(ctx context.Context, files fs.FS, main *evalu
 	ev, err := r.evaluateWith(ctx, files, manifest.PlaceholderSource{Exists: exists}, main != nil)
 	if err != nil {
 		return nil, err
+	}
+	if len(known) > maxSecretNames {
+		return nil, fmt.Errorf("%w: the commit names more than %d secrets", errTooManySecrets, maxSecretNames)
 	}
 	if main == nil {
 		for i := range ev.verdicts {
@@ -92,6 +98,9 @@ func (r *Reconciler) evaluateBlind(ctx context.Context, files fs.FS, main *evalu
 	var changed []string
 	for i := range ev.verdicts {
 		v := &ev.verdicts[i]
+		if v.input != nil {
+			v.input.Untrusted = true
+		}
 		if m := same[v.id]; v.input != nil && m != nil && m.input.SpecHash == v.input.SpecHash {
 			v.print = m.print // nothing of it changed: main rendered the same files
 		} else if v.input != nil {
@@ -120,6 +129,12 @@ func (r *Reconciler) evaluateBlind(ctx context.Context, files fs.FS, main *evalu
 	}
 	return ev, nil
 }
+
+// maxSecretNames bounds the secret store reads one plan makes: a pull request chooses how many
+// distinct names it references.
+const maxSecretNames = 1000
+
+var errTooManySecrets = errors.New("too many secrets")
 
 func printOf(files fs.FS, s *manifest.Stand) *standPrint {
 	p := &standPrint{Instances: map[string]instPrint{}, Nodes: map[string]nodePrint{}, Secrets: len(s.SecretUses()) > 0}

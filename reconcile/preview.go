@@ -111,6 +111,11 @@ func (r *Reconciler) planOne(ctx context.Context, pr gitsource.PullRequest, main
 		r.finishPlan(pr.Index, pr.HeadSHA)
 		log.Warn("pull request plan timed out", "timeout", r.cfg.PlanTimeout)
 		return
+	case errors.Is(err, errTooManySecrets):
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure, fmt.Sprintf("not planned: the commit names more than %d secrets", maxSecretNames), pr.URL)
+		r.finishPlan(pr.Index, pr.HeadSHA)
+		log.Warn("pull request not planned", "err", err)
+		return
 	case errors.Is(err, gitsource.ErrTooLarge):
 		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure, "not planned: the commit holds more files than the reconciler reads (64 MiB)", pr.URL)
 		r.finishPlan(pr.Index, pr.HeadSHA)
@@ -304,7 +309,8 @@ func (r *Reconciler) planRow(ctx context.Context, a diff.Action, in *stands.Inpu
 		if c.Kind() == reason.Waiting {
 			return row, err
 		}
-		row.action, row.note = "error", string(c)+": "+in.Secrets.Scrub(err.Error())
+		// The reason only: a preview's output lists Pulumi's verdict on what secrets feed.
+		row.action, row.note = "error", string(c)+": the preview failed; a plan shows none of its output"
 		return row, nil
 	}
 	row.steps = res.Steps
@@ -434,7 +440,7 @@ func (p *prPlan) comment(pr gitsource.PullRequest) string {
 	if len(problems) > 0 {
 		b.WriteString("\n#### Problems\n")
 		for _, r := range problems {
-			fmt.Fprintf(&b, "\n`%s`:\n```\n%s\n```\n", r.id, strings.ReplaceAll(r.note, "```", "'''"))
+			fmt.Fprintf(&b, "\n`%s`:\n```\n%s\n```\n", r.id, strings.ReplaceAll(clip(r.note, 40, 4000), "```", "'''"))
 		}
 	}
 	if len(p.warnings) > 0 {
@@ -445,6 +451,19 @@ func (p *prPlan) comment(pr gitsource.PullRequest) string {
 	}
 	b.WriteString("\n<sub>stands-reconciler previews never create stacks or servers; this comment is updated when the pull request's head moves.</sub>\n")
 	return b.String()
+}
+
+// clip keeps a note to its first lines and bytes: a pull request decides how long its problems are.
+func clip(s string, lines, size int) string {
+	all := strings.Split(s, "\n")
+	out := strings.Join(all[:min(len(all), lines)], "\n")
+	if len(out) > size {
+		out = out[:size]
+	}
+	if out != s {
+		out += "\n… (cut: stands-reconciler validate lists every problem)"
+	}
+	return out
 }
 
 func actionText(a string) string {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"testing/fstest"
 
 	"github.com/stands-engine/stands-reconciler/internal/repofs"
@@ -62,7 +63,7 @@ func renderStands(files fs.FS, paths []string, owner string, emit func(any) erro
 			return fmt.Errorf("render %s: %w", p, err)
 		}
 		if res.Err != nil {
-			ev.Diags = res.Err.Diags
+			ev.Diags = capDiags(res.Err.Diags)
 		}
 		if res.Stand != nil && res.Err == nil {
 			ev.Print = printOf(files, res.Stand)
@@ -72,6 +73,27 @@ func renderStands(files fs.FS, paths []string, owner string, emit func(any) erro
 		}
 	}
 	return nil
+}
+
+// Bounds on a child's answer: a pull request can make many problems, each quoting what it rendered.
+const (
+	maxDiags      = 50
+	maxDiagLength = 300
+	maxAnswer     = 16 << 20 // bytes read from a child
+)
+
+func capDiags(diags []manifest.Diagnostic) []manifest.Diagnostic {
+	out := slices.Clone(diags[:min(len(diags), maxDiags)])
+	for i := range out {
+		if len(out[i].Msg) > maxDiagLength {
+			out[i].Msg = out[i].Msg[:maxDiagLength] + "…"
+		}
+	}
+	if len(diags) > maxDiags {
+		out = append(out, manifest.Diagnostic{Pos: out[len(out)-1].Pos, Rule: diags[maxDiags].Rule,
+			Msg: fmt.Sprintf("and %d more problems", len(diags)-maxDiags)})
+	}
+	return out
 }
 
 func requestFS(req renderRequest) fs.FS {
@@ -125,7 +147,7 @@ func (r *Reconciler) renderSandboxed(ctx context.Context, files fs.FS, paths []s
 	for len(req.Paths) > 0 {
 		current := ""
 		read := func(in io.Reader) error {
-			dec := gob.NewDecoder(in)
+			dec := gob.NewDecoder(io.LimitReader(in, maxAnswer))
 			for {
 				var ev renderEvent
 				if err := dec.Decode(&ev); errors.Is(err, io.EOF) {

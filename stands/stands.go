@@ -17,6 +17,11 @@ type Input struct {
 	Stand    *manifest.Stand
 	Secrets  manifest.Secrets
 	SpecHash string
+	// Untrusted marks a pull request's input (its secrets are placeholders): the engine renders it
+	// only as the render sandbox did (the same fixed addresses), logs none of Pulumi's steps or
+	// messages about it, and returns its errors without the CLI's output, which would show
+	// Pulumi's verdict on what a secret feeds.
+	Untrusted bool
 }
 
 // Result is the outcome of an operation on a stand.

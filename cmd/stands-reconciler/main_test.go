@@ -282,7 +282,7 @@ func TestValidateWarnsOldForm(t *testing.T) {
 		t.Fatal("the mini repository's stand is not in the seed's form")
 	}
 	dir := repoFromArchive(t, "-- stands/a/stand.yml --\n"+old)
-	r := runCLI(t, context.Background(), newRecorder(map[string]string{"SECRET_KV_PASS": "kv", "SECRET_REG_PASS": "reg"}), "validate", dir)
+	r := runCLI(t, context.Background(), newRecorder(map[string]string{"SECRET_KV_PASS": "kv-value", "SECRET_REG_PASS": "reg-value"}), "validate", dir)
 	if r.code != 0 || r.stdout != `{"operation":"validate","status":"success"}`+"\n" {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}

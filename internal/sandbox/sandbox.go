@@ -46,8 +46,8 @@ func Child(args []string) (job string, err error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return "", fmt.Errorf("sandbox: limits: %w", err)
 	}
-	// The hard CPU limit is a second later: SIGXCPU at the soft one ends the process (Go leaves its
-	// default action), SIGKILL at the hard one if it did not.
+	// The Go runtime ignores SIGXCPU, which the kernel sends at the soft limit; the SIGKILL at the
+	// hard one, a second later, ends the child.
 	if err := syscall.Setrlimit(syscall.RLIMIT_CPU, &syscall.Rlimit{Cur: cpu, Max: cpu + 1}); err != nil {
 		return "", fmt.Errorf("sandbox: limit CPU time: %w", err)
 	}
