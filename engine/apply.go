@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sort"
 	"strings"
 
@@ -173,7 +174,8 @@ func (e *Engine) hcloud() (*hcloud.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []hcloud.ClientOption{hcloud.WithToken(token), hcloud.WithApplication("stands-reconciler", provider.Version)}
+	opts := []hcloud.ClientOption{hcloud.WithToken(token), hcloud.WithApplication("stands-reconciler", provider.Version),
+		hcloud.WithHTTPClient(&http.Client{Timeout: provider.HTTPTimeout})}
 	if e.cfg.HcloudEndpoint != "" {
 		opts = append(opts, hcloud.WithEndpoint(e.cfg.HcloudEndpoint))
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stands-engine/stands-reconciler/hcloudsim"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -144,5 +146,32 @@ func TestUntrustedPreview(t *testing.T) {
 		if reason.Of(err) != r || strings.Contains(err.Error(), "stands:index") || strings.Contains(err.Error(), "update") {
 			t.Errorf("untrusted error %q (reason %s, want %s)", err, reason.Of(err), r)
 		}
+	}
+}
+
+// TestHangingHetznerEndpoint: an apply whose server create never gets an answer ends when its
+// context does (the reconciler's --operation-timeout), the Pulumi CLI interrupted rather than left
+// running; the stack is not left locked, and the next apply finishes the stand.
+func TestHangingHetznerEndpoint(t *testing.T) {
+	f := newFixture(t)
+	stand := load(t, examples(t, ""), "stands/single/stand.yml")
+	f.Sim.Inject(hcloudsim.Fault{Method: http.MethodPost, Path: "/servers", Delay: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := f.eng.Apply(ctx, stand, false)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("an apply whose create hung succeeded")
+	}
+	if took > 45*time.Second {
+		t.Errorf("the apply returned %s after it started, its deadline was 15s", took.Round(time.Second))
+	}
+	t.Logf("the hung apply returned after %s: %v", took.Round(time.Second), Classify(err))
+	if _, err := f.eng.Apply(context.Background(), stand, false); err != nil {
+		t.Fatalf("the apply after the hang: %v\n%s", err, f.logs)
+	}
+	if n := len(f.Servers(t)); n != 1 {
+		t.Errorf("%d servers after the second apply, want 1", n)
 	}
 }

@@ -96,6 +96,7 @@ const (
 	MissingPrereq      Reason = "MissingPrerequisite"
 	ProviderMissing    Reason = "ProviderMissing"
 	Canceled           Reason = "Canceled"
+	Timeout            Reason = "Timeout"
 	Failure            Reason = "Failed"
 )
 
@@ -137,6 +138,7 @@ var catalogue = map[Reason]entry{
 	MissingPrereq:      {Stalling, Failed, "%s"},
 	ProviderMissing:    {Stalling, Failed, "%s"},
 	Canceled:           {Waiting, Failed, "%s"},
+	Timeout:            {Waiting, Failed, "%s"},
 	Failure:            {Generic, Failed, "%s"},
 }
 

@@ -145,6 +145,7 @@ type fakeEngine struct {
 	configs        map[string]string // stand → its instances' configuration at the last apply
 	// previewGate, when set, holds every Preview until it is closed; each says so on previewing.
 	previewGate chan struct{}
+	hang        map[string]bool // stands whose operations never return by themselves
 	previewing  chan string
 	calls       int // Apply calls, observes included
 }
@@ -176,7 +177,12 @@ func (e *fakeEngine) enter(ctx context.Context, id string) error {
 	gate := e.gate
 	err := e.fail[id]
 	delete(e.fail, id)
+	hangs := e.hang[id]
 	e.mu.Unlock()
+	if hangs { // as a call to an endpoint that never answers: only the context ends it
+		<-ctx.Done()
+		return fmt.Errorf("pulumi up %s: %w", id, ctx.Err())
+	}
 	if gate != nil {
 		select {
 		case <-gate:

@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -41,7 +43,7 @@ func (r *Reconciler) run(o op) {
 			r.commitStatus(ctx, o, *st)
 		}
 	}
-	res, err := r.operate(ctx, &o, log)
+	res, err := r.operateBounded(ctx, &o, log)
 	if err != nil {
 		c := reason.Of(err)
 		log.Warn("operation failed", "reason", c, "kind", c.Kind(), "err", r.scrub(o, err.Error()))
@@ -55,6 +57,27 @@ func (r *Reconciler) run(o op) {
 		r.commitStatus(ctx, o, final)
 	}
 	r.publish(ctx)
+}
+
+// operateBounded is operate under the operation deadline: past it the engine's context ends (the
+// Pulumi CLI is interrupted, so it saves its checkpoint and lets its lock go) and the operation
+// fails with Timeout, a Waiting reason: it is tried again with the usual backoff.
+func (r *Reconciler) operateBounded(ctx context.Context, o *op, log *slog.Logger) (*stands.Result, error) {
+	octx, cancel := context.WithTimeout(ctx, r.cfg.OperationTimeout)
+	defer cancel()
+	res, err := r.operate(octx, o, log)
+	if err != nil && ctx.Err() == nil && errors.Is(octx.Err(), context.DeadlineExceeded) {
+		r.mu.Lock()
+		r.health.Timeout = fmt.Errorf("%s of %s took longer than %s", o.kind, o.id, r.cfg.OperationTimeout)
+		r.mu.Unlock()
+		return res, reason.Wrap(reason.Timeout, fmt.Errorf("%s of %s took longer than --operation-timeout %s and was interrupted: %w", o.kind, o.id, r.cfg.OperationTimeout, err))
+	}
+	if err == nil {
+		r.mu.Lock()
+		r.health.Timeout = nil
+		r.mu.Unlock()
+	}
+	return res, err
 }
 
 // operate calls the engine; a drift repaired by an apply turns the operation into an apply.

@@ -81,7 +81,18 @@ type Config struct {
 	// ("" keeps them in memory only); PlanTimeout bounds one plan (DefaultPlanTimeout).
 	PreviewState string
 	PlanTimeout  time.Duration
+	// OperationTimeout bounds one apply, drift check or destroy (DefaultOperationTimeout);
+	// InventoryTimeout the inventory of a cycle (DefaultInventoryTimeout).
+	OperationTimeout time.Duration
+	InventoryTimeout time.Duration
 }
+
+// Defaults of the deadlines: a two-node stand's first apply takes minutes (cloud-init, image pulls),
+// a slow registry more; an inventory reads the backend's stack files.
+const (
+	DefaultOperationTimeout = time.Hour
+	DefaultInventoryTimeout = 5 * time.Minute
+)
 
 // Reconciler owns the stands' statuses and the operations running on them.
 type Reconciler struct {
@@ -125,6 +136,8 @@ type Health struct {
 	Source  error
 	Secrets error
 	Backend error
+	// Timeout is the last operation that ran past its deadline, until an operation succeeds.
+	Timeout error
 	Cycles  int // completed cycles
 }
 
@@ -150,6 +163,12 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 	}
 	if cfg.PlanTimeout <= 0 {
 		cfg.PlanTimeout = DefaultPlanTimeout
+	}
+	if cfg.OperationTimeout <= 0 {
+		cfg.OperationTimeout = DefaultOperationTimeout
+	}
+	if cfg.InventoryTimeout <= 0 {
+		cfg.InventoryTimeout = DefaultInventoryTimeout
 	}
 	if sec == nil {
 		sec = envSecrets{}
@@ -249,7 +268,9 @@ func (r *Reconciler) Cycle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	stacks, err := r.eng.Inventory(ctx)
+	ictx, cancel := context.WithTimeout(ctx, r.cfg.InventoryTimeout)
+	stacks, err := r.eng.Inventory(ictx)
+	cancel()
 	r.mu.Lock()
 	r.health.Source, r.health.Secrets, r.health.Backend = nil, d.secretsErr, err
 	r.mu.Unlock()

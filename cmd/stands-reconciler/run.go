@@ -32,7 +32,7 @@ type daemonFlags struct {
 	engineFlags
 	repo, branch, statusBranch, gitUser, gitName, gitEmail string
 	listen, vaultMount, vaultPrefix                        string
-	poll, drain, drift                                     time.Duration
+	poll, drain, drift, opTimeout                          time.Duration
 	workers                                                int
 	share                                                  float64
 	massDestroy, driftApply, previews                      bool
@@ -63,6 +63,7 @@ func (f *daemonFlags) register(fs *flag.FlagSet, getenv env) {
 	fs.StringVar(&f.vaultPrefix, "vault-prefix", def("STANDS_VAULT_PREFIX", "stands"), "path prefix of the stands' secrets in the mount ($STANDS_VAULT_PREFIX)")
 	fs.DurationVar(&f.poll, "poll-interval", dur("STANDS_POLL_INTERVAL", 30*time.Second), "time between polls, jittered ±10% ($STANDS_POLL_INTERVAL)")
 	fs.DurationVar(&f.drain, "drain-timeout", dur("STANDS_DRAIN_TIMEOUT", 10*time.Minute), "on SIGTERM, how long running operations may finish before they are cancelled ($STANDS_DRAIN_TIMEOUT)")
+	fs.DurationVar(&f.opTimeout, "operation-timeout", dur("STANDS_OPERATION_TIMEOUT", reconcile.DefaultOperationTimeout), "how long one apply, drift check or destroy may run before Pulumi is interrupted and the stand fails with Timeout, tried again later ($STANDS_OPERATION_TIMEOUT)")
 	fs.DurationVar(&f.drift, "drift-interval", dur("STANDS_DRIFT_INTERVAL", 6*time.Hour), "how often a Ready stand is checked for drift (pulumi preview --refresh); 0: never ($STANDS_DRIFT_INTERVAL)")
 	fs.BoolVar(&f.driftApply, "drift-apply", getenv("STANDS_DRIFT_APPLY") == "true", "apply a drifted stand again instead of only reporting Drifted ($STANDS_DRIFT_APPLY=true)")
 	fs.IntVar(&f.workers, "workers", 4, "operations at once (one per stand at a time)")

@@ -72,7 +72,7 @@ func wire(f *daemonFlags, std stdio, getenv env, log *slog.Logger) (_ *wiring, e
 	}
 	cfg := reconcile.Config{Owner: f.owner, Passphrase: pass, Workers: f.workers, MaxDestroyShare: f.share,
 		AllowMassDestroy: f.massDestroy, DriftInterval: f.drift, DriftApply: f.driftApply, Log: log,
-		Branch: f.branch, StatusBranch: w.src.StatusBranch()}
+		Branch: f.branch, StatusBranch: w.src.StatusBranch(), OperationTimeout: f.opTimeout}
 	if forge := f.forge(getenv, gitToken, log); forge != nil {
 		cfg.Forge = forge
 		if f.previews {

@@ -10,8 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/diag"
@@ -104,8 +106,13 @@ func New() *Provider {
 	}
 }
 
+// HTTPTimeout bounds every request to the Hetzner API: a hung endpoint fails the call, which the
+// engine's retries and the operation's deadline then handle, instead of freezing it.
+const HTTPTimeout = 60 * time.Second
+
 func newClient(token, endpoint string) *hcloud.Client {
-	opts := []hcloud.ClientOption{hcloud.WithToken(token), hcloud.WithApplication("stands-reconciler", Version)}
+	opts := []hcloud.ClientOption{hcloud.WithToken(token), hcloud.WithApplication("stands-reconciler", Version),
+		hcloud.WithHTTPClient(&http.Client{Timeout: HTTPTimeout})}
 	if endpoint != "" {
 		opts = append(opts, hcloud.WithEndpoint(endpoint))
 	}
