@@ -20,7 +20,8 @@ type Desired struct {
 	// Invalid is set when the stand's manifest failed validation: it fails alone, and its stack, if
 	// any, is left as it is (never destroyed because its file is broken).
 	Invalid bool
-	Problem string // why it is invalid: the Blocked action's detail
+	Problem string        // why it is invalid: the Blocked action's detail
+	Reason  reason.Reason // of the Blocked action; Invalid when empty
 }
 
 // Actual is a stack of the backend.
@@ -98,7 +99,7 @@ func Plan(in Input) []Action {
 		a, exists := actual[d.ID]
 		switch {
 		case d.Invalid:
-			out = append(out, Action{Kind: Blocked, ID: d.ID, SpecHash: d.SpecHash, Reason: reason.Invalid, Detail: d.Problem})
+			out = append(out, Action{Kind: Blocked, ID: d.ID, SpecHash: d.SpecHash, Reason: cmp.Or(d.Reason, reason.Invalid), Detail: d.Problem})
 			continue
 		case d.Suspend:
 			out = append(out, Action{Kind: Noop, ID: d.ID, SpecHash: d.SpecHash, Reason: reason.SuspendedByRepo})

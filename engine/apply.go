@@ -205,6 +205,9 @@ func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly 
 	if err := checkOwned(st, outs, dep); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
+	if err := checkStandID(s.Project+"/"+s.Env, outs, s.ID); err != nil {
+		return auto.Stack{}, nil, nil, err
+	}
 	// A preview only reads (DESIGN.md): what a killed run left behind is undone by the next apply,
 	// never by a plan a pull request asked for.
 	if !readOnly {
@@ -237,6 +240,17 @@ func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly 
 		return auto.Stack{}, nil, nil, fmt.Errorf("render %s: %w", s.ID, err)
 	}
 	return st, p, outs, nil
+}
+
+// checkStandID refuses a stack that records another stand than the one expected: stack names are
+// project/env, so two owners' stands of one project and env on one backend meet in one stack, and
+// one must never apply over or destroy the other's.
+func checkStandID(stack string, outs auto.OutputMap, want string) error {
+	got, _ := outs[OutStandID].Value.(string)
+	if want == "" || got == "" || got == want {
+		return nil
+	}
+	return fmt.Errorf("stack %s holds stand %s, not %s: %w", stack, got, want, ErrNotOwned)
 }
 
 // checkOwned refuses a stack made by another tool (e.g. the old engine under the same backend): one
@@ -429,6 +443,9 @@ func (e *Engine) Destroy(ctx context.Context, ref stands.StackRef) (_ *stands.Re
 		return nil, err
 	}
 	if err := checkOwned(st, outs, dep); err != nil {
+		return nil, err
+	}
+	if err := checkStandID(id, outs, ref.StandID); err != nil {
 		return nil, err
 	}
 	if outs[OutProtect].Value == true {

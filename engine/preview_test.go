@@ -175,3 +175,37 @@ func TestHangingHetznerEndpoint(t *testing.T) {
 		t.Errorf("%d servers after the second apply, want 1", n)
 	}
 }
+
+// TestSharedBackendTwoOwners: two owners' stands of one project and env meet in one stack on a
+// shared backend; the second owner's apply and a destroy that expects another stand are refused
+// before Pulumi changes anything, and no server is deleted. The destroy naming the right stand is
+// the control.
+func TestSharedBackendTwoOwners(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	file := "stands/single/stand.yml"
+	mine := load(t, examples(t, ""), file)
+	if _, err := f.eng.Apply(ctx, mine, false); err != nil {
+		t.Fatalf("apply: %v\n%s", err, f.logs)
+	}
+	base, _ := fs.ReadFile(examples(t, ""), file)
+	theirs := load(t, examples(t, "-- "+file+" --\n"+strings.Replace(string(base), "stand:\n", "stand:\n  owner: other\n", 1)), file)
+	if theirs.Stand.ID != "other_demo_single" {
+		t.Fatalf("the other owner's stand is %s", theirs.Stand.ID)
+	}
+	writes := f.Sim.Writes("")
+	if _, err := f.eng.Apply(ctx, theirs, false); !errors.Is(err, ErrNotOwned) || !strings.Contains(err.Error(), "holds stand demo_demo_single") {
+		t.Errorf("the other owner's apply: %v", err)
+	}
+	ref := stands.StackRef{Project: "demo", Env: "single"}
+	if _, err := f.eng.Destroy(ctx, stands.StackRef{Project: ref.Project, Env: ref.Env, StandID: "other_demo_single"}); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("a destroy expecting the other owner's stand: %v", err)
+	}
+	if n := f.Sim.Writes("") - writes; n != 0 || len(f.Servers(t)) != 1 {
+		t.Errorf("%d Hetzner writes, %d servers after the refusals", n, len(f.Servers(t)))
+	}
+	ref.StandID = mine.Stand.ID
+	if res, err := f.eng.Destroy(ctx, ref); err != nil || res.Changes["delete"] != 1 {
+		t.Errorf("the destroy naming the stand the stack holds: %+v %v", res, err)
+	}
+}

@@ -96,6 +96,7 @@ const (
 	MissingPrereq      Reason = "MissingPrerequisite"
 	ProviderMissing    Reason = "ProviderMissing"
 	Canceled           Reason = "Canceled"
+	OwnerChanged       Reason = "OwnerChanged"
 	Timeout            Reason = "Timeout"
 	Failure            Reason = "Failed"
 )
@@ -122,6 +123,7 @@ var catalogue = map[Reason]entry{
 
 	Foreign:           {Stalling, Blocked, "a stack with this stand's name exists but was not made by stands-reconciler; it is never changed or replaced"},
 	SourceUnavailable: {Waiting, Blocked, "a stand.yml of the repository cannot be read, so no stand is destroyed: %s"},
+	OwnerChanged:      {Stalling, Blocked, "%s"},
 	Protected:         {Stalling, Blocked, "stand.protect was true at its last apply: remove it from the repository only after an apply with protect: false"},
 	MassDeletion:      {Stalling, Blocked, "%s"},
 	LastStand:         {Stalling, Blocked, "%s"},

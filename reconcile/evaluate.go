@@ -106,6 +106,32 @@ func (ev *evaluation) desired(skip func(id string) bool) []diff.Desired {
 	return out
 }
 
+// ownerChanges holds the stacks of stands whose stand.owner was edited: a stack of ours that no
+// stand declares by id, while a stand of the same project and env with another owner is declared,
+// is Blocked (OwnerChanged), not a removal: editing owner: must never destroy the old stand.
+func (ev *evaluation) ownerChanges(actual []diff.Actual, owner string) []diff.Desired {
+	declared := map[string]bool{}
+	byPlace := map[string]string{} // project_env → the id declaring it
+	for _, v := range ev.verdicts {
+		declared[v.id] = true
+		if parts := strings.SplitN(v.id, "_", 3); len(parts) == 3 {
+			byPlace[parts[1]+"_"+parts[2]] = v.id
+		}
+	}
+	var out []diff.Desired
+	for _, a := range actual {
+		parts := strings.SplitN(a.ID, "_", 3)
+		if declared[a.ID] || !a.Owned || len(parts) != 3 || parts[0] != owner {
+			continue
+		}
+		if now, ok := byPlace[parts[1]+"_"+parts[2]]; ok {
+			out = append(out, diff.Desired{ID: a.ID, Invalid: true, Reason: reason.OwnerChanged,
+				Problem: fmt.Sprintf("stand.owner changed: the repository declares %s where %s was; the stack stays as it is. Change owner back, or destroy %s first", now, a.ID, a.ID)})
+		}
+	}
+	return out
+}
+
 // outcome is what the evaluation says about a stand before any diff: declared, or why it cannot go on.
 func (v verdict) outcome(commit string) outcome {
 	switch {

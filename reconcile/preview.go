@@ -259,7 +259,8 @@ func (r *Reconciler) planPR(ctx context.Context, pr gitsource.PullRequest, main 
 
 // plan is the diff of an evaluation against the stacks, as a cycle would compute it.
 func (r *Reconciler) plan(ev *evaluation, actual []diff.Actual) []diff.Action {
-	return diff.Plan(diff.Input{Desired: ev.desired(func(string) bool { return false }), Actual: actual, SourceOK: len(ev.unreadable) == 0,
+	desired := append(ev.desired(func(string) bool { return false }), ev.ownerChanges(actual, r.cfg.Owner)...)
+	return diff.Plan(diff.Input{Desired: desired, Actual: actual, SourceOK: len(ev.unreadable) == 0,
 		MaxDestroyShare: r.cfg.MaxDestroyShare, AllowDestroy: ev.allow, AllowMassDestroy: r.cfg.AllowMassDestroy})
 }
 

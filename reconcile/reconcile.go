@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -278,7 +279,7 @@ func (r *Reconciler) Cycle(ctx context.Context) error {
 		return fmt.Errorf("read inventory: %w", err)
 	}
 	actual, refs := r.actual(stacks)
-	in := diff.Input{Desired: d.desired, Actual: actual, SourceOK: len(d.unreadable) == 0, MaxDestroyShare: r.cfg.MaxDestroyShare,
+	in := diff.Input{Desired: append(d.desired, d.ev.ownerChanges(actual, r.cfg.Owner)...), Actual: actual, SourceOK: len(d.unreadable) == 0, MaxDestroyShare: r.cfg.MaxDestroyShare,
 		AllowDestroy: d.allow, AllowMassDestroy: r.cfg.AllowMassDestroy}
 	if d.secretsErr != nil {
 		in.Hold = reason.VaultUnavailable
@@ -356,8 +357,11 @@ func (r *Reconciler) actual(stacks []stands.StackInfo) ([]diff.Actual, map[strin
 		if id == "" {
 			id = r.cfg.Owner + "_" + s.Project + "_" + s.Env
 		}
+		if owner, _, _ := strings.Cut(id, "_"); owner != r.cfg.Owner {
+			continue // another owner's reconciler's, on a shared backend: not ours to count or judge
+		}
 		out = append(out, diff.Actual{ID: id, Owned: s.Owned, SpecHash: s.SpecHash, Protected: s.Protect})
-		refs[id] = stands.StackRef{Project: s.Project, Env: s.Env}
+		refs[id] = stands.StackRef{Project: s.Project, Env: s.Env, StandID: s.StandID}
 	}
 	return out, refs
 }

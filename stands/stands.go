@@ -58,6 +58,9 @@ func (SecretJSON) GoString() string { return "***" }
 type StackRef struct {
 	Project string
 	Env     string
+	// StandID, when set, is the stand the caller expects the stack to hold: Destroy refuses a stack
+	// that records another (another owner's stand on a shared backend).
+	StandID string
 }
 
 // Step is one planned or applied change to a stand: what a reviewer needs to see, never an input's
