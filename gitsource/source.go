@@ -473,13 +473,20 @@ func (r *remoteStore) fetch(ctx context.Context, auth transport.AuthMethod, bran
 	return &h, nil
 }
 
-func (r *remoteStore) push(ctx context.Context, auth transport.AuthMethod, branch string, _ *plumbing.Hash, new plumbing.Hash) error {
-	local := plumbing.ReferenceName("refs/stands/" + branch)
+// push moves the remote branch from old to new, and only from old: a compare-and-swap on the ref
+// (a push "with lease"). A plain push would also go through when the branch was force-pushed back
+// to an ancestor of old meanwhile (new still descends from it), and put the rewound commits back.
+func (r *remoteStore) push(ctx context.Context, auth transport.AuthMethod, branch string, old *plumbing.Hash, new plumbing.Hash) error {
+	// The lease is read from the remote-tracking ref of the local branch of the same name.
+	local := plumbing.NewBranchReferenceName(branch)
 	if err := r.r.Storer.SetReference(plumbing.NewHashReference(local, new)); err != nil {
 		return err
 	}
-	err := r.r.PushContext(ctx, &git.PushOptions{Auth: auth,
-		RefSpecs: []config.RefSpec{config.RefSpec(local.String() + ":" + plumbing.NewBranchReferenceName(branch).String())}})
+	opts := &git.PushOptions{Auth: auth, RefSpecs: []config.RefSpec{config.RefSpec(local.String() + ":" + local.String())}}
+	if old != nil {
+		opts.ForceWithLease = &git.ForceWithLease{RefName: local, Hash: *old}
+	}
+	err := r.r.PushContext(ctx, opts)
 	if err == nil || errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return nil
 	}

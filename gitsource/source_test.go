@@ -9,9 +9,16 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 )
@@ -118,5 +125,72 @@ func TestWebhook(t *testing.T) {
 		if resp.StatusCode != c.status || polls.Load() != c.polls {
 			t.Errorf("%s: status %d polls %d, want %d %d", c.name, resp.StatusCode, polls.Load(), c.status, c.polls)
 		}
+	}
+}
+
+// TestStatusPushIsCompareAndSwap: a status commit is pushed only over the head it was built on. A
+// branch force-pushed back to an ancestor meanwhile refuses it (a lost race, tried again on the
+// fresh head) instead of taking it as a fast-forward that would restore the rewound commits.
+func TestStatusPushIsCompareAndSwap(t *testing.T) {
+	dir := t.TempDir()
+	bare := filepath.Join(dir, "stands.git")
+	work := filepath.Join(dir, "work")
+	git := func(in string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = in
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.test", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.test")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git(dir, "init", "--quiet", "--bare", "--initial-branch=main", bare)
+	git(dir, "clone", "--quiet", bare, work)
+	for _, name := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(work, name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		git(work, "add", name)
+		git(work, "commit", "--quiet", "-m", name)
+	}
+	git(work, "push", "--quiet", "origin", "HEAD:main")
+	a, b := git(work, "rev-parse", "HEAD~1"), git(work, "rev-parse", "HEAD")
+
+	store := &remoteStore{url: "file://" + bare}
+	base, err := store.fetch(context.Background(), nil, "main")
+	if err != nil || base == nil || base.String() != b {
+		t.Fatalf("fetch: %v %v", base, err)
+	}
+	repo := store.repo()
+	head, err := repo.CommitObject(*base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := object.Signature{Name: "t", Email: "t@example.test", When: time.Now()}
+	obj := repo.Storer.NewEncodedObject()
+	if err := (&object.Commit{Author: sig, Committer: sig, Message: "status", TreeHash: head.TreeHash, ParentHashes: []plumbing.Hash{*base}}).Encode(obj); err != nil {
+		t.Fatal(err)
+	}
+	status, err := repo.Storer.SetEncodedObject(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	git(work, "push", "--quiet", "--force", "origin", a+":main") // the rewind, between fetch and push
+	err = store.push(context.Background(), nil, "main", base, status)
+	if !errors.Is(err, errRace) {
+		t.Errorf("push over a rewound branch: %v, want a lost race", err)
+	}
+	if got := git(bare, "rev-parse", "main"); got != a {
+		t.Errorf("main is %s after the push, want the rewound %s", got, a)
+	}
+	// The control: over the head it was built on, the same push goes through.
+	git(work, "push", "--quiet", "--force", "origin", b+":main")
+	if err := store.push(context.Background(), nil, "main", base, status); err != nil {
+		t.Fatalf("push over its own base: %v", err)
+	}
+	if got := git(bare, "rev-parse", "main"); got != status.String() {
+		t.Errorf("main is %s, want the status commit", got)
 	}
 }
