@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -242,6 +243,34 @@ func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly 
 	return st, p, outs, nil
 }
 
+// protectedChanges previews the stack and says which of its servers the update would replace or
+// delete, and why; "" when none.
+func (e *Engine) protectedChanges(ctx context.Context, st auto.Stack, log *slog.Logger) (string, error) {
+	ch, wait := e.progressSteps(log)
+	_, err := st.Preview(ctx, optpreview.SuppressProgress(), optpreview.EventStreams(ch))
+	_, steps := wait()
+	if err != nil {
+		return "", fmt.Errorf("pulumi preview %s before a protected apply: %w", st.Name(), err)
+	}
+	return protectedServers(steps), nil
+}
+
+// protectedServers names the server steps a protected stand refuses: replacements (with the inputs
+// that force them) and deletions.
+func protectedServers(steps []stands.Step) string {
+	var why []string
+	for _, s := range steps {
+		switch {
+		case s.Kind != "":
+		case s.Op == "replace":
+			why = append(why, fmt.Sprintf("server %s would be replaced (%s changed)", s.ServerName, cmp.Or(s.Changed, "an input")))
+		case s.Op == "delete":
+			why = append(why, fmt.Sprintf("server %s would be deleted (its node left the manifest or was renamed)", s.ServerName))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
 // checkStandID refuses a stack that records another stand than the one expected: stack names are
 // project/env, so two owners' stands of one project and env on one backend meet in one stack, and
 // one must never apply over or destroy the other's.
@@ -289,6 +318,17 @@ func (e *Engine) Apply(ctx context.Context, in stands.Input, force bool) (_ *sta
 		return e.result(in, "apply", false, nil, outs, p)
 	}
 	e.sshPolicy(st, p)
+	if outs[OutProtect].Value == true {
+		// Protected at its last apply: no server of it is replaced or deleted, whatever the manifest
+		// says now (protect: false must be applied first, as for a destroy). Planned first, so
+		// Pulumi never starts on a change it would have to refuse half-way.
+		if why, err := e.protectedChanges(ctx, st, log); err != nil || why != "" {
+			if err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%s: %s: %w", in.Stand.ID, why, ErrProtected)
+		}
+	}
 	ch, wait := e.progress(log)
 	log.Info("applying stand", "spec_hash", in.SpecHash, "nodes", len(in.Stand.Nodes), "nodes_mode", p.mode)
 	res, err := st.Up(ctx, optup.EventStreams(ch), optup.SuppressProgress())
@@ -374,6 +414,9 @@ func (e *Engine) preview(ctx context.Context, in stands.Input, op string) (*stan
 	res, err := e.result(in, op, isChange(changes), changes, outs, p)
 	if res != nil {
 		res.Steps = steps
+		if outs[OutProtect].Value == true {
+			res.Protected = protectedServers(steps)
+		}
 	}
 	return res, err
 }

@@ -286,6 +286,7 @@ func stepOf(m apitype.StepEventMetadata) stands.Step {
 		st.ConfigUnknown = str(m.New, "configHash") == sig.UnknownStringValue
 		return st
 	}
+	st.Changed = strings.Join(m.Diffs, ",")
 	st.ServerName, st.ServerType, st.Location = str(m.New, "name"), str(m.New, "serverType"), str(m.New, "location")
 	st.OldServerType, st.OldLocation = str(m.Old, "serverType"), str(m.Old, "location")
 	if st.ServerName == "" {

@@ -209,3 +209,63 @@ func TestSharedBackendTwoOwners(t *testing.T) {
 		t.Errorf("the destroy naming the stand the stack holds: %+v %v", res, err)
 	}
 }
+
+// TestProtectHoldsServers: a stand protected at its last apply has none of its servers replaced or
+// deleted, in the plan (which names the server and the input forcing it) or the apply (refused
+// before Pulumi starts, no Hetzner delete), until protect: false is applied; then the same change
+// goes through (the control).
+func TestProtectHoldsServers(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	file := "stands/single/stand.yml"
+	base, _ := fs.ReadFile(examples(t, ""), file)
+	variant := func(protect bool, typ, node string) stands.Input {
+		m := strings.Replace(string(base), "type_serv: cx22", "type_serv: "+typ, 1)
+		m = strings.Replace(m, "stand:\n", fmt.Sprintf("stand:\n  protect: %t\n", protect), 1)
+		m = strings.Replace(m, "nodes:\n  main:", "nodes:\n  "+node+":", 1)
+		return load(t, examples(t, "-- "+file+" --\n"+m), file)
+	}
+	if _, err := f.eng.Apply(ctx, variant(true, "cx22", "main"), false); err != nil {
+		t.Fatalf("apply: %v\n%s", err, f.logs)
+	}
+	id := f.Servers(t)["demo-demo-single-main"].ID
+	deleteCalls := func() int {
+		n := 0
+		for _, c := range f.Sim.Calls() {
+			if c.Method == http.MethodDelete {
+				n++
+			}
+		}
+		return n
+	}
+	deletes := deleteCalls()
+	for _, c := range []struct {
+		name string
+		in   stands.Input
+		want string
+	}{
+		{"a bigger server", variant(true, "cx32", "main"), "server demo-demo-single-main would be replaced (serverType changed)"},
+		{"a renamed node", variant(true, "cx22", "app"), "server demo-demo-single-main would be deleted"},
+		{"protect: false and a bigger server at once", variant(false, "cx32", "main"), "server demo-demo-single-main would be replaced"},
+	} {
+		plan, err := f.eng.Preview(ctx, c.in)
+		if err != nil || !strings.Contains(plan.Protected, c.want) {
+			t.Errorf("%s: plan %+v %v, want %q", c.name, plan, err, c.want)
+		}
+		if _, err := f.eng.Apply(ctx, c.in, false); !errors.Is(err, ErrProtected) || Classify(err) != reason.Protected || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: apply %v", c.name, err)
+		}
+	}
+	if n := deleteCalls() - deletes; n != 0 || f.Servers(t)["demo-demo-single-main"].ID != id {
+		t.Fatalf("%d Hetzner deletes while protected", n)
+	}
+	if _, err := f.eng.Apply(ctx, variant(false, "cx22", "main"), false); err != nil {
+		t.Fatalf("apply protect: false: %v", err)
+	}
+	if _, err := f.eng.Apply(ctx, variant(false, "cx32", "main"), false); err != nil {
+		t.Fatalf("the bigger server once unprotected: %v", err)
+	}
+	if s := f.Servers(t)["demo-demo-single-main"]; s == nil || s.ServerType.Name != "cx32" {
+		t.Errorf("server after the unprotected change: %+v", s)
+	}
+}

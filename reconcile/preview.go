@@ -315,6 +315,10 @@ func (r *Reconciler) planRow(ctx context.Context, a diff.Action, in *stands.Inpu
 		return row, nil
 	}
 	row.steps = res.Steps
+	if res.Protected != "" {
+		// The apply refuses it: protect holds servers as it holds a destroy.
+		row.action, row.note = "blocked", string(reason.Protected)+": "+res.Protected+"; apply protect: false first"
+	}
 	return plan.priceSteps(row, prices), nil
 }
 

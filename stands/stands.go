@@ -36,6 +36,9 @@ type Result struct {
 	Connection SecretJSON      `json:"-"` // full values: secret
 	Masked     json.RawMessage `json:"connection,omitempty"`
 	Steps      []Step          `json:"steps,omitempty"` // previews: the planned steps on the servers
+	// Protected, on a preview of a stand protected at its last apply, names the servers the apply
+	// would replace or delete, which it refuses: "" when there are none.
+	Protected string `json:"protected,omitempty"`
 }
 
 // Node is a server of the stand as its stack records it.
