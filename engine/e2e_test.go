@@ -273,6 +273,31 @@ func TestNodesE2E(t *testing.T) {
 		t.Errorf("no state files under %s", f.backend)
 	}
 
+	// 3b. A bigger web server: resized in place (shut down, type changed, powered on), so the server,
+	// its disk and its addresses stay: a file written on it before is there after.
+	run(t, webSSH, "echo kept-across-the-resize | sudo tee /var/tmp/resize-marker >/dev/null && sync")
+	webSSH.Close()
+	withBig := strings.Replace(repo.(editableRepo).get("stands/two-node/stand.yml"), "  web:\n    profile: small", "  web:\n    profile: big", 1) +
+		"node_profiles:\n  big:\n    location: hel1\n    type_serv: cx32\n    image: debian-12\n    network: stands-net\n    cloud-init: ../../bases/cloud-init.yaml.tmpl\n"
+	repo.(editableRepo).set("stands/two-node/stand.yml", withBig)
+	bigger := loadWith(t, repo, "stands/two-node/stand.yml", secrets)
+	if plan, err := f.eng.Preview(ctx, bigger); err != nil || !sameSteps(plan.Steps, "update  web") {
+		t.Errorf("plan of a bigger web server: %+v %v", plan, err)
+	}
+	t0 = time.Now()
+	if res, err := f.eng.Apply(ctx, bigger, false); err != nil || res.Changes["update"] != 1 {
+		t.Fatalf("resize web: %+v %v\n%s", res, err, tailLog(f.logs.String()))
+	}
+	after := f.Servers(t)["demo-demo-two-node-web"]
+	if after == nil || after.ID != web.ID || after.ServerType.Name != "cx32" || after.PublicNet.IPv4.IP.String() != webPub {
+		t.Fatalf("web after the resize: %+v (was id %d)", after, web.ID)
+	}
+	webSSH = sshWait(t, after, keys, 5*time.Minute)
+	t.Logf("resize of web, until SSH answers again: %v", time.Since(t0).Round(time.Second))
+	if got := run(t, webSSH, "cat /var/tmp/resize-marker"); got != "kept-across-the-resize" {
+		t.Errorf("the file written before the resize: %q", got)
+	}
+
 	// 4. Destroy with web unreachable: powered off, and its SSH address held by a listener that
 	// counts connections. Nothing connects to either server; both VMs are gone.
 	if _, _, err := f.Client.Server.Poweroff(ctx, web); err != nil {
@@ -417,6 +442,23 @@ func sshTo(t *testing.T, s *hcloud.Server, signer ssh.Signer) (*ssh.Client, ssh.
 		t.Fatalf("ssh %s: %v", s.Name, err)
 	}
 	return c, key
+}
+
+// sshWait is sshTo once the server answers again (after a power cycle), within d.
+func sshWait(t *testing.T, s *hcloud.Server, signer ssh.Signer, d time.Duration) *ssh.Client {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		c, err := ssh.Dial("tcp", s.PublicNet.IPv4.IP.String()+":22", &ssh.ClientConfig{User: "admin", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+			Timeout: 30 * time.Second, HostKeyCallback: ssh.InsecureIgnoreHostKey()})
+		if err == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ssh %s after %s: %v", s.Name, d, err)
+		}
+		time.Sleep(5 * time.Second)
+	}
 }
 
 func appCmd(script string) string { return node.AsApp("app", appUID, script) }

@@ -258,8 +258,8 @@ apps:
           greeting: "Hello from the two-node stand"
 `), "stands/two-node/stand.yml")
 	plan, err = f.eng.Preview(ctx, bigger)
-	if err != nil || len(plan.Steps) != 1 || plan.Steps[0] != (stands.Step{Op: "replace", Node: "web", ServerName: "demo-demo-two-node-web",
-		ServerType: "cx32", OldServerType: "cx22", Location: "hel1", OldLocation: "hel1"}) {
+	if err != nil || len(plan.Steps) != 1 || plan.Steps[0] != (stands.Step{Op: "update", Node: "web", ServerName: "demo-demo-two-node-web",
+		ServerType: "cx32", OldServerType: "cx22", Location: "hel1", OldLocation: "hel1", Changed: "serverType"}) {
 		t.Errorf("preview of a bigger web server: %+v %v", plan, err)
 	}
 	if got, err := f.eng.StandServers(ctx, "demo_demo_two-node"); err != nil || len(got) != 2 || got[1] != (stands.Server{Name: "demo-demo-two-node-web", ServerType: "cx22", Location: "hel1"}) {
@@ -269,14 +269,15 @@ apps:
 	if err != nil {
 		t.Fatalf("apply with a bigger web server: %v\n%s", err, f.logs)
 	}
-	if res.Changes["replace"] != 1 || res.Changes["same"] != 1 || len(res.Changes) != 2 {
-		t.Errorf("changes %v, want exactly one server replaced", res.Changes)
+	if res.Changes["update"] != 1 || res.Changes["same"] != 1 || len(res.Changes) != 2 {
+		t.Errorf("changes %v, want exactly one server resized", res.Changes)
 	}
 	after := f.Servers(t)
 	if after["demo-demo-two-node-db"].ID != srvs["demo-demo-two-node-db"].ID {
 		t.Error("the db server changed")
 	}
-	if w := after["demo-demo-two-node-web"]; w == nil || w.ServerType.Name != "cx32" {
+	// Resized in place: the same server (its disk and addresses), the new type, running again.
+	if w := after["demo-demo-two-node-web"]; w == nil || w.ServerType.Name != "cx32" || w.ID != srvs["demo-demo-two-node-web"].ID || w.Status != "running" {
 		t.Errorf("web server %+v", w)
 	}
 

@@ -126,7 +126,7 @@ func TestUntrustedPreview(t *testing.T) {
 	in.Untrusted = true
 	logged := len(f.logs.String())
 	res, err := f.eng.Preview(ctx, in)
-	if err != nil || len(res.Steps) != 1 || res.Steps[0].Op != "replace" {
+	if err != nil || len(res.Steps) != 1 || res.Steps[0].Op != "update" {
 		t.Fatalf("untrusted preview: %+v %v", res, err)
 	}
 	if strings.Contains(f.logs.String()[logged:], "resource step") {
@@ -219,13 +219,13 @@ func TestProtectHoldsServers(t *testing.T) {
 	ctx := context.Background()
 	file := "stands/single/stand.yml"
 	base, _ := fs.ReadFile(examples(t, ""), file)
-	variant := func(protect bool, typ, node string) stands.Input {
-		m := strings.Replace(string(base), "type_serv: cx22", "type_serv: "+typ, 1)
+	variant := func(protect bool, image, node string) stands.Input {
+		m := strings.Replace(string(base), "image: debian-12", "image: "+image, 1)
 		m = strings.Replace(m, "stand:\n", fmt.Sprintf("stand:\n  protect: %t\n", protect), 1)
 		m = strings.Replace(m, "nodes:\n  main:", "nodes:\n  "+node+":", 1)
 		return load(t, examples(t, "-- "+file+" --\n"+m), file)
 	}
-	if _, err := f.eng.Apply(ctx, variant(true, "cx22", "main"), false); err != nil {
+	if _, err := f.eng.Apply(ctx, variant(true, "debian-12", "main"), false); err != nil {
 		t.Fatalf("apply: %v\n%s", err, f.logs)
 	}
 	id := f.Servers(t)["demo-demo-single-main"].ID
@@ -244,9 +244,9 @@ func TestProtectHoldsServers(t *testing.T) {
 		in   stands.Input
 		want string
 	}{
-		{"a bigger server", variant(true, "cx32", "main"), "server demo-demo-single-main would be replaced (serverType changed)"},
-		{"a renamed node", variant(true, "cx22", "app"), "server demo-demo-single-main would be deleted"},
-		{"protect: false and a bigger server at once", variant(false, "cx32", "main"), "server demo-demo-single-main would be replaced"},
+		{"another image", variant(true, "ubuntu-24.04", "main"), "server demo-demo-single-main would be replaced (image changed)"},
+		{"a renamed node", variant(true, "debian-12", "app"), "server demo-demo-single-main would be deleted"},
+		{"protect: false and another image at once", variant(false, "ubuntu-24.04", "main"), "server demo-demo-single-main would be replaced"},
 	} {
 		plan, err := f.eng.Preview(ctx, c.in)
 		if err != nil || !strings.Contains(plan.Protected, c.want) {
@@ -256,16 +256,24 @@ func TestProtectHoldsServers(t *testing.T) {
 			t.Errorf("%s: apply %v", c.name, err)
 		}
 	}
+	// A resize is no replacement: a protected stand scales up in place, its server kept.
+	bigger := strings.Replace(strings.Replace(string(base), "type_serv: cx22", "type_serv: cx32", 1), "stand:\n", "stand:\n  protect: true\n", 1)
+	if res, err := f.eng.Apply(ctx, load(t, examples(t, "-- "+file+" --\n"+bigger), file), false); err != nil || res.Changes["update"] != 1 {
+		t.Fatalf("resize of the protected stand: %+v %v", res, err)
+	}
+	if s := f.Servers(t)["demo-demo-single-main"]; s.ID != id || s.ServerType.Name != "cx32" || s.Status != "running" {
+		t.Errorf("after the resize: id %d (was %d), %s, %s", s.ID, id, s.ServerType.Name, s.Status)
+	}
 	if n := deleteCalls() - deletes; n != 0 || f.Servers(t)["demo-demo-single-main"].ID != id {
 		t.Fatalf("%d Hetzner deletes while protected", n)
 	}
-	if _, err := f.eng.Apply(ctx, variant(false, "cx22", "main"), false); err != nil {
+	if _, err := f.eng.Apply(ctx, variant(false, "debian-12", "main"), false); err != nil {
 		t.Fatalf("apply protect: false: %v", err)
 	}
-	if _, err := f.eng.Apply(ctx, variant(false, "cx32", "main"), false); err != nil {
-		t.Fatalf("the bigger server once unprotected: %v", err)
+	if _, err := f.eng.Apply(ctx, variant(false, "ubuntu-24.04", "main"), false); err != nil {
+		t.Fatalf("the other image once unprotected: %v", err)
 	}
-	if s := f.Servers(t)["demo-demo-single-main"]; s == nil || s.ServerType.Name != "cx32" {
+	if s := f.Servers(t)["demo-demo-single-main"]; s == nil || s.ID == id {
 		t.Errorf("server after the unprotected change: %+v", s)
 	}
 }

@@ -1,6 +1,7 @@
 package hcloudsim
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -106,7 +107,7 @@ func (s *Sim) serverSchema(srv *server) schema.Server {
 	out := schema.Server{
 		ID: srv.ID, Name: srv.Name, Status: srv.Status, Created: srv.Created, ServerType: st.schema(),
 		IncludedTraffic: 21990232555520, Location: loc.schema(), Labels: srv.Labels, Volumes: []int64{},
-		LoadBalancers: []int64{}, PrimaryDiskSize: st.disk, Locked: s.busy(srv.ID), PrivateNet: []schema.ServerPrivateNet{},
+		LoadBalancers: []int64{}, PrimaryDiskSize: cmp.Or(srv.Disk, st.disk), Locked: s.busy(srv.ID), PrivateNet: []schema.ServerPrivateNet{},
 	}
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
@@ -247,6 +248,47 @@ func (s *Sim) updateServer(srv *server, body []byte) (any, *Error) {
 	return schema.ServerUpdateResponse{Server: s.serverSchema(srv)}, nil
 }
 
+// changeType is Hetzner's resize with its rules: the server must be off; the type must exist and have
+// the server's architecture; the disk is kept (upgrade_disk false, so a downgrade stays possible) or
+// grown to the type's; a type whose disk is smaller than the server's cannot take it.
+func (s *Sim) changeType(srv *server, body []byte) (any, *Error) {
+	var req schema.ServerActionChangeTypeRequest
+	if e := decode(body, &req); e != nil {
+		return nil, e
+	}
+	var to, from *serverTypeInfo
+	for i, t := range serverTypes {
+		if t.name == req.ServerType.Name || (req.ServerType.ID != 0 && t.id == req.ServerType.ID) {
+			to = &serverTypes[i]
+		}
+		if t.name == srv.ServerType {
+			from = &serverTypes[i]
+		}
+	}
+	switch {
+	case to == nil:
+		return nil, invalidInput("server_type", "server type not found")
+	case srv.Status != "off":
+		return nil, apiErr(http.StatusConflict, "server_not_stopped", "the server must be stopped to change its type")
+	case from != nil && from.arch != to.arch:
+		return nil, apiErr(http.StatusUnprocessableEntity, "invalid_server_type", "the server type has another architecture")
+	}
+	disk := srv.Disk
+	if disk == 0 && from != nil {
+		disk = from.disk
+	}
+	if to.disk < disk {
+		return nil, apiErr(http.StatusUnprocessableEntity, "invalid_server_type",
+			fmt.Sprintf("the server's disk (%d GB) is larger than the type's (%d GB): a downgrade is possible only when the disk was not upgraded", disk, to.disk))
+	}
+	srv.ServerType, srv.Disk = to.name, disk
+	if req.UpgradeDisk {
+		srv.Disk = to.disk
+	}
+	a := s.newAction("change_server_type", "", serverRef(srv.ID))
+	return schema.ServerActionChangeTypeResponse{Action: a.schema()}, nil
+}
+
 func (s *Sim) deleteServer(srv *server) (any, *Error) {
 	if err := s.machine.Delete(context.Background(), srv.ID); err != nil {
 		return nil, apiErr(http.StatusInternalServerError, "server_error", "delete server: "+err.Error())
@@ -284,6 +326,8 @@ func (s *Sim) serverAction(srv *server, name string, body []byte) (any, *Error) 
 		return map[string]any{"action": s.newAction(p.command, p.then, serverRef(srv.ID)).schema()}, nil
 	}
 	switch name {
+	case "change_type":
+		return s.changeType(srv, body)
 	case "attach_to_network":
 		var req schema.ServerActionAttachToNetworkRequest
 		if e := decode(body, &req); e != nil {

@@ -533,3 +533,49 @@ func TestOtherEndpoints(t *testing.T) {
 		t.Errorf("cx22 in ash: %v", err)
 	}
 }
+
+// TestChangeType: a resize keeps the server (id, addresses); it needs the server off; a smaller type
+// takes the server only while its disk was not upgraded; another architecture never.
+func TestChangeType(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+	res := e.createServer(t, "resize", nil)
+	if err := e.client.Action.WaitFor(ctx, res.Action); err != nil {
+		t.Fatal(err)
+	}
+	srv := res.Server
+	change := func(typ string, upgrade bool) error {
+		a, _, err := e.client.Server.ChangeType(ctx, srv, hcloud.ServerChangeTypeOpts{ServerType: &hcloud.ServerType{Name: typ}, UpgradeDisk: upgrade})
+		if err != nil {
+			return err
+		}
+		return e.client.Action.WaitFor(ctx, a)
+	}
+	if err := change("cx32", false); !hcloud.IsError(err, hcloud.ErrorCodeServerNotStopped) {
+		t.Errorf("resize of a running server: %v", err)
+	}
+	off := must(e.client.Server.Poweroff(ctx, srv))
+	if err := e.client.Action.WaitFor(ctx, off); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		typ     string
+		upgrade bool
+		code    hcloud.ErrorCode // "" succeeds
+		disk    int
+	}{
+		{"cx32", false, "", 40}, // up, disk kept
+		{"cx22", false, "", 40}, // and down again
+		{"cax11", false, hcloud.ErrorCodeInvalidServerType, 40},
+		{"cx32", true, "", 80}, // up with the disk
+		{"cx22", false, hcloud.ErrorCodeInvalidServerType, 80},
+	} {
+		err := change(c.typ, c.upgrade)
+		if (c.code == "" && err != nil) || (c.code != "" && !hcloud.IsError(err, c.code)) {
+			t.Errorf("to %s (upgrade disk %v): %v, want %q", c.typ, c.upgrade, err, c.code)
+		}
+		if s := must(e.client.Server.GetByID(ctx, srv.ID)); s.PrimaryDiskSize != c.disk || s.PublicNet.IPv4.IP.String() != srv.PublicNet.IPv4.IP.String() {
+			t.Errorf("after %s: disk %d, want %d; address %s", c.typ, s.PrimaryDiskSize, c.disk, s.PublicNet.IPv4.IP)
+		}
+	}
+}

@@ -36,6 +36,7 @@ type server struct {
 	Status       string            `json:"status"`
 	Created      time.Time         `json:"created"`
 	ServerType   string            `json:"server_type"`
+	Disk         int               `json:"disk,omitempty"` // GB; 0: the type's (state of earlier versions)
 	Image        int64             `json:"image"`
 	Location     string            `json:"location"`
 	UserData     string            `json:"user_data"`

@@ -362,6 +362,10 @@ func (p *prPlan) priceSteps(row planRow, prices stands.Prices) planRow {
 			row.cost -= price(s.OldServerType, s.OldLocation)
 		case "replace":
 			row.cost += price(s.ServerType, s.Location) - price(s.OldServerType, s.OldLocation)
+		case "update":
+			if s.OldServerType != "" && s.OldServerType != s.ServerType {
+				row.cost += price(s.ServerType, s.Location) - price(s.OldServerType, s.Location)
+			}
 		}
 	}
 	return row
@@ -504,6 +508,10 @@ func stepText(s stands.Step) string {
 		return fmt.Sprintf("delete `%s` (%s, %s)", s.ServerName, s.OldServerType, s.OldLocation)
 	case "replace":
 		return fmt.Sprintf("replace `%s` (%s → %s, %s)", s.ServerName, s.OldServerType, s.ServerType, s.Location)
+	case "update":
+		if s.OldServerType != "" && s.OldServerType != s.ServerType {
+			return fmt.Sprintf("resize `%s` in place (%s → %s, %s; stopped for the change, disk and addresses kept)", s.ServerName, s.OldServerType, s.ServerType, s.Location)
+		}
 	}
 	return fmt.Sprintf("%s `%s`", s.Op, s.ServerName)
 }

@@ -128,18 +128,19 @@ func TestPlanShowsInstances(t *testing.T) {
 		{Op: "update", Kind: "images", Node: "web"},
 		{Op: "update", Kind: "instance", Node: "db", Instance: "kv--cache", Changed: "configHash,host,spec", ConfigUnknown: true},
 		{Op: "create", ServerName: "o-p-e-n", ServerType: "cx22", Location: "hel1"},
+		{Op: "update", ServerName: "o-p-e-m", ServerType: "cx32", OldServerType: "cx22", Location: "hel1", OldLocation: "hel1", Changed: "serverType"},
 	}
 	want := []string{"update instance `web--front` on `web` (restarts it)", "update instance `kv--cache` on `db`", "update images of `web`",
 		"update instance `kv--cache` on `db` (may restart it: its configuration depends on servers not made yet)",
-		"create `o-p-e-n` (cx22, hel1)"}
+		"create `o-p-e-n` (cx22, hel1)", "resize `o-p-e-m` in place (cx22 → cx32, hel1; stopped for the change, disk and addresses kept)"}
 	for i, s := range steps {
 		if got := stepText(s); got != want[i] {
 			t.Errorf("step %d: %q, want %q", i, got, want[i])
 		}
 	}
 	p := &prPlan{priced: true}
-	row := p.priceSteps(planRow{action: "update", steps: steps}, stands.Prices{"cx22": {"hel1": {Monthly: 4.5, Currency: "EUR"}}})
-	if !p.priced || !row.counted || row.cost != 4.5 {
+	row := p.priceSteps(planRow{action: "update", steps: steps}, stands.Prices{"cx22": {"hel1": {Monthly: 4.5, Currency: "EUR"}}, "cx32": {"hel1": {Monthly: 8, Currency: "EUR"}}})
+	if !p.priced || !row.counted || row.cost != 8 {
 		t.Errorf("cost: priced %v counted %v %v", p.priced, row.counted, row.cost)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
@@ -42,8 +43,9 @@ const (
 	pServerID, pPublicIPv4, pPrivateIP, pNetworkID = "serverId", "publicIPv4", "privateIP", "networkId"
 )
 
-// replaceKeys are the inputs a server cannot change in place.
-var replaceKeys = []string{pName, pServerType, pImage, pLocation, pNetwork, pSSHKey}
+// replaceKeys are the inputs a server cannot change in place. Its type can: a resize keeps the
+// server, its disk and its addresses (update).
+var replaceKeys = []string{pName, pImage, pLocation, pNetwork, pSSHKey}
 
 func decodeServerArgs(m resource.PropertyMap) ServerArgs {
 	return ServerArgs{
@@ -108,9 +110,11 @@ func (serverResource) diff(_ context.Context, _ string, olds, news resource.Prop
 			resp.DetailedDiff[k] = &pulumirpc.PropertyDiff{Kind: pulumirpc.PropertyDiff_UPDATE_REPLACE, InputDiff: true}
 		}
 	}
-	if o, n := olds[pLabels], news[pLabels]; n.IsComputed() || !o.DeepEquals(n) {
-		resp.Diffs = append(resp.Diffs, pLabels)
-		resp.DetailedDiff[pLabels] = &pulumirpc.PropertyDiff{Kind: pulumirpc.PropertyDiff_UPDATE, InputDiff: true}
+	for _, k := range []string{pLabels, pServerType} {
+		if o, n := olds[resource.PropertyKey(k)], news[resource.PropertyKey(k)]; n.IsComputed() || !o.DeepEquals(n) {
+			resp.Diffs = append(resp.Diffs, k)
+			resp.DetailedDiff[k] = &pulumirpc.PropertyDiff{Kind: pulumirpc.PropertyDiff_UPDATE, InputDiff: true}
+		}
 	}
 	// userData is deliberately not compared: cloud-init runs once, so a new template applies to new
 	// servers only (seed §4), and a change must not replace a running server behind the user's back.
@@ -266,10 +270,61 @@ func (serverResource) update(ctx context.Context, cl call, id string, olds, news
 		return nil, err
 	}
 	args := decodeServerArgs(news)
+	if from := stringProp(olds, pServerType); from != args.ServerType {
+		cl.info(ctx, fmt.Sprintf("resizing server %s from %s to %s: shut down, change the type keeping the disk, power on", args.Name, from, args.ServerType))
+		if err := resize(ctx, c, out.ServerID, args.ServerType); err != nil {
+			return nil, fmt.Errorf("resize server %s from %s to %s: %w", args.Name, from, args.ServerType, err)
+		}
+	}
 	if _, _, err := c.Server.Update(ctx, &hcloud.Server{ID: out.ServerID}, hcloud.ServerUpdateOpts{Labels: args.Labels}); err != nil {
 		return nil, fmt.Errorf("update labels of server %s: %w", args.Name, err)
 	}
 	return serverState(news, out), nil
+}
+
+// resize changes a server's type in place: shut down (gracefully, then powered off if it does not
+// stop), change the type without upgrading the disk (so a later downgrade stays possible), power on.
+func resize(ctx context.Context, c *hcloud.Client, id int64, to string) error {
+	srv := &hcloud.Server{ID: id}
+	wait := func(a *hcloud.Action, _ *hcloud.Response, err error) error {
+		if err != nil {
+			return err
+		}
+		return c.Action.WaitFor(ctx, a)
+	}
+	if err := wait(c.Server.Shutdown(ctx, srv)); err != nil {
+		return fmt.Errorf("shut down: %w", err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		s, _, err := c.Server.GetByID(ctx, id)
+		if err != nil {
+			return fmt.Errorf("read server: %w", err)
+		}
+		if s != nil && s.Status == hcloud.ServerStatusOff {
+			break
+		}
+		if time.Now().After(deadline) {
+			if err := wait(c.Server.Poweroff(ctx, srv)); err != nil {
+				return fmt.Errorf("power off after the shutdown did not stop it: %w", err)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	if err := wait(c.Server.ChangeType(ctx, srv, hcloud.ServerChangeTypeOpts{ServerType: &hcloud.ServerType{Name: to}, UpgradeDisk: false})); err != nil {
+		// Powered on again either way: a refused resize (a disk too large for the type) must not
+		// leave the stand's server off.
+		_ = wait(c.Server.Poweron(ctx, srv))
+		return fmt.Errorf("change type: %w", err)
+	}
+	if err := wait(c.Server.Poweron(ctx, srv)); err != nil {
+		return fmt.Errorf("power on: %w", err)
+	}
+	return nil
 }
 
 func (serverResource) delete(ctx context.Context, cl call, id string, st resource.PropertyMap) error {

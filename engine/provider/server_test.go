@@ -35,7 +35,8 @@ func TestServerDiff(t *testing.T) {
 		{"user data is ignored after create", func(m resource.PropertyMap) {
 			m[pUserData] = resource.MakeSecret(resource.NewStringProperty("#cloud-config\npackages: [x]\n"))
 		}, pulumirpc.DiffResponse_DIFF_NONE, nil},
-		{"server type replaces", func(m resource.PropertyMap) { m[pServerType] = resource.NewStringProperty("cx32") }, pulumirpc.DiffResponse_DIFF_SOME, []string{pServerType}},
+		{"server type resizes in place", func(m resource.PropertyMap) { m[pServerType] = resource.NewStringProperty("cx32") }, pulumirpc.DiffResponse_DIFF_SOME, nil},
+		{"image replaces", func(m resource.PropertyMap) { m[pImage] = resource.NewStringProperty("ubuntu-24.04") }, pulumirpc.DiffResponse_DIFF_SOME, []string{pImage}},
 		{"network replaces", func(m resource.PropertyMap) { m[pNetwork] = resource.NewStringProperty("other") }, pulumirpc.DiffResponse_DIFF_SOME, []string{pNetwork}},
 		{"labels update in place", func(m resource.PropertyMap) {
 			l := m[pLabels].ObjectValue().Copy()
