@@ -126,6 +126,9 @@ func newDaemonEnv(t *testing.T, stands map[string]int) *daemonEnv {
 		"webhook secret":    "hook-" + hex.EncodeToString(randomBytes(8)),
 		"vault root token":  e.vault.RootToken,
 		"vault secret id":   secretID,
+		// In the daemon's environment only, as an operator's SECRET_* for local mode would be: no
+		// child of the daemon may inherit it.
+		"daemon env sentinel": "env-" + hex.EncodeToString(randomBytes(8)),
 	}
 	e.hookKey = e.secrets["webhook secret"]
 	for _, name := range []string{"kv-password", "registry-password"} {
@@ -438,7 +441,7 @@ func (e *daemonEnv) start(extra ...string) {
 		"STANDS_GIT_USER=" + e.gitUser, "STANDS_GIT_TOKEN_FILE=" + secretFile("git-token", e.gitToken),
 		"STANDS_WEBHOOK_SECRET_FILE=" + secretFile("webhook-secret", e.hookKey),
 		"VAULT_ADDR=" + e.vault.Addr, "VAULT_ROLE_ID=" + e.roleID, "VAULT_SECRET_ID_FILE=" + secretFile("vault-secret-id", e.secrets["vault secret id"]),
-		"STANDS_NODES=skip", "LOG_LEVEL=debug"}
+		"STANDS_NODES=skip", "LOG_LEVEL=debug", "SECRET_DAEMON_SENTINEL=" + e.secrets["daemon env sentinel"]}
 	e.logFile = filepath.Join(dir, "daemon.log")
 	e.logFiles = append(e.logFiles, e.logFile)
 	logf, err := os.Create(e.logFile)
@@ -561,7 +564,8 @@ func countingPulumi(t *testing.T, bin string) (wrapper, counts string) {
 	if err := os.MkdirAll(filepath.Dir(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >> %q\nexec %q \"$@\"\n", counts, bin)
+	// Each process's command line, and its environment as it was given at exec, for the scans.
+	script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >> %q\ntr '\\0' '\\n' < /proc/$$/environ >> %q\nexec %q \"$@\"\n", counts, counts+".env", bin)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}

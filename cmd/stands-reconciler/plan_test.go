@@ -252,6 +252,27 @@ func TestPullRequestPlans(t *testing.T) {
 			t.Fatal(err)
 		}
 		haystacks["the daemon's log"] = string(log)
+		// Every Pulumi process the daemon started: no secret on a command line, and none of the
+		// daemon's own credentials in an environment (the CLI needs the passphrase, the provider
+		// the Hetzner token: those two only).
+		argv, err := os.ReadFile(e.counts)
+		if err != nil || len(argv) == 0 {
+			t.Fatalf("no Pulumi process recorded: %v", err)
+		}
+		haystacks["the Pulumi processes' command lines"] = string(argv)
+		env, err := os.ReadFile(e.counts + ".env")
+		if err != nil || !strings.Contains(string(env), "PULUMI_HOME=") {
+			t.Fatalf("no Pulumi environment recorded: %v", err)
+		}
+		daemonOnly := map[string]string{}
+		for k, v := range e.secrets {
+			if k != "passphrase" && k != "hcloud token" {
+				daemonOnly[k] = v
+			}
+		}
+		for _, f := range scanSecrets(map[string]string{"the Pulumi processes' environments": string(env)}, daemonOnly) {
+			t.Errorf("secret found: %s", f)
+		}
 		if len(haystacks) < 8 {
 			t.Fatalf("only %d comments and statuses found", len(haystacks))
 		}
