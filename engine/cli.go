@@ -25,6 +25,9 @@ type cli struct {
 	bin     string
 	version semver.Version
 	env     func() []string
+	// hold, when set, is called with each started CLI's arguments and pid; the function it returns
+	// is called once the CLI has ended (lock holder records, holder.go).
+	hold func(args []string, pid int) func()
 }
 
 var _ auto.PulumiCommand = cli{}
@@ -49,7 +52,15 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 		return nil
 	}
 	cmd.WaitDelay = 10 * time.Second
-	err := cmd.Run()
+	err := cmd.Start()
+	if err == nil {
+		release := func() {}
+		if c.hold != nil {
+			release = c.hold(args, cmd.Process.Pid)
+		}
+		err = cmd.Wait()
+		release()
+	}
 	code := -2 // the Automation API's "unknown"
 	var exit *exec.ExitError
 	switch {

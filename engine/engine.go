@@ -111,6 +111,7 @@ func New(cfg Config) (*Engine, error) {
 	if c.version, err = semver.ParseTolerant(strings.TrimSpace(out)); err != nil {
 		return nil, fmt.Errorf("pulumi CLI %s: version %q: %w", cfg.PulumiBin, strings.TrimSpace(out), err)
 	}
+	c.hold = e.holdFor
 	e.cmd = c
 	return e, nil
 }

@@ -57,9 +57,10 @@ func lockPrefix(ref stands.StackRef) string {
 	return ".pulumi/locks/organization/" + ref.Project + "/" + ref.Env + "/"
 }
 
-// clearStaleLocks removes the lock files of this host's dead processes, on any diy backend (file://,
-// s3://). A lock of a live process is left alone; so is another host's, unless it is older than the
-// configured lease (no run lasts that long, so its holder is gone).
+// clearStaleLocks removes the lock files of dead processes, on any diy backend (file://, s3://). A
+// lock whose holder record the engine wrote is judged by it (holder.go); one without is judged as
+// Pulumi wrote it: this host's by its pid, another host's live until it is older than the configured
+// lease (no run lasts that long, so its holder is gone).
 func (e *Engine) clearStaleLocks(ctx context.Context, ref stands.StackRef, log *slog.Logger) error {
 	b, err := e.backendBucket(ctx)
 	if err != nil {
@@ -83,15 +84,24 @@ func (e *Engine) clearStaleLocks(ctx context.Context, ref stands.StackRef, log *
 		if err := json.Unmarshal(data, &l); err != nil {
 			return fmt.Errorf("parse lock %s: %w", key, err)
 		}
-		switch {
-		case l.Hostname != host && (e.cfg.LockLease <= 0 || time.Since(l.Timestamp) < e.cfg.LockLease):
-			return fmt.Errorf("%s/%s: %w (pid %d on %s since %s)", ref.Project, ref.Env, ErrLockedElsewhere, l.Pid, l.Hostname, l.Timestamp.Format(time.RFC3339))
-		case l.Hostname == host && alive(l.Pid):
-			return fmt.Errorf("%s/%s: %w (pid %d)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid)
+		if rec, ok := e.readHolder(ctx, ref, l, log); ok {
+			// The engine that started the holder recorded it: judged by its boot, PID namespace,
+			// start time and heartbeat, not by a pid that may be another namespace's or reused.
+			if holderAlive(rec, time.Now()) {
+				return fmt.Errorf("%s/%s: %w (pid %d on %s, heartbeat %s)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid, l.Hostname, rec.Heartbeat.Format(time.RFC3339))
+			}
+		} else {
+			switch {
+			case l.Hostname != host && (e.cfg.LockLease <= 0 || time.Since(l.Timestamp) < e.cfg.LockLease):
+				return fmt.Errorf("%s/%s: %w (pid %d on %s since %s)", ref.Project, ref.Env, ErrLockedElsewhere, l.Pid, l.Hostname, l.Timestamp.Format(time.RFC3339))
+			case l.Hostname == host && alive(l.Pid):
+				return fmt.Errorf("%s/%s: %w (pid %d)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid)
+			}
 		}
 		if err := b.Delete(ctx, key); err != nil {
 			return fmt.Errorf("remove stale lock %s: %w", key, err)
 		}
+		_ = b.Delete(ctx, holderKey(ref, l.Hostname, l.Pid))
 		log.Warn("removed a stale stack lock", "pid", l.Pid, "host", l.Hostname, "user", l.Username, "lock", key)
 	}
 	return nil
