@@ -60,6 +60,7 @@ type plan struct {
 	ipRange    string
 	privateKey string
 	publicKey  string
+	hostKeys   map[string]hostKey // by node
 }
 
 func (p *plan) program(ctx *pulumi.Context) error {
@@ -84,7 +85,7 @@ func (p *plan) program(ctx *pulumi.Context) error {
 				"stands.dev/owner":      pulumi.String(s.Owner),
 				"stands.dev/node":       pulumi.String(n.Name),
 			},
-			"userData": pulumi.ToSecret(pulumi.String(string(n.CloudInit))),
+			"userData": pulumi.ToSecret(pulumi.String(userData(p.hostKeys[n.Name], n.CloudInit))),
 		}
 		res := &serverRes{}
 		if err := ctx.RegisterResource(provider.ServerType, n.Name, args, res); err != nil {
@@ -138,6 +139,11 @@ func (p *plan) program(ctx *pulumi.Context) error {
 	ctx.Export(OutProtect, pulumi.Bool(s.Protect))
 	ctx.Export(OutSSHPrivateKey, pulumi.ToSecret(pulumi.String(p.privateKey)))
 	ctx.Export(OutSSHPublicKey, pulumi.String(p.publicKey))
+	keys := pulumi.StringMap{}
+	for name, k := range p.hostKeys {
+		keys[name] = pulumi.String(k.private)
+	}
+	ctx.Export(OutHostKeys, pulumi.ToSecret(keys))
 	conn := rendered.ApplyT(func(v any) (string, error) {
 		rec, err := ConnectionRecord(s.ID, v.(*manifest.Rendered))
 		return string(rec), err
@@ -215,6 +221,9 @@ func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly 
 		if err := e.recoverStack(ctx, st, stands.StackRef{Project: s.Project, Env: s.Env}, dep, e.standLog(in)); err != nil {
 			return auto.Stack{}, nil, nil, err
 		}
+	}
+	if p.hostKeys, err = hostKeys(outs, s.Nodes); err != nil {
+		return auto.Stack{}, nil, nil, err
 	}
 	if p.privateKey, p.publicKey, err = keyPair(outs); err != nil {
 		return auto.Stack{}, nil, nil, err

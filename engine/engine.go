@@ -5,9 +5,6 @@ package engine
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"github.com/blang/semver"
@@ -352,17 +349,5 @@ func keyPair(outs auto.OutputMap) (private, public string, err error) {
 			return s, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))), nil
 		}
 	}
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return "", "", err
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "stands-reconciler")
-	if err != nil {
-		return "", "", err
-	}
-	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		return "", "", err
-	}
-	return string(pem.EncodeToMemory(block)), strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))), nil
+	return newEd25519("stands-reconciler")
 }

@@ -78,6 +78,7 @@ func (p *plan) nodeWork(ctx *pulumi.Context, nodes []stackNode, rendered pulumi.
 		err := ctx.RegisterResource(provider.NodeType, name, pulumi.Map{
 			"host": n.res.PublicIPv4, "user": pulumi.String(s.Users.Sudo), "privateKey": privateKey,
 			"appUser": pulumi.String(s.Users.App), "serverId": n.res.ServerID, "serverName": pulumi.String(n.n.ServerName),
+			"generatedHostKey": pulumi.String(p.hostKeys[name].public),
 			"ports": rendered.ApplyT(func(v any) []string {
 				var ports []string
 				for _, in := range v.(*manifest.Rendered).Instances {

@@ -40,6 +40,14 @@ type Conn struct {
 	addr   string
 }
 
+// hostKeyAlgorithms are the signature algorithms a host key of this type signs with.
+func hostKeyAlgorithms(keyType string) []string {
+	if keyType == ssh.KeyAlgoRSA {
+		return []string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA}
+	}
+	return []string{keyType}
+}
+
 // Dial connects, retrying while the server boots (refused, timed out, sshd not ready, our key not yet
 // installed by cloud-init). It returns the connection and the server's host key, to be pinned.
 func Dial(ctx context.Context, addr string, o DialOptions) (*Conn, ssh.PublicKey, error) {
@@ -58,6 +66,10 @@ func Dial(ctx context.Context, addr string, o DialOptions) (*Conn, ssh.PublicKey
 			seen = key
 			return nil
 		}}
+	if o.HostKey != nil {
+		// Asked for the pinned key's type only: a server with several host keys offers that one.
+		cfg.HostKeyAlgorithms = hostKeyAlgorithms(o.HostKey.Type())
+	}
 	deadline := time.Now().Add(o.Wait)
 	for attempt := 1; ; attempt++ {
 		var d net.Dialer

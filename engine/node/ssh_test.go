@@ -109,3 +109,22 @@ func TestSSH(t *testing.T) {
 		}
 	})
 }
+
+// TestFirstContactWithAGeneratedKey: at a first contact with the key the engine
+// generated pinned, a server offering any other key is refused in the key exchange, before
+// authentication, so no command can run; the server's own key passes (the control).
+func TestFirstContactWithAGeneratedKey(t *testing.T) {
+	d := testenv.StartSSHD(t)
+	ctx := context.Background()
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	generated, _ := ssh.NewSignerFromKey(other)
+	c, _, err := Dial(ctx, d.Addr, DialOptions{User: d.User, Signer: d.Signer, HostKey: generated.PublicKey(), Wait: 5 * time.Second})
+	if !errors.Is(err, ErrHostKeyChanged) || c != nil {
+		t.Fatalf("first contact with another generated key: %v", err)
+	}
+	c, _, err = Dial(ctx, d.Addr, DialOptions{User: d.User, Signer: d.Signer, HostKey: d.HostKey, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("first contact with the server's key pinned: %v", err)
+	}
+	c.Close()
+}

@@ -42,8 +42,12 @@ const (
 // Property names shared by the node resources.
 const (
 	pHost, pUser, pPrivateKey, pHostKey, pAppUser, pAppUID, pAppHome, pFlavour = "host", "user", "privateKey", "hostKey", "appUser", "appUid", "appHome", "flavour"
-	pPorts, pPodman, pImages, pRegistries, pSpec, pConfigHash                  = "ports", "podmanVersion", "images", "registries", "spec", "configHash"
-	pStandID, pApp, pInstance, pNode, pServerName                              = "standId", "app", "instance", "node", "serverName"
+	// pGeneratedHostKey is the host key the engine made for the node and gave its server through
+	// cloud-init: pinned before the first connection (no trust on first use). Empty for nodes of
+	// earlier versions, whose key was pinned at first contact.
+	pGeneratedHostKey                                         = "generatedHostKey"
+	pPorts, pPodman, pImages, pRegistries, pSpec, pConfigHash = "ports", "podmanVersion", "images", "registries", "spec", "configHash"
+	pStandID, pApp, pInstance, pNode, pServerName             = "standId", "app", "instance", "node", "serverName"
 )
 
 // InstanceSpec is everything an instance deploys, carried as one secret input (its files hold
@@ -206,6 +210,13 @@ func (nodeResource) check(_ context.Context, news resource.PropertyMap) (resourc
 }
 
 func (nodeResource) diff(_ context.Context, _ string, olds, news resource.PropertyMap) (*pulumirpc.DiffResponse, error) {
+	// The generated key matters at a first contact only: a server already set up keeps the key it
+	// was pinned with, so a node of an earlier version is not set up again for it.
+	if numberProp(olds, pServerID) == numberProp(news, pServerID) {
+		olds, news = olds.Copy(), news.Copy()
+		delete(olds, pGeneratedHostKey)
+		delete(news, pGeneratedHostKey)
+	}
 	return inputDiff(olds, news), nil
 }
 
@@ -278,7 +289,7 @@ func (r nodeResource) create(ctx context.Context, c call, in resource.PropertyMa
 	if preview {
 		return "", computed(in, nodeOutputs...), nil
 	}
-	out, err := r.setup(ctx, c, in, "", nil)
+	out, err := r.setup(ctx, c, in, stringProp(in, pGeneratedHostKey), nil)
 	if err != nil {
 		return "", nil, err
 	}
@@ -294,7 +305,7 @@ func (r nodeResource) update(ctx context.Context, c call, _ string, olds, news r
 	pinned := stringProp(olds, pHostKey)
 	sameServer := numberProp(olds, pServerID) == numberProp(news, pServerID) && stringProp(olds, pHost) == stringProp(news, pHost)
 	if !sameServer {
-		pinned = ""
+		pinned = stringProp(news, pGeneratedHostKey) // a first contact: "" for a node of an earlier version
 	}
 	if preview {
 		if !sameServer {
