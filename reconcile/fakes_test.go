@@ -361,6 +361,9 @@ func (e *fakeEngine) Preview(_ context.Context, in stands.Input) (*stands.Result
 		// input differs.
 		res.Steps = []stands.Step{{Op: "replace", Node: "main", ServerName: serverName(in), ServerType: "cx32", OldServerType: "cx22", Location: "hel1", OldLocation: "hel1"},
 			{Op: "update", Kind: "images", Node: "main", Changed: "registries"}}
+		if cur.Protect { // as the engine: a protected stand's replacement is refused
+			res.Protected = "server " + serverName(in) + " would be replaced (serverType changed)"
+		}
 		if configOf(in) != e.configs[in.Stand.ID] {
 			res.Steps = append(res.Steps, stands.Step{Op: "update", Kind: "instance", Node: "main", Instance: "kv--cache", Changed: "configHash,spec"})
 		}

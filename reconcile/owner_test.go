@@ -49,3 +49,20 @@ func TestOtherOwnersStacksAreNotOurs(t *testing.T) {
 		t.Errorf("another owner's stand got a status: %+v", st)
 	}
 }
+
+// TestPlanRefusesAProtectedReplacement: a pull request that would replace a server of a protected
+// stand gets the refusal in its plan, naming the server and the input, and stands/plan failure.
+func TestPlanRefusesAProtectedReplacement(t *testing.T) {
+	h, f := newPreviewHarness(t, "a")
+	h.src.commit(map[string]string{standFile("a"): standYML("a", "  protect: true")})
+	h.mustCycle()
+	f.open(1, "head1", h.files(), map[string]string{standFile("a"): standYML("a", "  protect: true\nnode_profiles:\n  small:\n    type_serv: cx32")}, true)
+	h.mustCycle()
+	c := f.comment(1)
+	if !strings.Contains(c, "⛔ refused") || !strings.Contains(c, "Protected: server local-a-dev-main would be replaced (serverType changed)") {
+		t.Errorf("plan:\n%s", c)
+	}
+	if st := f.status("head1", PlanContext); !strings.HasPrefix(st, "failure") {
+		t.Errorf("stands/plan: %q", st)
+	}
+}
