@@ -311,6 +311,8 @@ func checkOwned(st auto.Stack, outs auto.OutputMap, dep *deployment) error {
 // Apply makes the stand's servers match its manifest. When the stack's recorded spec hash equals
 // in.SpecHash and force is false, nothing runs: the result says so.
 func (e *Engine) Apply(ctx context.Context, in stands.Input, force bool) (_ *stands.Result, err error) {
+	ctx, done := e.scoped(ctx)
+	defer done()
 	defer classify(&err)
 	unlock, err := e.stacks.lock(ctx, stands.StackRef{Project: in.Stand.Project, Env: in.Stand.Env})
 	if err != nil {
@@ -352,6 +354,8 @@ func (e *Engine) Apply(ctx context.Context, in stands.Input, force bool) (_ *sta
 // Refresh reads the stand's servers back from Hetzner into its stack: a server deleted out of band
 // leaves the state, so the next apply creates it again.
 func (e *Engine) Refresh(ctx context.Context, in stands.Input) (_ *stands.Result, err error) {
+	ctx, done := e.scoped(ctx)
+	defer done()
 	defer classify(&err)
 	unlock, err := e.stacks.lock(ctx, stands.StackRef{Project: in.Stand.Project, Env: in.Stand.Env})
 	if err != nil {
@@ -378,6 +382,8 @@ func (e *Engine) Refresh(ctx context.Context, in stands.Input) (_ *stands.Result
 // Preview reports what Apply would change, without changing anything: the servers or the stack. A
 // stand without a stack is ErrNoStack (PreviewNew plans one without creating its stack).
 func (e *Engine) Preview(ctx context.Context, in stands.Input) (_ *stands.Result, err error) {
+	ctx, done := e.scoped(ctx)
+	defer done()
 	defer blindError(in, &err) // after classify, which reads the CLI's output
 	defer classify(&err)
 	return e.preview(ctx, in, "preview")
@@ -397,6 +403,8 @@ func blindError(in stands.Input, err *error) {
 // them back (`pulumi preview --refresh`): Changed means the servers drifted from the stack. It
 // changes nothing, neither the servers nor the stack.
 func (e *Engine) Drift(ctx context.Context, in stands.Input) (_ *stands.Result, err error) {
+	ctx, done := e.scoped(ctx)
+	defer done()
 	defer classify(&err)
 	return e.preview(ctx, in, "drift")
 }
@@ -470,6 +478,8 @@ func nodesFrom(outs auto.OutputMap) []stands.Node {
 // Destroy deletes a stand's servers and removes its stack. It needs only the stack's name — never the
 // manifest, never SSH (seed §3/§9). A stack that does not exist is already destroyed.
 func (e *Engine) Destroy(ctx context.Context, ref stands.StackRef) (_ *stands.Result, err error) {
+	ctx, done := e.scoped(ctx)
+	defer done()
 	defer classify(&err)
 	unlock, err := e.stacks.lock(ctx, ref)
 	if err != nil {

@@ -156,10 +156,13 @@ func (e *Engine) stack(ctx context.Context, ref stands.StackRef, run pulumi.RunF
 		Backend: &workspace.ProjectBackend{URL: e.cfg.BackendURL},
 		Plugins: &workspace.Plugins{Providers: []workspace.PluginOptions{{Name: provider.Name, Path: e.pluginDir}}},
 	}
+	wd, err := e.workspace(ctx)
+	if err != nil {
+		return auto.Stack{}, err
+	}
 	opts := []auto.LocalWorkspaceOption{auto.Project(proj), auto.SecretsProvider("passphrase"), auto.EnvVars(e.envVars()),
-		auto.Pulumi(e.cmd), auto.PulumiHome(e.home)}
+		auto.Pulumi(e.cmd), auto.PulumiHome(e.home), wd}
 	var st auto.Stack
-	var err error
 	if create {
 		st, err = auto.UpsertStackInlineSource(ctx, fqn(ref), ref.Project, run, opts...)
 		if err != nil {

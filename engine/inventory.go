@@ -20,7 +20,13 @@ import (
 // are read from the backend's stack files (file:// or s3://), not by running Pulumi once per stack.
 func (e *Engine) Inventory(ctx context.Context) (_ []stands.StackInfo, err error) {
 	defer classify(&err)
-	ws, err := auto.NewLocalWorkspace(ctx, auto.EnvVars(e.envVars()), auto.Pulumi(e.cmd), auto.PulumiHome(e.home))
+	ctx, done := e.scoped(ctx)
+	defer done()
+	wd, err := e.workspace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := auto.NewLocalWorkspace(ctx, auto.EnvVars(e.envVars()), auto.Pulumi(e.cmd), auto.PulumiHome(e.home), wd)
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
 	}

@@ -27,7 +27,13 @@ type Orphan struct {
 // Orphans lists the owned servers absent from every stack of the backend.
 func (e *Engine) Orphans(ctx context.Context) (_ []Orphan, err error) {
 	defer classify(&err)
-	ws, err := auto.NewLocalWorkspace(ctx, auto.EnvVars(e.envVars()), auto.Pulumi(e.cmd), auto.PulumiHome(e.home))
+	ctx, done := e.scoped(ctx)
+	defer done()
+	wd, err := e.workspace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := auto.NewLocalWorkspace(ctx, auto.EnvVars(e.envVars()), auto.Pulumi(e.cmd), auto.PulumiHome(e.home), wd)
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
 	}

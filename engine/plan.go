@@ -17,6 +17,8 @@ import (
 // runs against a throwaway file:// backend that is removed afterwards (DESIGN.md: previews never
 // create stacks or resources in the production backend). Hetzner is only read.
 func (e *Engine) PreviewNew(ctx context.Context, in stands.Input) (_ *stands.Result, err error) {
+	ctx, done := e.scoped(ctx)
+	defer done()
 	defer blindError(in, &err)
 	defer classify(&err)
 	dir, err := os.MkdirTemp(e.cfg.WorkDir, "preview-")
