@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,25 +30,30 @@ type engineFlags struct {
 }
 
 func (f *engineFlags) register(fs *flag.FlagSet, getenv env) {
-	def := func(k, d string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return d
-	}
+	def := func(name, variable string) { bindEnv(fs, name, variable, getenv) }
 	ownerFlag(fs, &f.owner, getenv)
-	fs.StringVar(&f.stateDir, "state-dir", def("STANDS_STATE_DIR", ".stands"), "folder for local state: the default Pulumi backend, plugins ($STANDS_STATE_DIR)")
-	fs.StringVar(&f.backend, "backend", getenv("STANDS_BACKEND_URL"), "Pulumi backend URL; default file://<state-dir>/pulumi/<owner>; s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true ($STANDS_BACKEND_URL)")
-	fs.StringVar(&f.pulumi, "pulumi", getenv("STANDS_PULUMI_BIN"), "the Pulumi CLI, laid out as <root>/bin/pulumi (default: bin/pulumi next to this binary, then PATH) ($STANDS_PULUMI_BIN)")
-	fs.StringVar(&f.endpoint, "hcloud-endpoint", getenv("HCLOUD_ENDPOINT"), "Hetzner Cloud API endpoint, e.g. hcloudsim's ($HCLOUD_ENDPOINT)")
-	fs.StringVar(&f.nodes, "nodes", def("STANDS_NODES", "full"), "node deployment: full (servers, then node setup and app instances over SSH) or skip (servers only) ($STANDS_NODES)")
-	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error ($LOG_LEVEL wins)")
-	fs.DurationVar(&f.lockLease, "lock-lease", 0, "treat another host's stack lock older than this as abandoned (0: always wait)")
+	def("state-dir", "STANDS_STATE_DIR")
+	fs.StringVar(&f.stateDir, "state-dir", ".stands", "folder for local state: the default Pulumi backend, plugins ($STANDS_STATE_DIR)")
+	def("backend", "STANDS_BACKEND_URL")
+	fs.StringVar(&f.backend, "backend", "", "Pulumi backend URL; default file://<state-dir>/pulumi/<owner>; s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true ($STANDS_BACKEND_URL)")
+	def("pulumi", "STANDS_PULUMI_BIN")
+	fs.StringVar(&f.pulumi, "pulumi", "", "the Pulumi CLI, laid out as <root>/bin/pulumi (default: bin/pulumi next to this binary, then PATH) ($STANDS_PULUMI_BIN)")
+	def("hcloud-endpoint", "HCLOUD_ENDPOINT")
+	fs.StringVar(&f.endpoint, "hcloud-endpoint", "", "Hetzner Cloud API endpoint, e.g. hcloudsim's ($HCLOUD_ENDPOINT)")
+	def("nodes", "STANDS_NODES")
+	fs.StringVar(&f.nodes, "nodes", "full", "node deployment: full (servers, then node setup and app instances over SSH) or skip (servers only) ($STANDS_NODES)")
+	def("log-level", "LOG_LEVEL")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error ($LOG_LEVEL)")
+	def("lock-lease", "STANDS_LOCK_LEASE")
+	fs.DurationVar(&f.lockLease, "lock-lease", 0, "treat another host's stack lock older than this as abandoned (0: always wait) ($STANDS_LOCK_LEASE)")
 }
 
 func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*engine.Config)) (*engine.Engine, string, error) {
 	if f.nodes != "skip" && f.nodes != "full" {
 		return nil, "", fmt.Errorf("--nodes=%s: want full or skip", f.nodes)
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, f.logLevel) {
+		return nil, "", fmt.Errorf("--log-level=%s: want debug, info, warn or error", f.logLevel)
 	}
 	pass, err := credential.Read(getenv, "STANDS_PASSPHRASE")
 	if err != nil {

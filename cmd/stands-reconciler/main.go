@@ -213,6 +213,10 @@ func parseFlags(fs *flag.FlagSet, args []string, std stdio) (bool, int) {
 		}
 		paths, args = append(paths, rest[0]), rest[1:]
 	}
+	if err := applyEnv(fs); err != nil {
+		fmt.Fprintf(std.err, "%s: %v\n", fs.Name(), err)
+		return true, exitError
+	}
 	// Leave the paths where the commands read them (fs.Args).
 	_ = fs.Parse(append([]string{"--"}, paths...))
 	return false, exitOK

@@ -357,3 +357,38 @@ func TestRepoURLWithPasswordRefused(t *testing.T) {
 		t.Errorf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 }
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestEnvironmentLayer: a flag wins over its variable, which wins over the default; --help shows
+// the static defaults, never a value of the environment; a variable that does not parse fails the
+// start naming it.
+func TestEnvironmentLayer(t *testing.T) {
+	ctx := context.Background()
+	vars := map[string]string{"STANDS_REPO_URL": "https://bot:tok-SENTINEL@127.0.0.1:1/stands.git", "STANDS_OWNER": "team-env"}
+	r := runCLI(t, ctx, newRecorder(vars), "run", "--help")
+	if r.code != 0 || strings.Contains(r.stdout+r.stderr, "SENTINEL") || strings.Contains(r.stdout, "team-env") || !strings.Contains(r.stdout, "$STANDS_REPO_URL") {
+		t.Errorf("help shows the environment:\n%s", r.stdout)
+	}
+	for variable, value := range map[string]string{"STANDS_DRIFT_INTERVAL": "6", "STANDS_WORKERS": "many", "STANDS_PREVIEWS": "perhaps"} {
+		r := runCLI(t, ctx, newRecorder(map[string]string{variable: value}), "reconcile", "--once")
+		if r.code != 1 || !strings.Contains(r.stderr, "$"+variable) {
+			t.Errorf("%s=%s: exit %d, stderr %q", variable, value, r.code, r.stderr)
+		}
+	}
+	// The owner: the flag wins over the variable (a bad one, which validate would refuse), and the
+	// variable is used when no flag is given.
+	dir := repoFromArchive(t, "-- stands/a/stand.yml --\n"+strings.Replace(string(must(os.ReadFile("../../manifest/testdata/minirepo/stands/a/stand.yml"))), "  owner:", "  #owner:", 1))
+	env := map[string]string{"STANDS_OWNER": "Env_Owner", "SECRET_KV_PASS": "kv-value", "SECRET_REG_PASS": "reg-value"}
+	if r := runCLI(t, ctx, newRecorder(env), "validate", "--owner", "flag-owner", dir); r.code != 0 {
+		t.Errorf("with --owner: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := runCLI(t, ctx, newRecorder(env), "validate", dir); r.code != 1 || !strings.Contains(r.stderr, "Env_Owner") {
+		t.Errorf("with $STANDS_OWNER alone: exit %d\n%s", r.code, r.stderr)
+	}
+}

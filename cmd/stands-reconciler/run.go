@@ -40,35 +40,32 @@ type daemonFlags struct {
 
 func (f *daemonFlags) register(fs *flag.FlagSet, getenv env) {
 	f.engineFlags.register(fs, getenv)
-	def := func(k, d string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
+	def := func(name, variable, d string) string { bindEnv(fs, name, variable, getenv); return d }
+	dur := func(name, variable string, d time.Duration) time.Duration {
+		bindEnv(fs, name, variable, getenv)
 		return d
 	}
-	dur := func(k string, d time.Duration) time.Duration {
-		if v, err := time.ParseDuration(getenv(k)); err == nil {
-			return v
-		}
-		return d
-	}
-	fs.StringVar(&f.repo, "repo", getenv("STANDS_REPO_URL"), "the stands repository: https://…/org/stands.git, ssh://git@…/org/stands.git or a local path ($STANDS_REPO_URL)")
-	fs.StringVar(&f.branch, "branch", def("STANDS_BRANCH", "main"), "the tracked branch ($STANDS_BRANCH)")
-	fs.StringVar(&f.statusBranch, "status-branch", getenv("STANDS_STATUS_BRANCH"), "branch status is committed to (default: the tracked branch; stands-status for a local path) ($STANDS_STATUS_BRANCH)")
-	fs.StringVar(&f.gitUser, "git-user", def("STANDS_GIT_USER", "stands-reconciler"), "user name for HTTP(S) token authentication ($STANDS_GIT_USER); the token is $STANDS_GIT_TOKEN or $STANDS_GIT_TOKEN_FILE")
-	fs.StringVar(&f.gitName, "git-name", def("STANDS_GIT_NAME", gitsource.DefaultIdentity.Name), "author name of status commits ($STANDS_GIT_NAME)")
-	fs.StringVar(&f.gitEmail, "git-email", def("STANDS_GIT_EMAIL", gitsource.DefaultIdentity.Email), "author email of status commits ($STANDS_GIT_EMAIL)")
-	fs.StringVar(&f.listen, "listen", def("STANDS_LISTEN", "127.0.0.1:8080"), "address of the webhook, /healthz and /readyz listener; empty: none ($STANDS_LISTEN)")
-	fs.StringVar(&f.vaultMount, "vault-mount", def("STANDS_VAULT_MOUNT", "secret"), "KV v2 mount of the stands' secrets ($STANDS_VAULT_MOUNT)")
-	fs.StringVar(&f.vaultPrefix, "vault-prefix", def("STANDS_VAULT_PREFIX", "stands"), "path prefix of the stands' secrets in the mount ($STANDS_VAULT_PREFIX)")
-	fs.DurationVar(&f.poll, "poll-interval", dur("STANDS_POLL_INTERVAL", 30*time.Second), "time between polls, jittered ±10% ($STANDS_POLL_INTERVAL)")
-	fs.DurationVar(&f.drain, "drain-timeout", dur("STANDS_DRAIN_TIMEOUT", 10*time.Minute), "on SIGTERM, how long running operations may finish before they are cancelled ($STANDS_DRAIN_TIMEOUT)")
-	fs.DurationVar(&f.opTimeout, "operation-timeout", dur("STANDS_OPERATION_TIMEOUT", reconcile.DefaultOperationTimeout), "how long one apply, drift check or destroy may run before Pulumi is interrupted and the stand fails with Timeout, tried again later ($STANDS_OPERATION_TIMEOUT)")
-	fs.DurationVar(&f.drift, "drift-interval", dur("STANDS_DRIFT_INTERVAL", 6*time.Hour), "how often a Ready stand is checked for drift (pulumi preview --refresh); 0: never ($STANDS_DRIFT_INTERVAL)")
-	fs.BoolVar(&f.driftApply, "drift-apply", getenv("STANDS_DRIFT_APPLY") == "true", "apply a drifted stand again instead of only reporting Drifted ($STANDS_DRIFT_APPLY=true)")
-	fs.IntVar(&f.workers, "workers", 4, "operations at once (one per stand at a time)")
-	fs.Float64Var(&f.share, "max-destroy-share", 0.5, "refuse to destroy more than this share of stands in one cycle (one is always allowed)")
-	fs.BoolVar(&f.previews, "previews", getenv("STANDS_PREVIEWS") != "false", "plan open pull requests into the tracked branch: one comment each and the stands/plan commit status ($STANDS_PREVIEWS=false turns it off)")
+	fs.StringVar(&f.repo, "repo", def("repo", "STANDS_REPO_URL", ""), "the stands repository: https://…/org/stands.git, ssh://git@…/org/stands.git or a local path ($STANDS_REPO_URL)")
+	fs.StringVar(&f.branch, "branch", def("branch", "STANDS_BRANCH", "main"), "the tracked branch ($STANDS_BRANCH)")
+	fs.StringVar(&f.statusBranch, "status-branch", def("status-branch", "STANDS_STATUS_BRANCH", ""), "branch status is committed to (default: the tracked branch; stands-status for a local path) ($STANDS_STATUS_BRANCH)")
+	fs.StringVar(&f.gitUser, "git-user", def("git-user", "STANDS_GIT_USER", "stands-reconciler"), "user name for HTTP(S) token authentication ($STANDS_GIT_USER); the token is $STANDS_GIT_TOKEN or $STANDS_GIT_TOKEN_FILE")
+	fs.StringVar(&f.gitName, "git-name", def("git-name", "STANDS_GIT_NAME", gitsource.DefaultIdentity.Name), "author name of status commits ($STANDS_GIT_NAME)")
+	fs.StringVar(&f.gitEmail, "git-email", def("git-email", "STANDS_GIT_EMAIL", gitsource.DefaultIdentity.Email), "author email of status commits ($STANDS_GIT_EMAIL)")
+	fs.StringVar(&f.listen, "listen", def("listen", "STANDS_LISTEN", "127.0.0.1:8080"), "address of the webhook, /healthz and /readyz listener; empty: none ($STANDS_LISTEN)")
+	fs.StringVar(&f.vaultMount, "vault-mount", def("vault-mount", "STANDS_VAULT_MOUNT", "secret"), "KV v2 mount of the stands' secrets ($STANDS_VAULT_MOUNT)")
+	fs.StringVar(&f.vaultPrefix, "vault-prefix", def("vault-prefix", "STANDS_VAULT_PREFIX", "stands"), "path prefix of the stands' secrets in the mount ($STANDS_VAULT_PREFIX)")
+	fs.DurationVar(&f.poll, "poll-interval", dur("poll-interval", "STANDS_POLL_INTERVAL", 30*time.Second), "time between polls, jittered ±10% ($STANDS_POLL_INTERVAL)")
+	fs.DurationVar(&f.drain, "drain-timeout", dur("drain-timeout", "STANDS_DRAIN_TIMEOUT", 10*time.Minute), "on SIGTERM, how long running operations may finish before they are cancelled ($STANDS_DRAIN_TIMEOUT)")
+	fs.DurationVar(&f.opTimeout, "operation-timeout", dur("operation-timeout", "STANDS_OPERATION_TIMEOUT", reconcile.DefaultOperationTimeout), "how long one apply, drift check or destroy may run before Pulumi is interrupted and the stand fails with Timeout, tried again later ($STANDS_OPERATION_TIMEOUT)")
+	fs.DurationVar(&f.drift, "drift-interval", dur("drift-interval", "STANDS_DRIFT_INTERVAL", 6*time.Hour), "how often a Ready stand is checked for drift (pulumi preview --refresh); 0: never ($STANDS_DRIFT_INTERVAL)")
+	bindEnv(fs, "drift-apply", "STANDS_DRIFT_APPLY", getenv)
+	fs.BoolVar(&f.driftApply, "drift-apply", false, "apply a drifted stand again instead of only reporting Drifted ($STANDS_DRIFT_APPLY=true)")
+	bindEnv(fs, "workers", "STANDS_WORKERS", getenv)
+	fs.IntVar(&f.workers, "workers", 4, "operations at once (one per stand at a time) ($STANDS_WORKERS)")
+	bindEnv(fs, "max-destroy-share", "STANDS_MAX_DESTROY_SHARE", getenv)
+	fs.Float64Var(&f.share, "max-destroy-share", 0.5, "refuse to destroy more than this share of stands in one cycle (one is always allowed) ($STANDS_MAX_DESTROY_SHARE)")
+	bindEnv(fs, "previews", "STANDS_PREVIEWS", getenv)
+	fs.BoolVar(&f.previews, "previews", true, "plan open pull requests into the tracked branch: one comment each and the stands/plan commit status ($STANDS_PREVIEWS=false turns it off)")
 	fs.BoolVar(&f.massDestroy, "allow-mass-destroy", false, "lift the share and last-stand guards for this run (protect still holds); prefer committing .stands/allow-destroy")
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -17,14 +18,9 @@ import (
 
 const defaultOwner = "local"
 
-func ownerFlag(fs interface {
-	StringVar(*string, string, string, string)
-}, p *string, getenv env) {
-	def := getenv("STANDS_OWNER")
-	if def == "" {
-		def = defaultOwner
-	}
-	fs.StringVar(p, "owner", def, "owner of stands whose manifest names none ($STANDS_OWNER)")
+func ownerFlag(fs *flag.FlagSet, p *string, getenv env) {
+	bindEnv(fs, "owner", "STANDS_OWNER", getenv)
+	fs.StringVar(p, "owner", defaultOwner, "owner of stands whose manifest names none ($STANDS_OWNER)")
 }
 
 func runValidate(ctx context.Context, args []string, std stdio, getenv env) int {

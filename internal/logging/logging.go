@@ -1,5 +1,5 @@
 // Package logging builds the one slog logger a command uses: colourful text (tint) when stderr is a
-// terminal, JSON otherwise, with LOG_LEVEL overriding the level, and values of secret-looking keys
+// terminal, JSON otherwise, at the level the command line gives, and values of secret-looking keys
 // redacted in one place.
 package logging
 
@@ -17,12 +17,9 @@ import (
 // secretKeys are attribute keys whose values are never logged.
 var secretKeys = []string{"token", "password", "passphrase", "secret", "private_key", "authorization"}
 
-// New returns a logger writing to w. level is "debug", "info", "warn" or "error"; the LOG_LEVEL
-// environment variable, when set, wins.
+// New returns a logger writing to w. level is "debug", "info", "warn" or "error" (the command line
+// takes it from --log-level, else $LOG_LEVEL).
 func New(w io.Writer, level string) *slog.Logger {
-	if env := os.Getenv("LOG_LEVEL"); env != "" {
-		level = env
-	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		lvl = slog.LevelInfo
