@@ -1,8 +1,8 @@
 package reconcile
 
 import (
+	"fmt"
 	"context"
-	"errors"
 	"math/rand/v2"
 	"time"
 )
@@ -54,25 +54,26 @@ func (r *Reconciler) Wait() {
 	r.pw.wg.Wait()
 }
 
-// Drain lets running operations finish for up to timeout, then cancels them (Pulumi is interrupted
-// and the engine recovers the stack on the next start), and commits the final statuses. It returns
-// an error when operations had to be cancelled.
+// Drain lets running operations finish for up to timeout, then cancels them (Pulumi is interrupted,
+// writes its checkpoint and lets its lock go; the stand's status says Canceled and it is tried again
+// after the next start), and commits the final statuses. It returns an error only when those could
+// not be committed: a drain that had to cancel is still a clean stop.
 func (r *Reconciler) Drain(timeout time.Duration) error {
 	r.stopPreviews()
 	done := make(chan struct{})
 	go func() { r.ops.Wait(); close(done) }()
-	var err error
 	select {
 	case <-done:
 	case <-time.After(timeout):
 		r.log.Warn("drain timeout: cancelling running operations", "timeout", timeout)
 		r.cancelOps()
 		<-done
-		err = errors.New("operations were cancelled at the drain timeout")
 	}
 	r.cancelOps()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r.publish(ctx)
-	return err
+	if err := r.publish(ctx); err != nil {
+		return fmt.Errorf("commit the final statuses: %w", err)
+	}
+	return nil
 }

@@ -43,7 +43,7 @@ func (r *Reconciler) loadPublished(ctx context.Context) error {
 
 // publish commits the statuses that changed since the last commit, with STATUS.md. A failure is
 // logged and retried at the next change or cycle: nothing is lost, the statuses stay in memory.
-func (r *Reconciler) publish(ctx context.Context) {
+func (r *Reconciler) publish(ctx context.Context) error {
 	r.pubMu.Lock()
 	defer r.pubMu.Unlock()
 	r.mu.Lock()
@@ -70,7 +70,7 @@ func (r *Reconciler) publish(ctx context.Context) {
 		}
 	}
 	if len(changed) == 0 {
-		return
+		return nil
 	}
 	sort.Strings(what)
 	msg := "status: " + strings.Join(what, ", ")
@@ -80,7 +80,7 @@ func (r *Reconciler) publish(ctx context.Context) {
 	commit, err := r.src.Publish(ctx, changed, msg)
 	if err != nil {
 		r.log.Warn("status not committed; retrying at the next change", "err", err)
-		return
+		return err
 	}
 	for p, data := range changed {
 		r.published[p] = data
@@ -88,4 +88,5 @@ func (r *Reconciler) publish(ctx context.Context) {
 	if commit != "" {
 		r.log.Info("status committed", "commit", short(commit), "stands", what)
 	}
+	return nil
 }

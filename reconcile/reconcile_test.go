@@ -354,12 +354,26 @@ func TestDrain(t *testing.T) {
 		if err := h.r.Cycle(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.r.Drain(200 * time.Millisecond); err == nil {
-			t.Fatal("a drain that cancelled operations reported success")
+		// Cancelled, and its status committed: a clean stop (the daemon exits 0).
+		if err := h.r.Drain(200 * time.Millisecond); err != nil {
+			t.Fatalf("a drain that cancelled and committed: %v", err)
 		}
 		st := h.src.statusOf(t, "local_a_dev")
 		if st.Phase != reason.Failed || st.Reason != reason.Canceled {
 			t.Errorf("the final status was not committed: %+v", st)
+		}
+	})
+	t.Run("final statuses not committed", func(t *testing.T) {
+		h := newHarness(t, repoWith("a"), nil)
+		h.eng.gate = make(chan struct{}) // never opens
+		if err := h.r.Cycle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		h.src.mu.Lock()
+		h.src.down = true
+		h.src.mu.Unlock()
+		if err := h.r.Drain(200 * time.Millisecond); err == nil {
+			t.Fatal("a drain whose final statuses were not committed reported success")
 		}
 	})
 }

@@ -187,9 +187,12 @@ func serve(ctx context.Context, w *wiring, f *daemonFlags, getenv env) int {
 		"poll_interval", f.poll, "owner", f.owner, "workers", f.workers)
 	w.rec.Run(ctx, f.poll)
 	log.Info("stopping: letting running operations finish", "drain_timeout", f.drain)
+	// Operations cancelled at the drain timeout still make a clean stop (their statuses say
+	// Canceled; they run again after the next start): exit 0 tells systemd so. Only final statuses
+	// that could not be committed are an error (they are committed at the next start).
 	if err := w.rec.Drain(f.drain); err != nil {
 		log.Warn("drain", "err", err)
-		return exitInterrupted
+		return exitError
 	}
 	return exitOK
 }
