@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/blang/semver"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 )
 
@@ -52,6 +53,7 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 		return nil
 	}
 	cmd.WaitDelay = 10 * time.Second
+	cliInvocations.WithLabelValues(commandOf(args)).Inc()
 	err := cmd.Start()
 	if err == nil {
 		release := func() {}
@@ -70,6 +72,23 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 		code = exit.ExitCode()
 	}
 	return out.String(), errOut.String(), code, err
+}
+
+// cliInvocations counts Pulumi CLI processes by command, for /metrics (engine.Metrics).
+var cliInvocations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_pulumi_cli_invocations_total",
+	Help: "Pulumi CLI processes started, by command (up, preview, refresh, destroy, stack, config, …)."}, []string{"command"})
+
+// Metrics is the engine's collector: the Pulumi CLI processes it started.
+func Metrics() prometheus.Collector { return cliInvocations }
+
+// commandOf is a CLI command line's first word that is no flag.
+func commandOf(args []string) string {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return a
+		}
+	}
+	return "none"
 }
 
 // childEnv is the environment every Pulumi process starts from: the system's basics, proxies and

@@ -1,8 +1,8 @@
 package reconcile
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 )

@@ -44,6 +44,7 @@ func (r *Reconciler) run(o op) {
 		}
 	}
 	res, err := r.operateBounded(ctx, &o, log)
+	r.metrics.operation(o.kind, r.cfg.Now().Sub(started), err)
 	if err != nil {
 		c := reason.Of(err)
 		log.Warn("operation failed", "reason", c, "kind", c.Kind(), "err", r.scrub(o, err.Error()))

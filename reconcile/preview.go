@@ -96,6 +96,7 @@ func (r *Reconciler) planOne(ctx context.Context, pr gitsource.PullRequest, main
 		// with write access pushed.
 		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure, why, pr.URL)
 		r.finishPlan(pr.Index, pr.HeadSHA)
+		r.metrics.plans.WithLabelValues("untrusted").Inc()
 		log.Info("pull request not planned", "why", why)
 		return
 	}
@@ -103,6 +104,9 @@ func (r *Reconciler) planOne(ctx context.Context, pr gitsource.PullRequest, main
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PlanTimeout)
 	plan, err := r.planPR(pctx, pr, main, commit, actual)
 	cancel()
+	if err != nil && ctx.Err() == nil {
+		r.metrics.plans.WithLabelValues("error").Inc()
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return // stopping: the try counts, the head is tried again after the restart
@@ -136,6 +140,7 @@ func (r *Reconciler) planOne(ctx context.Context, pr gitsource.PullRequest, main
 	if plan.failed {
 		state = gitsource.StateFailure
 	}
+	r.metrics.plans.WithLabelValues(string(state)).Inc()
 	r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, state, plan.summary(), pr.URL)
 	r.finishPlan(pr.Index, pr.HeadSHA)
 	log.Info("pull request planned", "stands", len(plan.rows), "failed", plan.failed)

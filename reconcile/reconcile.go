@@ -120,6 +120,8 @@ type Reconciler struct {
 
 	prs         previewState // used by the preview worker only
 	pw          previewWorker
+	metrics     *Metrics
+	lastSync    time.Time       // the end of the last cycle without error
 	declaredIDs map[string]bool // stands the last evaluated snapshot declares
 	warned      map[manifest.Diagnostic]bool
 }
@@ -179,6 +181,7 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 		prs: previewState{heads: map[int64]plannedHead{}}, warned: map[manifest.Diagnostic]bool{}}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
 	r.pw.ctx, r.pw.cancel = context.WithCancel(context.Background())
+	r.metrics = newMetrics(r)
 	return r
 }
 
@@ -254,6 +257,18 @@ func (r *Reconciler) backoff(n int) time.Duration {
 // Cycle runs one reconciliation: it decides, records the decisions, and starts the operations it
 // decided on without waiting for them (Wait does). A failed fetch or inventory changes nothing.
 func (r *Reconciler) Cycle(ctx context.Context) error {
+	start := r.cfg.Now()
+	err := r.cycle(ctx)
+	r.metrics.cycle(r.cfg.Now().Sub(start), err)
+	if err == nil {
+		r.mu.Lock()
+		r.lastSync = r.cfg.Now()
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func (r *Reconciler) cycle(ctx context.Context) error {
 	snap, err := r.src.Fetch(ctx)
 	if err == nil {
 		err = r.loadPublished(ctx)
@@ -262,6 +277,7 @@ func (r *Reconciler) Cycle(ctx context.Context) error {
 		r.mu.Lock()
 		r.health.Source = err
 		r.mu.Unlock()
+		r.metrics.fetchFails.Inc()
 		return fmt.Errorf("fetch stands repository: %w", err)
 	}
 	log := r.log.With("commit", short(snap.Source))

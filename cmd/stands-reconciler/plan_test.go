@@ -4,6 +4,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -51,6 +53,18 @@ func TestPullRequestPlans(t *testing.T) {
 	for _, id := range []string{"local_a_dev", "local_b_dev"} {
 		e.waitStatus(id, 4*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Ready })
 	}
+	// After its cycles, /metrics shows the stands by phase and the Pulumi processes by command.
+	e.waitFor("/metrics to show the two stands Ready", time.Minute, func() bool {
+		resp, err := http.Get("http://" + e.listen + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		m := string(body)
+		return strings.Contains(m, `stands_stands{phase="Ready"} 2`) && strings.Contains(m, `stands_pulumi_cli_invocations_total{command="up"}`) &&
+			strings.Contains(m, "stands_cycle_duration_seconds_count") && strings.Contains(m, `stands_dependency_up{dependency="source"} 1`)
+	})
 	backend := filepath.Join(e.stateDir(), "pulumi", "local", ".pulumi", "stacks")
 	stacksBefore := listFiles(t, backend)
 	writesBefore := e.hetzner.Sim.Writes("")

@@ -15,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 
+	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/httpapi"
@@ -170,13 +171,13 @@ func serve(ctx context.Context, w *wiring, f *daemonFlags, getenv env) int {
 		srv, err := httpapi.Listen(f.listen, httpapi.Handler(w.rec, func() []byte {
 			v, _ := secret.Value()
 			return []byte(v)
-		}, log), log)
+		}, log, w.rec.Metrics(), engine.Metrics()), log)
 		if err != nil {
 			fmt.Fprintf(w.stderr, "run: %v\n", err)
 			return exitError
 		}
 		w.own(srv)
-		log.Info("listening", "addr", srv.Addr(), "paths", "/webhook /healthz /readyz")
+		log.Info("listening", "addr", srv.Addr(), "paths", "/webhook /healthz /readyz /metrics")
 	}
 	w.own(goAsLongAs(func(ctx context.Context) {
 		if err := w.src.Watch(ctx, w.rec.Trigger); err != nil {

@@ -1,5 +1,5 @@
-// Package httpapi is the daemon's HTTP side: Gitea's push webhook (HMAC-checked) and the probes
-// systemd and a load balancer read. It owns its listener: Close stops it and waits for it.
+// Package httpapi is the daemon's HTTP side: Gitea's push webhook (HMAC-checked), the probes
+// systemd and a load balancer read, and /metrics. It owns its listener: Close stops it and waits for it.
 package httpapi
 
 import (
@@ -11,6 +11,10 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	gocollectors "github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/reconcile"
@@ -25,12 +29,19 @@ type Loop interface {
 // Handler serves POST /webhook (signed with the secret secret returns; none refuses every call),
 // GET /healthz (the process answers) and GET /readyz: 503 until a cycle succeeded and while the
 // repository, the secret store or the Pulumi backend is unreachable.
-func Handler(l Loop, secret func() []byte, log *slog.Logger) http.Handler {
+func Handler(l Loop, secret func() []byte, log *slog.Logger, collectors ...prometheus.Collector) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /webhook", gitsource.WebhookHandler(secret, func() {
 		log.Info("webhook: polling now")
 		l.Trigger()
 	}))
+	if len(collectors) > 0 {
+		// Unauthenticated, like /healthz: the listener is 127.0.0.1 by default.
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(gocollectors.NewGoCollector(), gocollectors.NewProcessCollector(gocollectors.ProcessCollectorOpts{}))
+		reg.MustRegister(collectors...)
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

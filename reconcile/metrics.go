@@ -1,0 +1,113 @@
+package reconcile
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stands-engine/stands-reconciler/reason"
+)
+
+// Metrics are the reconciler's, for /metrics. What describes the stands (their phases, the running
+// operations, the time since the last successful sync, the outside services) is read from the
+// reconciler's own state when scraped, so it cannot disagree with the status files; the counters
+// and durations are recorded where a cycle, an operation or a plan ends.
+type Metrics struct {
+	r          *Reconciler
+	cycles     *prometheus.HistogramVec
+	operations *prometheus.HistogramVec
+	plans      *prometheus.CounterVec
+	fetchFails prometheus.Counter
+	phases     *prometheus.Desc
+	running    *prometheus.Desc
+	sinceSync  *prometheus.Desc
+	down       *prometheus.Desc
+}
+
+func newMetrics(r *Reconciler) *Metrics {
+	return &Metrics{
+		r: r,
+		cycles: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "stands_cycle_duration_seconds",
+			Help: "Duration of reconcile cycles (fetch, judge, inventory, plan, publish), by result.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}, []string{"result"}),
+		operations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "stands_operation_duration_seconds",
+			Help:    "Duration of operations on stands, by kind (apply, drift, observe, destroy) and result (ok or the reason's kind: Waiting, Stalling, Generic).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 13)}, []string{"kind", "result"}),
+		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_pull_request_plans_total",
+			Help: "Pull request plans, by result: success, failure (the plan refuses), error (planning failed), untrusted (no plan)."}, []string{"result"}),
+		fetchFails: prometheus.NewCounter(prometheus.CounterOpts{Name: "stands_source_fetch_failures_total", Help: "Cycles whose fetch of the stands repository failed."}),
+		phases:     prometheus.NewDesc("stands_stands", "Stands by phase, as their status files say.", []string{"phase"}, nil),
+		running:    prometheus.NewDesc("stands_operations_running", "Operations running now.", nil, nil),
+		sinceSync:  prometheus.NewDesc("stands_seconds_since_last_successful_sync", "Seconds since the last cycle that fetched, judged and planned without error (-1: none yet).", nil, nil),
+		down:       prometheus.NewDesc("stands_dependency_up", "Whether an outside service answered in the last cycle (source, secrets, backend) and no operation ran past its deadline (operations).", []string{"dependency"}, nil),
+	}
+}
+
+// Metrics is the reconciler's collector; register it on a registry served at /metrics.
+func (r *Reconciler) Metrics() *Metrics { return r.metrics }
+
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.cycles.Describe(ch)
+	m.operations.Describe(ch)
+	m.plans.Describe(ch)
+	m.fetchFails.Describe(ch)
+	ch <- m.phases
+	ch <- m.running
+	ch <- m.sinceSync
+	ch <- m.down
+}
+
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.cycles.Collect(ch)
+	m.operations.Collect(ch)
+	m.plans.Collect(ch)
+	m.fetchFails.Collect(ch)
+	r := m.r
+	r.mu.Lock()
+	counts := map[reason.Phase]int{}
+	for _, p := range reason.Phases {
+		counts[p] = 0
+	}
+	running := 0
+	for _, st := range r.stands {
+		if st.status != nil {
+			counts[st.status.Phase]++
+		}
+		if st.running {
+			running++
+		}
+	}
+	h, last := r.health, r.lastSync
+	r.mu.Unlock()
+	for p, n := range counts {
+		ch <- prometheus.MustNewConstMetric(m.phases, prometheus.GaugeValue, float64(n), string(p))
+	}
+	ch <- prometheus.MustNewConstMetric(m.running, prometheus.GaugeValue, float64(running))
+	since := -1.0
+	if !last.IsZero() {
+		since = r.cfg.Now().Sub(last).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(m.sinceSync, prometheus.GaugeValue, since)
+	for name, err := range map[string]error{"source": h.Source, "secrets": h.Secrets, "backend": h.Backend, "operations": h.Timeout} {
+		up := 1.0
+		if err != nil {
+			up = 0
+		}
+		ch <- prometheus.MustNewConstMetric(m.down, prometheus.GaugeValue, up, name)
+	}
+}
+
+func (m *Metrics) cycle(d time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.cycles.WithLabelValues(result).Observe(d.Seconds())
+}
+
+func (m *Metrics) operation(kind opKind, d time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = reason.Of(err).Kind().String()
+	}
+	m.operations.WithLabelValues(string(kind), result).Observe(d.Seconds())
+}
