@@ -10,7 +10,7 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: all build test unit fuzz lint demo demo-apply clean tools deps vm-image e2e
+.PHONY: deploy-check all build test unit fuzz lint demo demo-apply clean tools deps vm-image e2e
 
 # Tools the tests run for real, each built from the Go module proxy in a module of its own under
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
@@ -76,6 +76,18 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags e2e ./...
 	$(GO) run $(STATICCHECK) -tags e2e ./...
+	$(MAKE) --no-print-directory deploy-check
+
+# The unit (systemd-analyze verify, any warning an error: ExecStart stands in for the binary, which the
+# check does not run),
+# the alert rules (promtool, Debian's prometheus package) and the install script's syntax.
+deploy-check:
+	@d=$$(mktemp -d) && sed 's|^ExecStart=.*|ExecStart=/bin/true|' deploy/stands-reconciler.service > $$d/stands-reconciler.service && \
+	  out=$$(systemd-analyze verify --man=no $$d/stands-reconciler.service 2>&1); rm -rf $$d; \
+	  if [ -n "$$out" ]; then echo "$$out"; echo "deploy: the unit has problems (systemd only warns and ignores them)"; exit 1; fi; \
+	  echo "deploy: unit verified"
+	promtool check rules deploy/alerts.yml
+	bash -n deploy/install.sh
 
 # The main job on the embedded default: validate the example stands repository and render every stand
 # (with reserved test addresses) into $(DEMO_OUT)/. The example's secrets come from examples/demo.env.

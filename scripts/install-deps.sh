@@ -17,6 +17,8 @@ packages=(
   e2fsprogs
   vde2                # vde_switch: the private network between VMs, a hub for any number of them
   netcat-openbsd      # nc: QEMU runs it per guest connection to reach the test registry (guestfwd cmd:)
+  prometheus          # promtool: CI checks deploy/alerts.yml
+  systemd             # systemd-analyze: CI verifies deploy/stands-reconciler.service
 )
 
 missing=()
@@ -36,7 +38,7 @@ export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 # The registry and sshd packages enable system services; tests start their own on ephemeral ports.
-for svc in docker-registry ssh; do
+for svc in docker-registry ssh prometheus; do
   if systemctl is-enabled $svc >/dev/null 2>&1; then
     $sudo systemctl disable --now $svc >/dev/null 2>&1 || true
   fi

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,6 +55,7 @@ func TestPullRequestPlans(t *testing.T) {
 		e.waitStatus(id, 4*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Ready })
 	}
 	// After its cycles, /metrics shows the stands by phase and the Pulumi processes by command.
+	var metrics string
 	e.waitFor("/metrics to show the two stands Ready", time.Minute, func() bool {
 		resp, err := http.Get("http://" + e.listen + "/metrics")
 		if err != nil {
@@ -61,10 +63,24 @@ func TestPullRequestPlans(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		m := string(body)
-		return strings.Contains(m, `stands_stands{phase="Ready"} 2`) && strings.Contains(m, `stands_pulumi_cli_invocations_total{command="up"}`) &&
-			strings.Contains(m, "stands_cycle_duration_seconds_count") && strings.Contains(m, `stands_dependency_up{dependency="source"} 1`)
+		metrics = string(body)
+		return strings.Contains(metrics, `stands_stands{phase="Ready"} 2`) && strings.Contains(metrics, `stands_pulumi_cli_invocations_total{command="up"}`) &&
+			strings.Contains(metrics, "stands_cycle_duration_seconds_count") && strings.Contains(metrics, `stands_dependency_up{dependency="source"} 1`)
 	})
+	// Every metric the shipped alert rules use is one the daemon serves.
+	rules, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "deploy", "alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`\bstands_[a-z_]+`).FindAllString(string(rules), -1)
+	if len(names) < 5 {
+		t.Errorf("deploy/alerts.yml names %d metrics", len(names))
+	}
+	for _, name := range names {
+		if !strings.Contains(metrics, "\n"+name) && !strings.Contains(metrics, "# TYPE "+name) {
+			t.Errorf("deploy/alerts.yml uses %s, which /metrics does not serve", name)
+		}
+	}
 	backend := filepath.Join(e.stateDir(), "pulumi", "local", ".pulumi", "stacks")
 	stacksBefore := listFiles(t, backend)
 	writesBefore := e.hetzner.Sim.Writes("")
