@@ -54,6 +54,13 @@ func (r *Reconciler) Wait() {
 	r.pw.wg.Wait()
 }
 
+// Abort cancels the running operations now, as the drain timeout would (a second signal during a
+// drain): Pulumi is interrupted and writes its checkpoint; Drain then commits their statuses.
+func (r *Reconciler) Abort() {
+	r.log.Warn("cancelling running operations now")
+	r.cancelOps()
+}
+
 // Drain lets running operations finish for up to timeout, then cancels them (Pulumi is interrupted,
 // writes its checkpoint and lets its lock go; the stand's status says Canceled and it is tried again
 // after the next start), and commits the final statuses. It returns an error only when those could

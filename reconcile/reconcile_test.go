@@ -363,6 +363,24 @@ func TestDrain(t *testing.T) {
 			t.Errorf("the final status was not committed: %+v", st)
 		}
 	})
+	t.Run("a second signal cancels at once", func(t *testing.T) {
+		h := newHarness(t, repoWith("a"), nil)
+		h.eng.gate = make(chan struct{}) // never opens
+		if err := h.r.Cycle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(100*time.Millisecond, h.r.Abort)
+		start := time.Now()
+		if err := h.r.Drain(time.Hour); err != nil {
+			t.Fatalf("drain: %v", err)
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("the drain waited %s after the abort", took)
+		}
+		if st := h.src.statusOf(t, "local_a_dev"); st.Reason != reason.Canceled {
+			t.Errorf("status after the abort: %+v", st)
+		}
+	})
 	t.Run("final statuses not committed", func(t *testing.T) {
 		h := newHarness(t, repoWith("a"), nil)
 		h.eng.gate = make(chan struct{}) // never opens

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,8 +27,8 @@ import (
 // engineFlags are the settings every command that runs Pulumi needs. Secrets come from the
 // environment or from files named by *_FILE (systemd credentials), never from flags.
 type engineFlags struct {
-	owner, stateDir, backend, pulumi, endpoint, nodes, logLevel string
-	lockLease                                                   time.Duration
+	owner, stateDir, backend, pulumi, endpoint, nodes, logLevel, logFormat string
+	lockLease                                                              time.Duration
 }
 
 func (f *engineFlags) register(fs *flag.FlagSet, getenv env) {
@@ -44,16 +46,33 @@ func (f *engineFlags) register(fs *flag.FlagSet, getenv env) {
 	fs.StringVar(&f.nodes, "nodes", "full", "node deployment: full (servers, then node setup and app instances over SSH) or skip (servers only) ($STANDS_NODES)")
 	def("log-level", "LOG_LEVEL")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error ($LOG_LEVEL)")
+	def("log-format", "STANDS_LOG_FORMAT")
+	fs.StringVar(&f.logFormat, "log-format", "auto", "log format: auto (text on a terminal, JSON otherwise), text or json; NO_COLOR turns colours off ($STANDS_LOG_FORMAT)")
 	def("lock-lease", "STANDS_LOCK_LEASE")
 	fs.DurationVar(&f.lockLease, "lock-lease", 0, "treat another host's stack lock older than this as abandoned (0: always wait) ($STANDS_LOCK_LEASE)")
+}
+
+// checkLog refuses a log level or format the logger does not know.
+func (f *engineFlags) checkLog() error {
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, f.logLevel) {
+		return fmt.Errorf("--log-level=%s: want debug, info, warn or error", f.logLevel)
+	}
+	if !slices.Contains(logging.Formats, f.logFormat) {
+		return fmt.Errorf("--log-format=%s: want auto, text or json", f.logFormat)
+	}
+	return nil
+}
+
+func (f *engineFlags) logger(w io.Writer) *slog.Logger {
+	return logging.NewWithFormat(w, f.logLevel, f.logFormat)
 }
 
 func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*engine.Config)) (*engine.Engine, string, error) {
 	if f.nodes != "skip" && f.nodes != "full" {
 		return nil, "", fmt.Errorf("--nodes=%s: want full or skip", f.nodes)
 	}
-	if !slices.Contains([]string{"debug", "info", "warn", "error"}, f.logLevel) {
-		return nil, "", fmt.Errorf("--log-level=%s: want debug, info, warn or error", f.logLevel)
+	if err := f.checkLog(); err != nil {
+		return nil, "", err
 	}
 	pass, err := credential.Read(getenv, "STANDS_PASSPHRASE")
 	if err != nil {
@@ -80,7 +99,7 @@ func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*
 		backend = "file://" + dir
 	}
 	cfg := engine.Config{PulumiBin: bin, BackendURL: backend, Passphrase: pass, HcloudToken: token,
-		HcloudEndpoint: f.endpoint, WorkDir: stateDir, Log: logging.New(std.err, f.logLevel), LockLease: f.lockLease,
+		HcloudEndpoint: f.endpoint, WorkDir: stateDir, Log: f.logger(std.err), LockLease: f.lockLease,
 		SkipNodes: f.nodes == "skip", ConfigsetDir: filepath.Join(stateDir, "configsets")}
 	for _, t := range tune {
 		t(&cfg)

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
@@ -19,7 +22,6 @@ import (
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/httpapi"
-	"github.com/stands-engine/stands-reconciler/internal/logging"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
@@ -96,7 +98,7 @@ func runReconcile(ctx context.Context, args []string, std stdio, getenv env) int
 }
 
 func daemon(ctx context.Context, f *daemonFlags, once bool, std stdio, getenv env) int {
-	log := logging.New(std.err, f.logLevel)
+	log := f.logger(std.err)
 	if f.repo == "" {
 		fmt.Fprintln(std.err, "run: --repo (or $STANDS_REPO_URL) is required")
 		return exitUsage
@@ -187,7 +189,18 @@ func serve(ctx context.Context, w *wiring, f *daemonFlags, getenv env) int {
 	log.Info("reconciler started", "repo", gitsource.RedactURL(f.repo), "branch", f.branch, "status_branch", w.src.StatusBranch(),
 		"poll_interval", f.poll, "owner", f.owner, "workers", f.workers)
 	w.rec.Run(ctx, f.poll)
-	log.Info("stopping: letting running operations finish", "drain_timeout", f.drain)
+	log.Info("stopping: letting running operations finish; a second SIGTERM or SIGINT cancels them now", "drain_timeout", f.drain)
+	force, drained := make(chan os.Signal, 1), make(chan struct{})
+	signal.Notify(force, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(force)
+	go func() {
+		select {
+		case <-force:
+			w.rec.Abort()
+		case <-drained:
+		}
+	}()
+	defer close(drained)
 	// Operations cancelled at the drain timeout still make a clean stop (their statuses say
 	// Canceled; they run again after the next start): exit 0 tells systemd so. Only final statuses
 	// that could not be committed are an error (they are committed at the next start).

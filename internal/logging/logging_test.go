@@ -27,3 +27,22 @@ func TestRedactsAndLevels(t *testing.T) {
 		t.Errorf("record %v", rec)
 	}
 }
+
+// TestFormats: --log-format text writes text (no colour codes off a terminal, nor with NO_COLOR),
+// json writes JSON, whatever the writer is.
+func TestFormats(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	for format, check := range map[string]func(string) bool{
+		"text": func(s string) bool {
+			return strings.Contains(s, "hello") && !strings.HasPrefix(s, "{") && !strings.Contains(s, "\x1b[")
+		},
+		"json": func(s string) bool { return strings.HasPrefix(s, `{"time":`) && strings.Contains(s, `"msg":"hello"`) },
+		"auto": func(s string) bool { return strings.HasPrefix(s, "{") }, // not a terminal: JSON
+	} {
+		var b strings.Builder
+		NewWithFormat(&b, "info", format).Info("hello", "k", "v")
+		if !check(b.String()) {
+			t.Errorf("%s: %q", format, b.String())
+		}
+	}
+}
