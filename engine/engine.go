@@ -349,7 +349,7 @@ func keyPair(outs auto.OutputMap) (private, public string, err error) {
 			if err != nil {
 				return "", "", fmt.Errorf("parse the stand's SSH key from its stack: %w", err)
 			}
-			return s, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))), nil
+			return s, authorized(signer.PublicKey()), nil
 		}
 	}
 	return newEd25519("stands-reconciler")

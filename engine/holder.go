@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -142,21 +141,12 @@ func pidNamespace() string {
 	return ns
 }
 
-// processStart is field 22 of /proc/<pid>/stat (after the command name, which may hold spaces).
+// processStart is field 22 of /proc/<pid>/stat, the start time in clock ticks since boot.
 func processStart(pid int) string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
+	if fields := procStat(pid); len(fields) >= 20 {
+		return fields[19]
 	}
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return ""
-	}
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 20 {
-		return ""
-	}
-	return fields[19] // fields after ")" start at field 3
+	return ""
 }
 
 func (e *Engine) writeKey(ctx context.Context, key string, data []byte) error {

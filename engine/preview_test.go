@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,41 +18,49 @@ import (
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
+// singleFile is the example's one-server stand, which the tests below apply and edit.
+const singleFile = "stands/single/stand.yml"
+
+// editedSingle is the single stand with its manifest rewritten by edit; overlay adds other files
+// of the example, as testfs archive entries.
+func editedSingle(t *testing.T, edit func(manifest string) string, overlay ...string) stands.Input {
+	t.Helper()
+	base, err := fs.ReadFile(examples(t, ""), singleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return load(t, examples(t, strings.Join(overlay, "")+"-- "+singleFile+" --\n"+edit(string(base))), singleFile)
+}
+
+// appliedSingle is a fixture with in (the single stand, or a variant of it) applied.
+func appliedSingle(t *testing.T, in stands.Input) *fixture {
+	t.Helper()
+	f := newFixture(t)
+	if _, err := f.eng.Apply(context.Background(), in, false); err != nil {
+		t.Fatalf("apply: %v\n%s", err, f.logs)
+	}
+	return f
+}
+
+func replaced(old, new string) func(string) string {
+	return func(m string) string { return strings.Replace(m, old, new, 1) }
+}
+
 // TestPreviewIsReadOnly: a preview of a changed stand whose stack holds a stale lock (of a dead
 // process of this host, which an apply removes) leaves every file of the backend as it was, the
 // lock included. The apply afterwards is the control: the same lock is one the engine does remove.
 func TestPreviewIsReadOnly(t *testing.T) {
-	f := newFixture(t)
+	stand := load(t, examples(t, ""), singleFile)
+	f := appliedSingle(t, stand)
 	ctx := context.Background()
-	file := "stands/single/stand.yml"
-	stand := load(t, examples(t, ""), file)
-	if _, err := f.eng.Apply(ctx, stand, false); err != nil {
-		t.Fatalf("apply: %v\n%s", err, f.logs)
-	}
-	base, err := fs.ReadFile(examples(t, ""), file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bigger := load(t, examples(t, "-- "+file+" --\n"+strings.Replace(string(base), "type_serv: cx22", "type_serv: cx32", 1)), file)
+	bigger := editedSingle(t, replaced("type_serv: cx22", "type_serv: cx32"))
 	if bigger.SpecHash == stand.SpecHash {
 		t.Fatal("the changed stand has the same spec hash")
 	}
 
-	dead := exec.Command("true")
-	if err := dead.Run(); err != nil {
-		t.Fatal(err)
-	}
 	host, _ := os.Hostname()
 	ref := stands.StackRef{Project: stand.Stand.Project, Env: stand.Stand.Env}
-	lockDir := filepath.Join(f.backend, filepath.FromSlash(lockPrefix(ref)))
-	if err := os.MkdirAll(lockDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lock := filepath.Join(lockDir, "stale.json")
-	body := fmt.Sprintf(`{"pid":%d,"username":"u","hostname":%q,"timestamp":%q}`, dead.Process.Pid, host, time.Now().Add(-time.Minute).Format(time.RFC3339Nano))
-	if err := os.WriteFile(lock, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	lock := plantLock(t, f.backend, ref, deadPID(t), host, time.Now().Add(-time.Minute))
 
 	before := backendFiles(t, f.backend)
 	_, previewErr := f.eng.Preview(ctx, bigger)
@@ -107,22 +114,15 @@ func backendFiles(t *testing.T, dir string) string {
 // escape the sandbox's limits: here it fails instead), Pulumi's steps about it are not logged, and
 // a failed preview's error carries its reason, not the CLI's output.
 func TestUntrustedPreview(t *testing.T) {
-	f := newFixture(t)
+	f := appliedSingle(t, load(t, examples(t, ""), singleFile))
 	ctx := context.Background()
-	file := "stands/single/stand.yml"
-	stand := load(t, examples(t, ""), file)
-	if _, err := f.eng.Apply(ctx, stand, false); err != nil {
-		t.Fatalf("apply: %v\n%s", err, f.logs)
-	}
 	ci, err := fs.ReadFile(examples(t, ""), "bases/cloud-init.yaml.tmpl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	first, rest, _ := strings.Cut(string(ci), "\n")
 	tricky := first + "\n{{ if ne .network_ip_range \"192.0.2.0/24\" }}{{ index .not_there 1 }}{{ end }}\n" + rest
-	base, _ := fs.ReadFile(examples(t, ""), file)
-	bigger := strings.Replace(string(base), "type_serv: cx22", "type_serv: cx32", 1)
-	in := load(t, examples(t, "-- bases/cloud-init.yaml.tmpl --\n"+tricky+"-- "+file+" --\n"+bigger), file)
+	in := editedSingle(t, replaced("type_serv: cx22", "type_serv: cx32"), "-- bases/cloud-init.yaml.tmpl --\n"+tricky)
 	in.Untrusted = true
 	logged := len(f.logs.String())
 	res, err := f.eng.Preview(ctx, in)
@@ -181,15 +181,10 @@ func TestHangingHetznerEndpoint(t *testing.T) {
 // before Pulumi changes anything, and no server is deleted. The destroy naming the right stand is
 // the control.
 func TestSharedBackendTwoOwners(t *testing.T) {
-	f := newFixture(t)
+	mine := load(t, examples(t, ""), singleFile)
+	f := appliedSingle(t, mine)
 	ctx := context.Background()
-	file := "stands/single/stand.yml"
-	mine := load(t, examples(t, ""), file)
-	if _, err := f.eng.Apply(ctx, mine, false); err != nil {
-		t.Fatalf("apply: %v\n%s", err, f.logs)
-	}
-	base, _ := fs.ReadFile(examples(t, ""), file)
-	theirs := load(t, examples(t, "-- "+file+" --\n"+strings.Replace(string(base), "stand:\n", "stand:\n  owner: other\n", 1)), file)
+	theirs := editedSingle(t, replaced("stand:\n", "stand:\n  owner: other\n"))
 	if theirs.Stand.ID != "other_demo_single" {
 		t.Fatalf("the other owner's stand is %s", theirs.Stand.ID)
 	}
@@ -215,19 +210,15 @@ func TestSharedBackendTwoOwners(t *testing.T) {
 // before Pulumi starts, no Hetzner delete), until protect: false is applied; then the same change
 // goes through (the control).
 func TestProtectHoldsServers(t *testing.T) {
-	f := newFixture(t)
-	ctx := context.Background()
-	file := "stands/single/stand.yml"
-	base, _ := fs.ReadFile(examples(t, ""), file)
 	variant := func(protect bool, image, node string) stands.Input {
-		m := strings.Replace(string(base), "image: debian-12", "image: "+image, 1)
-		m = strings.Replace(m, "stand:\n", fmt.Sprintf("stand:\n  protect: %t\n", protect), 1)
-		m = strings.Replace(m, "nodes:\n  main:", "nodes:\n  "+node+":", 1)
-		return load(t, examples(t, "-- "+file+" --\n"+m), file)
+		return editedSingle(t, func(m string) string {
+			m = strings.Replace(m, "image: debian-12", "image: "+image, 1)
+			m = strings.Replace(m, "stand:\n", fmt.Sprintf("stand:\n  protect: %t\n", protect), 1)
+			return strings.Replace(m, "nodes:\n  main:", "nodes:\n  "+node+":", 1)
+		})
 	}
-	if _, err := f.eng.Apply(ctx, variant(true, "debian-12", "main"), false); err != nil {
-		t.Fatalf("apply: %v\n%s", err, f.logs)
-	}
+	f := appliedSingle(t, variant(true, "debian-12", "main"))
+	ctx := context.Background()
 	id := f.Servers(t)["demo-demo-single-main"].ID
 	deleteCalls := func() int {
 		n := 0
@@ -257,8 +248,10 @@ func TestProtectHoldsServers(t *testing.T) {
 		}
 	}
 	// A resize is no replacement: a protected stand scales up in place, its server kept.
-	bigger := strings.Replace(strings.Replace(string(base), "type_serv: cx22", "type_serv: cx32", 1), "stand:\n", "stand:\n  protect: true\n", 1)
-	if res, err := f.eng.Apply(ctx, load(t, examples(t, "-- "+file+" --\n"+bigger), file), false); err != nil || res.Changes["update"] != 1 {
+	bigger := editedSingle(t, func(m string) string {
+		return strings.Replace(strings.Replace(m, "type_serv: cx22", "type_serv: cx32", 1), "stand:\n", "stand:\n  protect: true\n", 1)
+	})
+	if res, err := f.eng.Apply(ctx, bigger, false); err != nil || res.Changes["update"] != 1 {
 		t.Fatalf("resize of the protected stand: %+v %v", res, err)
 	}
 	if s := f.Servers(t)["demo-demo-single-main"]; s.ID != id || s.ServerType.Name != "cx32" || s.Status != "running" {

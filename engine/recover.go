@@ -143,15 +143,20 @@ func alive(pid int) bool {
 // zombie reads the process state from /proc/<pid>/stat: "Z" (zombie) or "X" (dead). Without /proc
 // it says no, leaving signal 0 to decide.
 func zombie(pid int) bool {
+	fields := procStat(pid)
+	return len(fields) > 0 && (fields[0] == "Z" || fields[0] == "X")
+}
+
+// procStat is /proc/<pid>/stat from its third field on (the state), nil without it. The command
+// name before may hold spaces and parentheses, so the fields follow the last ")".
+func procStat(pid int) []string {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return nil
 	}
-	// pid (comm) state …: comm may hold spaces and parentheses, so the state follows the last ")".
 	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 || i+2 >= len(data) {
-		return false
+	if i < 0 {
+		return nil
 	}
-	state := data[i+2]
-	return state == 'Z' || state == 'X'
+	return strings.Fields(string(data[i+1:]))
 }

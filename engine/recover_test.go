@@ -14,13 +14,36 @@ import (
 	"time"
 )
 
-// TestClearStaleLocks covers each kind of lock a stack can carry.
-func TestClearStaleLocks(t *testing.T) {
-	host, _ := os.Hostname()
+// deadPID is the pid of a process of this host that has ended.
+func deadPID(t *testing.T) int {
+	t.Helper()
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
+	return dead.Process.Pid
+}
+
+// plantLock writes a lock file of ref into a file:// backend at dir, as the diy backend writes it,
+// and returns its path.
+func plantLock(t *testing.T, dir string, ref stands.StackRef, pid int, host string, at time.Time) string {
+	t.Helper()
+	lockDir := filepath.Join(dir, filepath.FromSlash(lockPrefix(ref)))
+	if err := os.MkdirAll(lockDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lock := filepath.Join(lockDir, "a.json")
+	body := fmt.Sprintf(`{"pid":%d,"username":"u","hostname":%q,"timestamp":%q}`, pid, host, at.Format(time.RFC3339Nano))
+	if err := os.WriteFile(lock, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return lock
+}
+
+// TestClearStaleLocks covers each kind of lock a stack can carry.
+func TestClearStaleLocks(t *testing.T) {
+	host, _ := os.Hostname()
+	dead := deadPID(t)
 	// Killed and not reaped: a zombie, as a killed Pulumi CLI is until init gets to it.
 	killed := exec.Command("sleep", "60")
 	if err := killed.Start(); err != nil {
@@ -45,7 +68,7 @@ func TestClearStaleLocks(t *testing.T) {
 		want    error
 		removed bool
 	}{
-		{"dead process of this host", dead.Process.Pid, host, recent, 0, nil, true},
+		{"dead process of this host", dead, host, recent, 0, nil, true},
 		{"killed process of this host, not yet reaped", killed.Process.Pid, host, recent, 0, nil, true},
 		{"live process of this host", os.Getpid(), host, old, time.Hour, ErrUpdateInProgress, false},
 		{"another host, no lease", 1, "elsewhere", old, 0, ErrLockedElsewhere, false},
@@ -56,15 +79,7 @@ func TestClearStaleLocks(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			ref := stands.StackRef{Project: "demo", Env: "x"}
-			lockDir := filepath.Join(dir, filepath.FromSlash(lockPrefix(ref)))
-			if err := os.MkdirAll(lockDir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			lock := filepath.Join(lockDir, "a.json")
-			body := fmt.Sprintf(`{"pid":%d,"username":"u","hostname":%q,"timestamp":%q}`, c.pid, c.host, c.at.Format(time.RFC3339Nano))
-			if err := os.WriteFile(lock, []byte(body), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			lock := plantLock(t, dir, ref, c.pid, c.host, c.at)
 			e := &Engine{cfg: Config{BackendURL: "file://" + dir, LockLease: c.lease}}
 			err := e.clearStaleLocks(context.Background(), ref, slog.New(slog.DiscardHandler))
 			if !errors.Is(err, c.want) || (c.want == nil && err != nil) {

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/stands-engine/stands-reconciler/reason"
 )
 
 // TestPlansRunOffThePollPath: while a pull request's plan hangs in its preview, cycles go on and a
@@ -141,28 +139,5 @@ func TestHeadTooLargeFailsOnce(t *testing.T) {
 	}
 	if fetches != 1 || f.fetches != fetches {
 		t.Errorf("the head was fetched %d times, then %d more", fetches, f.fetches-fetches)
-	}
-}
-
-// TestOperationTimeout: an operation that hangs (a Hetzner endpoint that never answers) ends at
-// --operation-timeout with Timeout, a Waiting reason tried again later, while the other stands are
-// applied, and the health the /readyz endpoint reports says why.
-func TestOperationTimeout(t *testing.T) {
-	h := newHarness(t, repoWith("a", "b"), func(c *Config) { c.OperationTimeout, c.Workers = 300*time.Millisecond, 2 })
-	h.eng.hang = map[string]bool{"local_a_dev": true}
-	start := time.Now()
-	h.mustCycle()
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("the cycle's operations took %s", took)
-	}
-	a, b := h.src.statusOf(t, "local_a_dev"), h.src.statusOf(t, "local_b_dev")
-	if a.Phase != reason.Failed || a.Reason != reason.Timeout || !strings.Contains(a.Message, "took longer than --operation-timeout 300ms") || a.NextAttempt == nil {
-		t.Errorf("a: %s %s %q next %v", a.Phase, a.Reason, a.Message, a.NextAttempt)
-	}
-	if b.Phase != reason.Ready || h.eng.upsOf("local_b_dev") != 1 {
-		t.Errorf("b: %s, %d ups", b.Phase, h.eng.upsOf("local_b_dev"))
-	}
-	if hl := h.r.Health(); hl.Timeout == nil || !strings.Contains(hl.Timeout.Error(), "apply of local_a_dev took longer than 300ms") {
-		t.Errorf("health: %v", hl.Timeout)
 	}
 }

@@ -7,12 +7,12 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
 )
 
 // TestMain makes the test binary a render sandbox child too, as main does for the real binary.
@@ -120,18 +120,7 @@ func peakRSS(t *testing.T) int64 {
 	t.Helper()
 	runtime.GC()
 	debug.FreeOSMemory()
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kb int64
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ = strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-		}
-	}
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Fatalf("reset peak RSS: %v", err)
-	}
-	return kb << 10
+	peak := testenv.ProcStatus(t, os.Getpid(), "VmHWM")
+	testenv.ResetPeakRSS(t, os.Getpid())
+	return peak
 }

@@ -32,24 +32,15 @@ type engineFlags struct {
 }
 
 func (f *engineFlags) register(fs *flag.FlagSet, getenv env) {
-	def := func(name, variable string) { bindEnv(fs, name, variable, getenv) }
 	ownerFlag(fs, &f.owner, getenv)
-	def("state-dir", "STANDS_STATE_DIR")
-	fs.StringVar(&f.stateDir, "state-dir", ".stands", "folder for local state: the default Pulumi backend, plugins ($STANDS_STATE_DIR)")
-	def("backend", "STANDS_BACKEND_URL")
-	fs.StringVar(&f.backend, "backend", "", "Pulumi backend URL; default file://<state-dir>/pulumi/<owner>; s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true ($STANDS_BACKEND_URL)")
-	def("pulumi", "STANDS_PULUMI_BIN")
-	fs.StringVar(&f.pulumi, "pulumi", "", "the Pulumi CLI, laid out as <root>/bin/pulumi (default: bin/pulumi next to this binary, then PATH) ($STANDS_PULUMI_BIN)")
-	def("hcloud-endpoint", "HCLOUD_ENDPOINT")
-	fs.StringVar(&f.endpoint, "hcloud-endpoint", "", "Hetzner Cloud API endpoint, e.g. hcloudsim's ($HCLOUD_ENDPOINT)")
-	def("nodes", "STANDS_NODES")
-	fs.StringVar(&f.nodes, "nodes", "full", "node deployment: full (servers, then node setup and app instances over SSH) or skip (servers only) ($STANDS_NODES)")
-	def("log-level", "LOG_LEVEL")
-	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error ($LOG_LEVEL)")
-	def("log-format", "STANDS_LOG_FORMAT")
-	fs.StringVar(&f.logFormat, "log-format", "auto", "log format: auto (text on a terminal, JSON otherwise), text or json; NO_COLOR turns colours off ($STANDS_LOG_FORMAT)")
-	def("lock-lease", "STANDS_LOCK_LEASE")
-	fs.DurationVar(&f.lockLease, "lock-lease", 0, "treat another host's stack lock older than this as abandoned (0: always wait) ($STANDS_LOCK_LEASE)")
+	fs.StringVar(&f.stateDir, "state-dir", bound(fs, getenv, "state-dir", "STANDS_STATE_DIR", ".stands"), "folder for local state: the default Pulumi backend, plugins ($STANDS_STATE_DIR)")
+	fs.StringVar(&f.backend, "backend", bound(fs, getenv, "backend", "STANDS_BACKEND_URL", ""), "Pulumi backend URL; default file://<state-dir>/pulumi/<owner>; s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true ($STANDS_BACKEND_URL)")
+	fs.StringVar(&f.pulumi, "pulumi", bound(fs, getenv, "pulumi", "STANDS_PULUMI_BIN", ""), "the Pulumi CLI, laid out as <root>/bin/pulumi (default: bin/pulumi next to this binary, then PATH) ($STANDS_PULUMI_BIN)")
+	fs.StringVar(&f.endpoint, "hcloud-endpoint", bound(fs, getenv, "hcloud-endpoint", "HCLOUD_ENDPOINT", ""), "Hetzner Cloud API endpoint, e.g. hcloudsim's ($HCLOUD_ENDPOINT)")
+	fs.StringVar(&f.nodes, "nodes", bound(fs, getenv, "nodes", "STANDS_NODES", "full"), "node deployment: full (servers, then node setup and app instances over SSH) or skip (servers only) ($STANDS_NODES)")
+	fs.StringVar(&f.logLevel, "log-level", bound(fs, getenv, "log-level", "LOG_LEVEL", "info"), "log level: debug, info, warn, error ($LOG_LEVEL)")
+	fs.StringVar(&f.logFormat, "log-format", bound(fs, getenv, "log-format", "STANDS_LOG_FORMAT", "auto"), "log format: auto (text on a terminal, JSON otherwise), text or json; NO_COLOR turns colours off ($STANDS_LOG_FORMAT)")
+	fs.DurationVar(&f.lockLease, "lock-lease", bound(fs, getenv, "lock-lease", "STANDS_LOCK_LEASE", time.Duration(0)), "treat another host's stack lock older than this as abandoned (0: always wait) ($STANDS_LOCK_LEASE)")
 }
 
 // checkLog refuses a log level or format the logger does not know.

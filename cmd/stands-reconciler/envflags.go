@@ -31,6 +31,12 @@ func bindEnv(fs *flag.FlagSet, name, variable string, getenv env) {
 	bindings.m[fs][name] = envBinding{variable: variable, getenv: getenv}
 }
 
+// bound binds flag name of fs to variable and returns d, the flag's static default.
+func bound[T any](fs *flag.FlagSet, getenv env, name, variable string, d T) T {
+	bindEnv(fs, name, variable, getenv)
+	return d
+}
+
 // applyEnv sets every bound flag the command line left alone from its variable, when set.
 func applyEnv(fs *flag.FlagSet) error {
 	bindings.Lock()

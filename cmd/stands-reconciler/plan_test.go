@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -178,10 +177,8 @@ func TestPullRequestPlans(t *testing.T) {
 
 	var bombPR int64
 	e.run("a template bomb and an oversized file", func(t *testing.T) {
-		rss := func() int64 { return procStatus(t, e.cmd.Process.Pid, "VmHWM") }
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", e.cmd.Process.Pid), []byte("5"), 0); err != nil {
-			t.Fatalf("reset the daemon's peak RSS: %v", err)
-		}
+		rss := func() int64 { return testenv.ProcStatus(t, e.cmd.Process.Pid, "VmHWM") }
+		testenv.ResetPeakRSS(t, e.cmd.Process.Pid)
 		before := rss()
 		head := e.repo.ChangeOn("bomb", "a template that never ends, a file too large", map[string]string{
 			"apps/kv/redis.conf.tmpl": `{{ $x := "aaaaaaaa" }}{{ range 1000000000 }}{{ $x = printf "%s%s" $x $x }}{{ end }}` + "\n",
@@ -324,26 +321,6 @@ func TestPullRequestPlans(t *testing.T) {
 			t.Errorf("no stands/<stand-id> commit status on any commit")
 		}
 	})
-}
-
-// procStatus reads a size field of /proc/<pid>/status in bytes.
-func procStatus(t *testing.T, pid int, field string) int64 {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
 }
 
 func listFiles(t *testing.T, dir string) []string {

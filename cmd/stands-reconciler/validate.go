@@ -19,8 +19,7 @@ import (
 const defaultOwner = "local"
 
 func ownerFlag(fs *flag.FlagSet, p *string, getenv env) {
-	bindEnv(fs, "owner", "STANDS_OWNER", getenv)
-	fs.StringVar(p, "owner", defaultOwner, "owner of stands whose manifest names none ($STANDS_OWNER)")
+	fs.StringVar(p, "owner", bound(fs, getenv, "owner", "STANDS_OWNER", defaultOwner), "owner of stands whose manifest names none ($STANDS_OWNER)")
 }
 
 func runValidate(ctx context.Context, args []string, std stdio, getenv env) int {
