@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/blang/semver"
@@ -29,6 +30,8 @@ type cli struct {
 	// hold, when set, is called with each started CLI's arguments and pid; the function it returns
 	// is called once the CLI has ended (lock holder records, holder.go).
 	hold func(args []string, pid int) func()
+	// keptLogs is where the Pulumi logs of a CLI that failed are kept (keepLogs).
+	keptLogs string
 }
 
 var _ auto.PulumiCommand = cli{}
@@ -45,14 +48,18 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 	var out, errOut bytes.Buffer
 	cmd.Stdout = io.MultiWriter(append(stdout, &out)...)
 	cmd.Stderr = io.MultiWriter(append(stderr, &errOut)...)
-	// Interrupted first, so the CLI writes its checkpoint and lets its lock go; killed if it will not.
+	// Interrupted first, so the CLI cancels its providers, writes its checkpoint and lets its lock
+	// go; killed if it has not ended CancelGrace later. Its own process group keeps a terminal's
+	// Ctrl-C, meant for the daemon's drain, from interrupting it at once, and lets the kill take the
+	// plugins it started with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
 		if err := cmd.Process.Signal(os.Interrupt); err != nil {
 			return cmd.Process.Kill()
 		}
 		return nil
 	}
-	cmd.WaitDelay = 10 * time.Second
+	cmd.WaitDelay = CancelGrace
 	cliInvocations.WithLabelValues(commandOf(args)).Inc()
 	err := cmd.Start()
 	if err == nil {
@@ -61,7 +68,14 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 			release = c.hold(args, cmd.Process.Pid)
 		}
 		err = cmd.Wait()
+		if ctx.Err() != nil {
+			// Whatever the CLI left of its group (a plugin of a CLI that had to be killed).
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
 		release()
+		if err != nil && workdir != "" && c.keptLogs != "" {
+			keepLogs(workdir, c.keptLogs)
+		}
 	}
 	code := -2 // the Automation API's "unknown"
 	var exit *exec.ExitError
@@ -73,6 +87,11 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 	}
 	return out.String(), errOut.String(), code, err
 }
+
+// CancelGrace is how long an interrupted Pulumi CLI has to cancel its providers' calls, write its
+// checkpoint and let its lock go before it is killed. The daemon's stop takes up to --drain-timeout
+// plus this: deploy/stands-reconciler.service's TimeoutStopSec is larger than both.
+const CancelGrace = 30 * time.Second
 
 // cliInvocations counts Pulumi CLI processes by command, for /metrics (engine.Metrics).
 var cliInvocations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_pulumi_cli_invocations_total",

@@ -98,10 +98,10 @@ func New(cfg Config) (*Engine, error) {
 	if filepath.Base(filepath.Dir(cfg.PulumiBin)) != "bin" || filepath.Base(cfg.PulumiBin) != "pulumi" {
 		return nil, fmt.Errorf("engine: the Pulumi CLI must be at <root>/bin/pulumi, not %s", cfg.PulumiBin)
 	}
-	c := cli{bin: cfg.PulumiBin, env: func() []string { return childEnv(cfg.PulumiBin) }}
+	c := cli{bin: cfg.PulumiBin, env: func() []string { return childEnv(cfg.PulumiBin) }, keptLogs: filepath.Join(cfg.WorkDir, "pulumi-logs")}
 	// The Automation API's own command would run `pulumi version` with this process's whole
 	// environment: the version is read through cli too.
-	out, _, _, err := c.Run(context.Background(), "", nil, nil, nil, nil, "version")
+	out, _, _, err := c.Run(context.Background(), "", nil, nil, nil, []string{"PULUMI_HOME=" + e.home}, "version")
 	if err != nil {
 		return nil, fmt.Errorf("pulumi CLI %s: %w", cfg.PulumiBin, err)
 	}
@@ -131,12 +131,16 @@ const (
 	OutProtect       = "protect" // stand.protect of the last apply: the destroy guard reads it when the manifest is gone
 )
 
-// envVars is what the engine sets for the Pulumi CLI, on top of childEnv. The provider's Hetzner
-// token is one of them: the plugin inherits it from the CLI, and no command line ever carries it.
-func (e *Engine) envVars() map[string]string {
+// envVars is what the engine sets for the Pulumi CLI of the workspace in dir, on top of childEnv.
+// The passphrase is a file there: no credential is ever in a child's environment or command line.
+func (e *Engine) envVars(dir string) (map[string]string, error) {
+	pass, err := secretFile(dir, "passphrase", e.cfg.Passphrase)
+	if err != nil {
+		return nil, err
+	}
 	env := map[string]string{
-		"PULUMI_CONFIG_PASSPHRASE":                    e.cfg.Passphrase,
-		"PULUMI_HOME":                                 e.home,
+		"PULUMI_CONFIG_PASSPHRASE_FILE":               pass,
+		"PULUMI_HOME":                                 filepath.Join(dir, pulumiHome),
 		"PULUMI_SKIP_UPDATE_CHECK":                    "true",
 		"PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
 		"PULUMI_BACKEND_URL":                          e.cfg.BackendURL,
@@ -144,7 +148,7 @@ func (e *Engine) envVars() map[string]string {
 	for k, v := range e.cfg.Env {
 		env[k] = v
 	}
-	return env
+	return env, nil
 }
 
 // stack opens (or, with create, creates) a stand's stack with an inline program and sets the
@@ -156,12 +160,11 @@ func (e *Engine) stack(ctx context.Context, ref stands.StackRef, run pulumi.RunF
 		Backend: &workspace.ProjectBackend{URL: e.cfg.BackendURL},
 		Plugins: &workspace.Plugins{Providers: []workspace.PluginOptions{{Name: provider.Name, Path: e.pluginDir}}},
 	}
-	wd, err := e.workspace(ctx)
+	dir, wsOpts, err := e.workspace(ctx)
 	if err != nil {
 		return auto.Stack{}, err
 	}
-	opts := []auto.LocalWorkspaceOption{auto.Project(proj), auto.SecretsProvider("passphrase"), auto.EnvVars(e.envVars()),
-		auto.Pulumi(e.cmd), auto.PulumiHome(e.home), wd}
+	opts := append([]auto.LocalWorkspaceOption{auto.Project(proj), auto.SecretsProvider("passphrase")}, wsOpts...)
 	var st auto.Stack
 	if create {
 		st, err = auto.UpsertStackInlineSource(ctx, fqn(ref), ref.Project, run, opts...)
@@ -181,12 +184,12 @@ func (e *Engine) stack(ctx context.Context, ref stands.StackRef, run pulumi.RunF
 	if err != nil {
 		return auto.Stack{}, err
 	}
-	// The token of the moment (a rotated credential file is read again) through the environment.
-	env := e.envVars()
-	env[provider.EnvToken] = token
-	if err := st.Workspace().SetEnvVars(env); err != nil {
-		return auto.Stack{}, fmt.Errorf("set the CLI's environment: %w", err)
+	// The token of the moment (a rotated credential file is read again), as a file the plugin reads.
+	tokenFile, err := secretFile(dir, "hcloud-token", token)
+	if err != nil {
+		return auto.Stack{}, err
 	}
+	st.Workspace().SetEnvVar(provider.EnvTokenFile, tokenFile)
 	if e.cfg.HcloudEndpoint != "" {
 		if err := st.SetAllConfig(ctx, auto.ConfigMap{provider.Name + ":" + provider.ConfigEndpoint: {Value: e.cfg.HcloudEndpoint}}); err != nil {
 			return auto.Stack{}, fmt.Errorf("set provider config: %w", err)

@@ -59,9 +59,10 @@ func (r execRecorder) scan(t *testing.T, inArgv, inEnv map[string]string) (count
 }
 
 // TestNoCredentialInChildProcesses records every Pulumi CLI and provider process of an apply, a
-// preview, a refresh and a destroy at exec: no command line holds the Hetzner token or the
-// passphrase, and no environment holds the daemon's own credentials, which the engine's process
-// has. The control: a process given a sentinel on purpose is caught by the same scan.
+// preview, a refresh and a destroy at exec: no command line and no environment holds the Hetzner
+// token, the passphrase (both reach the children as files in the operation's workspace) or the
+// daemon's own credentials, which the engine's process has. The control: a process given a sentinel
+// on purpose is caught by the same scan.
 func TestNoCredentialInChildProcesses(t *testing.T) {
 	daemonOnly := map[string]string{"VAULT_TOKEN": "vault-token-SENTINEL", "STANDS_GIT_TOKEN": "git-token-SENTINEL",
 		"STANDS_WEBHOOK_SECRET": "webhook-SENTINEL", "SECRET_KV_PASSWORD": "kv-env-SENTINEL", "VAULT_SECRET_ID": "secret-id-SENTINEL"}
@@ -97,7 +98,14 @@ func TestNoCredentialInChildProcesses(t *testing.T) {
 		t.Fatalf("destroy: %v", err)
 	}
 	credentials := map[string]string{"the Hetzner token": hcloudToken, "the passphrase": f.eng.cfg.Passphrase}
-	counts, found := rec.scan(t, credentials, daemonOnly)
+	inEnv := map[string]string{}
+	for k, v := range daemonOnly {
+		inEnv[k] = v
+	}
+	for k, v := range credentials {
+		inEnv[k] = v
+	}
+	counts, found := rec.scan(t, credentials, inEnv)
 	for _, where := range found {
 		t.Errorf("found %s", where)
 	}
@@ -115,7 +123,7 @@ func TestNoCredentialInChildProcesses(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if _, found := control.scan(t, credentials, daemonOnly); len(found) != 2 {
+	if _, found := control.scan(t, credentials, inEnv); len(found) != 2 {
 		t.Errorf("the control found %v, want the token in argv and the Vault token in the environment", found)
 	}
 }

@@ -22,11 +22,11 @@ func (e *Engine) Inventory(ctx context.Context) (_ []stands.StackInfo, err error
 	defer classify(&err)
 	ctx, done := e.scoped(ctx)
 	defer done()
-	wd, err := e.workspace(ctx)
+	_, opts, err := e.workspace(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ws, err := auto.NewLocalWorkspace(ctx, auto.EnvVars(e.envVars()), auto.Pulumi(e.cmd), auto.PulumiHome(e.home), wd)
+	ws, err := auto.NewLocalWorkspace(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 )
@@ -38,20 +40,75 @@ func (e *Engine) scoped(ctx context.Context) (context.Context, func()) {
 	}
 }
 
-// workspace is the option giving a workspace its own folder, removed with the operation's scope.
-func (e *Engine) workspace(ctx context.Context) (auto.LocalWorkspaceOption, error) {
+// workspace gives a workspace its own folder, removed with the operation's scope, and the CLI's
+// environment for it (envVars), whose passphrase is a file in that folder.
+func (e *Engine) workspace(ctx context.Context) (dir string, opts []auto.LocalWorkspaceOption, err error) {
 	base := filepath.Join(cmp.Or(e.cfg.WorkDir, os.TempDir()), "workspaces")
 	if err := os.MkdirAll(base, 0o700); err != nil {
-		return nil, fmt.Errorf("workspace folder: %w", err)
+		return "", nil, fmt.Errorf("workspace folder: %w", err)
 	}
-	dir, err := os.MkdirTemp(base, "ws-")
-	if err != nil {
-		return nil, fmt.Errorf("workspace folder: %w", err)
+	if dir, err = os.MkdirTemp(base, "ws-"); err != nil {
+		return "", nil, fmt.Errorf("workspace folder: %w", err)
 	}
 	if s, ok := ctx.Value(scopeKey{}).(*scope); ok {
 		s.mu.Lock()
 		s.dirs = append(s.dirs, dir)
 		s.mu.Unlock()
 	}
-	return auto.WorkDir(dir), nil
+	env, err := e.envVars(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, []auto.LocalWorkspaceOption{auto.WorkDir(dir), auto.EnvVars(env), auto.Pulumi(e.cmd), auto.PulumiHome(env["PULUMI_HOME"])}, nil
+}
+
+// pulumiHome is each workspace's own PULUMI_HOME, inside its folder: the CLI writes a log file there
+// for every process it runs (logs/pulumi-<time>-<pid>-<command>.log, kept for 7 days or 500 MB),
+// thousands a day at a 30 s poll. The engine needs nothing else of a home: plugins are found by
+// path, the backend is PULUMI_BACKEND_URL. Logs of a CLI that failed are kept (keepLogs).
+const pulumiHome = ".pulumi-home"
+
+// maxKeptLogs bounds the logs kept of failed CLIs: the newest are kept.
+const maxKeptLogs = 20
+
+// keepLogs moves the Pulumi logs of a failed CLI's workspace into dir (0700), for `pulumi logs
+// decrypt`, keeping the newest maxKeptLogs there.
+func keepLogs(workdir, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(workdir, pulumiHome, "logs", "*.log"))
+	if len(logs) == 0 || os.MkdirAll(dir, 0o700) != nil {
+		return
+	}
+	for _, l := range logs {
+		_ = os.Rename(l, filepath.Join(dir, filepath.Base(workdir)+"-"+filepath.Base(l)))
+	}
+	kept, _ := os.ReadDir(dir)
+	type file struct {
+		name string
+		mod  time.Time
+	}
+	var files []file
+	for _, k := range kept {
+		if info, err := k.Info(); err == nil && !k.IsDir() {
+			files = append(files, file{k.Name(), info.ModTime()})
+		}
+	}
+	slices.SortFunc(files, func(a, b file) int { return b.mod.Compare(a.mod) })
+	for _, f := range files[min(len(files), maxKeptLogs):] {
+		_ = os.Remove(filepath.Join(dir, f.name))
+	}
+}
+
+// secretFile writes one credential for the CLI or the provider into the workspace folder (0700,
+// removed with the operation): an environment is readable in /proc/<pid>/environ by every process
+// of the user and inherited by every child, so credentials reach children as files they read.
+func secretFile(dir, name, value string) (string, error) {
+	sub := filepath.Join(dir, ".credentials")
+	if err := os.MkdirAll(sub, 0o700); err != nil {
+		return "", fmt.Errorf("credential folder: %w", err)
+	}
+	p := filepath.Join(sub, name)
+	if err := os.WriteFile(p, []byte(value), 0o600); err != nil {
+		return "", fmt.Errorf("write credential file %s: %w", name, err)
+	}
+	return p, nil
 }

@@ -97,8 +97,11 @@ const (
 	ProviderMissing    Reason = "ProviderMissing"
 	Canceled           Reason = "Canceled"
 	OwnerChanged       Reason = "OwnerChanged"
-	Timeout            Reason = "Timeout"
-	Failure            Reason = "Failed"
+	// Paused and PlanOnly: the operator's controls hold the stand's operation.
+	Paused   Reason = "Paused"
+	PlanOnly Reason = "PlanOnly"
+	Timeout  Reason = "Timeout"
+	Failure  Reason = "Failed"
 )
 
 // entry is what the catalogue knows about a reason. message is a template with at most one %s, the
@@ -124,6 +127,8 @@ var catalogue = map[Reason]entry{
 	Foreign:           {Stalling, Blocked, "a stack with this stand's name exists but was not made by stands-reconciler; it is never changed or replaced"},
 	SourceUnavailable: {Waiting, Blocked, "a stand.yml of the repository cannot be read, so no stand is destroyed: %s"},
 	OwnerChanged:      {Stalling, Blocked, "%s"},
+	Paused:            {Waiting, Blocked, "%s"},
+	PlanOnly:          {Waiting, Blocked, "%s"},
 	Protected:         {Stalling, Blocked, "stand.protect was true at its last apply: remove it from the repository only after an apply with protect: false"},
 	MassDeletion:      {Stalling, Blocked, "%s"},
 	LastStand:         {Stalling, Blocked, "%s"},

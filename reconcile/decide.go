@@ -35,10 +35,18 @@ func (r *Reconciler) decide(plan []diff.Action, d *desiredState, refs map[string
 		if st.running {
 			continue
 		}
-		if o, ok := r.decideOne(a, d, st, now); ok {
-			o.id, o.commit, o.ref = a.ID, commit, refs[a.ID]
-			ops = append(ops, o)
+		o, ok := r.decideOne(a, d, st, now)
+		if !ok {
+			continue
 		}
+		if instead, held := r.held(a, o.kind); held {
+			if instead.kind == outBlocked {
+				r.record(a.ID, instead)
+			}
+			continue
+		}
+		o.id, o.commit, o.ref = a.ID, commit, refs[a.ID]
+		ops = append(ops, o)
 	}
 	if len(d.unreadable) == 0 {
 		r.forgetGone(plan)

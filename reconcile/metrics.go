@@ -18,14 +18,17 @@ type Metrics struct {
 	operations *prometheus.HistogramVec
 	plans      *prometheus.CounterVec
 	fetchFails prometheus.Counter
+	secretErrs *prometheus.CounterVec
 	phases     *prometheus.Desc
 	running    *prometheus.Desc
+	queued     *prometheus.Desc
+	controls   *prometheus.Desc
 	sinceSync  *prometheus.Desc
 	down       *prometheus.Desc
 }
 
 func newMetrics(r *Reconciler) *Metrics {
-	return &Metrics{
+	m := &Metrics{
 		r: r,
 		cycles: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "stands_cycle_duration_seconds",
 			Help: "Duration of reconcile cycles (fetch, judge, inventory, plan, publish), by result.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}, []string{"result"}),
@@ -35,11 +38,20 @@ func newMetrics(r *Reconciler) *Metrics {
 		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_pull_request_plans_total",
 			Help: "Pull request plans, by result: success, failure (the plan refuses), error (planning failed), untrusted (no plan)."}, []string{"result"}),
 		fetchFails: prometheus.NewCounter(prometheus.CounterOpts{Name: "stands_source_fetch_failures_total", Help: "Cycles whose fetch of the stands repository failed."}),
-		phases:     prometheus.NewDesc("stands_stands", "Stands by phase, as their status files say.", []string{"phase"}, nil),
-		running:    prometheus.NewDesc("stands_operations_running", "Operations running now.", nil, nil),
-		sinceSync:  prometheus.NewDesc("stands_seconds_since_last_successful_sync", "Seconds since the last cycle that fetched, judged and planned without error (-1: none yet).", nil, nil),
-		down:       prometheus.NewDesc("stands_dependency_up", "Whether an outside service answered in the last cycle (source, secrets, backend) and no operation ran past its deadline (operations).", []string{"dependency"}, nil),
+		secretErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_secret_store_errors_total",
+			Help: "Errors of the secret store (Vault): read (a cycle could not resolve secrets), write (a connection record was not stored)."}, []string{"operation"}),
+		phases:    prometheus.NewDesc("stands_stands", "Stands by phase, as their status files say.", []string{"phase"}, nil),
+		running:   prometheus.NewDesc("stands_operations_running", "Operations running now, each on a worker.", nil, nil),
+		queued:    prometheus.NewDesc("stands_operations_queued", "Operations decided and waiting for a worker (--workers).", nil, nil),
+		controls:  prometheus.NewDesc("stands_control_active", "Whether an operator's control is in force: paused (locally or by .stands/pause), plan_only.", []string{"control"}, nil),
+		sinceSync: prometheus.NewDesc("stands_seconds_since_last_successful_sync", "Seconds since the last cycle that fetched, judged and planned without error (-1: none yet).", nil, nil),
+		down:      prometheus.NewDesc("stands_dependency_up", "Whether an outside service answered in the last cycle (source, secrets, backend) and no operation ran past its deadline (operations).", []string{"dependency"}, nil),
 	}
+	// Served from the start, at 0: an alert on increase() needs the series before the first error.
+	for _, op := range []string{"read", "write"} {
+		m.secretErrs.WithLabelValues(op)
+	}
+	return m
 }
 
 // Metrics is the reconciler's collector; register it on a registry served at /metrics.
@@ -50,8 +62,11 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.operations.Describe(ch)
 	m.plans.Describe(ch)
 	m.fetchFails.Describe(ch)
+	m.secretErrs.Describe(ch)
 	ch <- m.phases
 	ch <- m.running
+	ch <- m.queued
+	ch <- m.controls
 	ch <- m.sinceSync
 	ch <- m.down
 }
@@ -61,27 +76,33 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.operations.Collect(ch)
 	m.plans.Collect(ch)
 	m.fetchFails.Collect(ch)
+	m.secretErrs.Collect(ch)
 	r := m.r
 	r.mu.Lock()
 	counts := map[reason.Phase]int{}
 	for _, p := range reason.Phases {
 		counts[p] = 0
 	}
-	running := 0
+	decided := 0
 	for _, st := range r.stands {
 		if st.status != nil {
 			counts[st.status.Phase]++
 		}
 		if st.running {
-			running++
+			decided++
 		}
 	}
-	h, last := r.health, r.lastSync
+	h, last, active := r.health, r.lastSync, r.active
+	paused, planOnly := r.pausedLocked() != nil, r.planOnlyLocked()
 	r.mu.Unlock()
 	for p, n := range counts {
 		ch <- prometheus.MustNewConstMetric(m.phases, prometheus.GaugeValue, float64(n), string(p))
 	}
-	ch <- prometheus.MustNewConstMetric(m.running, prometheus.GaugeValue, float64(running))
+	ch <- prometheus.MustNewConstMetric(m.running, prometheus.GaugeValue, float64(active))
+	ch <- prometheus.MustNewConstMetric(m.queued, prometheus.GaugeValue, float64(max(decided-active, 0)))
+	for name, on := range map[string]bool{"paused": paused, "plan_only": planOnly} {
+		ch <- prometheus.MustNewConstMetric(m.controls, prometheus.GaugeValue, b2f(on), name)
+	}
 	since := -1.0
 	if !last.IsZero() {
 		since = r.cfg.Now().Sub(last).Seconds()
@@ -94,6 +115,13 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(m.down, prometheus.GaugeValue, up, name)
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (m *Metrics) cycle(d time.Duration, err error) {

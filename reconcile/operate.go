@@ -25,11 +25,12 @@ func (r *Reconciler) run(o op) {
 		r.finish(o, nil, r.opsCtx.Err(), r.cfg.Now(), true)
 		return
 	}
+	release := r.holdWorker()
 	ctx := r.opsCtx
 	log := r.log.With("stand", o.id, "operation", o.kind)
 	if o.kind == opDestroy && r.declared(o.id) {
 		// Put back in the repository while the destroy waited for a worker: it is not destroyed.
-		<-r.sem
+		release()
 		log.Info("destroy skipped: the stand is in the repository again")
 		r.mu.Lock()
 		r.state(o.id).running = false
@@ -52,12 +53,25 @@ func (r *Reconciler) run(o op) {
 	// Stored while the stand is still running, so no cycle starts on it before its outcome is in.
 	saved := err != nil || res == nil || res.Connection == nil || r.saveConnection(ctx, o.id, json.RawMessage(res.Connection), log)
 	final := r.finish(o, res, err, started, saved)
-	<-r.sem                            // the commits below must not hold a worker: Gitea may be slow
+	release()                          // the commits below must not hold a worker: Gitea may be slow
 	if changing || o.kind == opApply { // a drift repaired by an apply counts too
 		// The status this operation left, not the current one: a cycle may have started the next.
 		r.commitStatus(ctx, o, final)
 	}
 	r.publish(ctx)
+}
+
+// holdWorker counts the worker run took (for /metrics); the function it returns gives it back.
+func (r *Reconciler) holdWorker() func() {
+	r.mu.Lock()
+	r.active++
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		r.active--
+		r.mu.Unlock()
+		<-r.sem
+	}
 }
 
 // operateBounded is operate under the operation deadline: past it the engine's context ends (the
@@ -67,7 +81,11 @@ func (r *Reconciler) operateBounded(ctx context.Context, o *op, log *slog.Logger
 	octx, cancel := context.WithTimeout(ctx, r.cfg.OperationTimeout)
 	defer cancel()
 	res, err := r.operate(octx, o, log)
-	if err != nil && ctx.Err() == nil && errors.Is(octx.Err(), context.DeadlineExceeded) {
+	if err != nil && ctx.Err() != nil {
+		// The stop's drain ran out (or a second signal came): whatever the CLI made of its interrupt.
+		return res, reason.Wrap(reason.Canceled, fmt.Errorf("%s of %s was interrupted by the reconciler's stop; it runs again after the next start: %w", o.kind, o.id, err))
+	}
+	if err != nil && errors.Is(octx.Err(), context.DeadlineExceeded) {
 		r.mu.Lock()
 		r.health.Timeout = fmt.Errorf("%s of %s took longer than %s", o.kind, o.id, r.cfg.OperationTimeout)
 		r.mu.Unlock()
@@ -88,7 +106,10 @@ func (r *Reconciler) operate(ctx context.Context, o *op, log *slog.Logger) (*sta
 		return r.eng.Apply(ctx, *o.in, false)
 	case opDrift:
 		res, err := r.eng.Drift(ctx, *o.in)
-		if err == nil && res.Changed && r.cfg.DriftApply {
+		r.mu.Lock()
+		repair := r.cfg.DriftApply && !r.planOnlyLocked() && r.pausedLocked() == nil
+		r.mu.Unlock()
+		if err == nil && res.Changed && repair {
 			log.Info("stand drifted; applying it again", "changes", res.Changes)
 			o.kind = opApply
 			return r.eng.Apply(ctx, *o.in, true)
@@ -141,6 +162,7 @@ func (r *Reconciler) saveConnection(ctx context.Context, id string, record json.
 		return true
 	}
 	if err := r.sec.WriteConnection(ctx, id, record); err != nil {
+		r.metrics.secretErrs.WithLabelValues("write").Inc()
 		log.Warn("connection record not stored; retrying later", "err", err)
 		return false
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -122,16 +121,7 @@ func (r *Reconciler) savePlanned() {
 	for n, h := range r.prs.heads {
 		out[strconv.FormatInt(n, 10)] = h
 	}
-	data, _ := json.Marshal(out)
-	tmp := r.cfg.PreviewState + ".tmp"
-	err := os.MkdirAll(filepath.Dir(tmp), 0o700)
-	if err == nil {
-		err = os.WriteFile(tmp, data, 0o600)
-	}
-	if err == nil {
-		err = os.Rename(tmp, r.cfg.PreviewState)
-	}
-	if err != nil {
+	if err := writeJSONFile(r.cfg.PreviewState, out); err != nil {
 		r.log.Warn("planned heads not saved", "file", r.cfg.PreviewState, "err", err)
 	}
 }

@@ -57,7 +57,7 @@ func (r *Reconciler) publish(ctx context.Context) error {
 			files[statusPath(id)] = st.status.encode()
 		}
 	}
-	files[gitsource.StatusFile] = statusTable(all, r.unreadable)
+	files[gitsource.StatusFile] = statusTable(all, r.unreadable, r.controlBanner())
 	r.mu.Unlock()
 	changed := map[string][]byte{}
 	var what []string

@@ -86,6 +86,10 @@ type Config struct {
 	// InventoryTimeout the inventory of a cycle (DefaultInventoryTimeout).
 	OperationTimeout time.Duration
 	InventoryTimeout time.Duration
+	// PlanOnly decides and reports, and applies and destroys nothing (controls.go). ControlState is
+	// the file that keeps the operator's local switches across restarts ("" keeps them in memory).
+	PlanOnly     bool
+	ControlState string
 }
 
 // Defaults of the deadlines: a two-node stand's first apply takes minutes (cloud-init, image pulls),
@@ -121,6 +125,9 @@ type Reconciler struct {
 	prs         previewState // used by the preview worker only
 	pw          previewWorker
 	metrics     *Metrics
+	active      int             // operations holding a worker
+	controls    Controls        // the operator's local switches
+	repoPause   *Switch         // PauseFile of the last snapshot
 	lastSync    time.Time       // the end of the last cycle without error
 	declaredIDs map[string]bool // stands the last evaluated snapshot declares
 	warned      map[manifest.Diagnostic]bool
@@ -182,6 +189,11 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
 	r.pw.ctx, r.pw.cancel = context.WithCancel(context.Background())
 	r.metrics = newMetrics(r)
+	if err := r.loadControls(); err != nil {
+		// Start paused: a pause an operator turned on must not be lost with the file.
+		r.log.Error("operator controls unreadable: starting paused; fix or remove the file, then `stands-reconciler ctl resume`", "err", err)
+		r.controls.Paused = &Switch{By: "the reconciler itself", At: r.cfg.Now().UTC(), Reason: "its operator controls file could not be read"}
+	}
 	return r
 }
 
@@ -298,6 +310,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 	in := diff.Input{Desired: append(d.desired, d.ev.ownerChanges(actual, r.cfg.Owner)...), Actual: actual, SourceOK: len(d.unreadable) == 0, MaxDestroyShare: r.cfg.MaxDestroyShare,
 		AllowDestroy: d.allow, AllowMassDestroy: r.cfg.AllowMassDestroy}
 	if d.secretsErr != nil {
+		r.metrics.secretErrs.WithLabelValues("read").Inc()
 		in.Hold = reason.VaultUnavailable
 		log.Warn("secret store unavailable: nothing is applied or destroyed this cycle", "err", d.secretsErr)
 	}
@@ -305,6 +318,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 
 	r.mu.Lock()
 	r.unreadable = d.unreadable
+	r.repoPause = repositoryPause(snap.Files, snap.Source)
 	ops := r.decide(plan, d, refs, snap.Source)
 	r.health.Cycles++
 	r.mu.Unlock()

@@ -38,6 +38,7 @@ type Status struct {
 	NodesMode            string          `json:"nodesMode,omitempty"`
 	Nodes                []stands.Node   `json:"nodes,omitempty"`
 	Connection           json.RawMessage `json:"connection,omitempty"` // masked (DESIGN.md)
+	Operator             *OperatorAction `json:"operator,omitempty"`   // the last operator action on the stand
 }
 
 // Timings of the last operation.
@@ -87,7 +88,7 @@ func loadStatuses(files fs.FS) map[string]*Status {
 }
 
 // statusTable renders STATUS.md: one row per stand, for on-call reading Git.
-func statusTable(all map[string]*Status, unreadable []string) []byte {
+func statusTable(all map[string]*Status, unreadable []string, banner string) []byte {
 	ids := make([]string, 0, len(all))
 	for id := range all {
 		ids = append(ids, id)
@@ -95,6 +96,7 @@ func statusTable(all map[string]*Status, unreadable []string) []byte {
 	sort.Strings(ids)
 	var b strings.Builder
 	b.WriteString("# Stands\n\nWritten by stands-reconciler; do not edit. Details and connection info (secrets masked) are in `status/<stand-id>.json`.\n\n")
+	b.WriteString(banner)
 	b.WriteString("| Stand | Phase | Reason | Nodes | Last successful commit | Message |\n|---|---|---|---|---|---|\n")
 	for _, id := range ids {
 		s := all[id]

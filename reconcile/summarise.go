@@ -35,13 +35,15 @@ const (
 	outFailed
 	// outUnsaved: the connection record could not be stored; the status stays, the stand is retried.
 	outUnsaved
+	// outRetried: an operator asked for an attempt now (detail: who); failures and backoff are forgotten.
+	outRetried
 )
 
 // outcomeKinds lists them all, for the summariser's table test.
-var outcomeKinds = []outcomeKind{outDeclared, outInvalid, outHeld, outBlocked, outSuspended, outGone, outStarted, outSucceeded, outFailed, outUnsaved}
+var outcomeKinds = []outcomeKind{outDeclared, outInvalid, outHeld, outBlocked, outSuspended, outGone, outStarted, outSucceeded, outFailed, outUnsaved, outRetried}
 
 func (k outcomeKind) String() string {
-	return [...]string{"declared", "invalid", "held", "blocked", "suspended", "gone", "started", "succeeded", "failed", "unsaved"}[k]
+	return [...]string{"declared", "invalid", "held", "blocked", "suspended", "gone", "started", "succeeded", "failed", "unsaved", "retried"}[k]
 }
 
 // outcome is what every step of the loop returns about a stand instead of editing its status: one
@@ -98,6 +100,11 @@ func summarise(o outcome, prev Status, rt retries, now time.Time, p policy) (Sta
 		rt.waits++
 		rt.next = now.Add(p.backoff(rt.waits))
 		return x, rt
+	case outRetried:
+		if prev.Phase != "" {
+			x.Operator, x.NextAttempt = &OperatorAction{Action: "retry", By: o.detail, At: now.UTC()}, nil
+		}
+		return x, retries{spec: rt.spec}
 	case outHeld:
 		if prev.Phase == reason.Stalled && (o.spec == "" || o.spec == prev.SpecHash) {
 			return x, rt // stays Stalled: whether its input changed is unknown until the store answers

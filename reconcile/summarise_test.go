@@ -179,6 +179,17 @@ func TestSummarise(t *testing.T) {
 		{name: "waiting after the stall", o: outcome{kind: outFailed, op: opApply, reason: reason.Canceled, detail: "context canceled"},
 			rt:   retries{failures: 3},
 			want: func(reason.Phase) want { return want{reason.Stalled, reason.Canceled} }},
+		{name: "an operator's retry", o: outcome{kind: outRetried, detail: "alice (uid 0)"},
+			rt:   retries{failures: 3, waits: 2, spec: "spec-1", next: now.Add(time.Hour)},
+			want: func(reason.Phase) want { return want{keep, keep} },
+			check: func(t *testing.T, prev, got Status, rt retries) {
+				if rt != (retries{spec: "spec-1"}) || got.NextAttempt != nil {
+					t.Errorf("%+v %+v", got, rt)
+				}
+				if prev.Phase != "" && (got.Operator == nil || got.Operator.Action != "retry" || got.Operator.By != "alice (uid 0)" || !got.Operator.At.Equal(now)) {
+					t.Errorf("operator %+v", got.Operator)
+				}
+			}},
 		{name: "connection not stored", o: outcome{kind: outUnsaved},
 			want: func(reason.Phase) want { return want{keep, keep} },
 			check: func(t *testing.T, _, _ Status, rt retries) {

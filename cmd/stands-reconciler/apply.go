@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,16 +30,17 @@ type engineFlags struct {
 	lockLease                                                              time.Duration
 }
 
-func (f *engineFlags) register(fs *flag.FlagSet, getenv env) {
-	ownerFlag(fs, &f.owner, getenv)
-	fs.StringVar(&f.stateDir, "state-dir", bound(fs, getenv, "state-dir", "STANDS_STATE_DIR", ".stands"), "folder for local state: the default Pulumi backend, plugins ($STANDS_STATE_DIR)")
-	fs.StringVar(&f.backend, "backend", bound(fs, getenv, "backend", "STANDS_BACKEND_URL", ""), "Pulumi backend URL; default file://<state-dir>/pulumi/<owner>; s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true ($STANDS_BACKEND_URL)")
-	fs.StringVar(&f.pulumi, "pulumi", bound(fs, getenv, "pulumi", "STANDS_PULUMI_BIN", ""), "the Pulumi CLI, laid out as <root>/bin/pulumi (default: bin/pulumi next to this binary, then PATH) ($STANDS_PULUMI_BIN)")
-	fs.StringVar(&f.endpoint, "hcloud-endpoint", bound(fs, getenv, "hcloud-endpoint", "HCLOUD_ENDPOINT", ""), "Hetzner Cloud API endpoint, e.g. hcloudsim's ($HCLOUD_ENDPOINT)")
-	fs.StringVar(&f.nodes, "nodes", bound(fs, getenv, "nodes", "STANDS_NODES", "full"), "node deployment: full (servers, then node setup and app instances over SSH) or skip (servers only) ($STANDS_NODES)")
-	fs.StringVar(&f.logLevel, "log-level", bound(fs, getenv, "log-level", "LOG_LEVEL", "info"), "log level: debug, info, warn, error ($LOG_LEVEL)")
-	fs.StringVar(&f.logFormat, "log-format", bound(fs, getenv, "log-format", "STANDS_LOG_FORMAT", "auto"), "log format: auto (text on a terminal, JSON otherwise), text or json; NO_COLOR turns colours off ($STANDS_LOG_FORMAT)")
-	fs.DurationVar(&f.lockLease, "lock-lease", bound(fs, getenv, "lock-lease", "STANDS_LOCK_LEASE", time.Duration(0)), "treat another host's stack lock older than this as abandoned (0: always wait) ($STANDS_LOCK_LEASE)")
+func (f *engineFlags) register(c *settings) {
+	fs := c.fs
+	ownerFlag(c, &f.owner)
+	fs.StringVar(&f.stateDir, "state-dir", bound(c, "state-dir", "STANDS_STATE_DIR", ".stands"), "folder for local state: the default Pulumi backend, plugins ($STANDS_STATE_DIR)")
+	fs.StringVar(&f.backend, "backend", bound(c, "backend", "STANDS_BACKEND_URL", ""), "Pulumi backend URL; default file://<state-dir>/pulumi/<owner>; s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true ($STANDS_BACKEND_URL)")
+	fs.StringVar(&f.pulumi, "pulumi", bound(c, "pulumi", "STANDS_PULUMI_BIN", ""), "the Pulumi CLI, laid out as <root>/bin/pulumi (default: bin/pulumi next to this binary, then PATH) ($STANDS_PULUMI_BIN)")
+	fs.StringVar(&f.endpoint, "hcloud-endpoint", bound(c, "hcloud-endpoint", "HCLOUD_ENDPOINT", ""), "Hetzner Cloud API endpoint, e.g. hcloudsim's ($HCLOUD_ENDPOINT)")
+	fs.StringVar(&f.nodes, "nodes", bound(c, "nodes", "STANDS_NODES", "full"), "node deployment: full (servers, then node setup and app instances over SSH) or skip (servers only) ($STANDS_NODES)")
+	fs.StringVar(&f.logLevel, "log-level", bound(c, "log-level", "LOG_LEVEL", "info"), "log level: debug, info, warn, error ($LOG_LEVEL)")
+	fs.StringVar(&f.logFormat, "log-format", bound(c, "log-format", "STANDS_LOG_FORMAT", "auto"), "log format: auto (text on a terminal, JSON otherwise), text or json; NO_COLOR turns colours off ($STANDS_LOG_FORMAT)")
+	fs.DurationVar(&f.lockLease, "lock-lease", bound(c, "lock-lease", "STANDS_LOCK_LEASE", time.Duration(0)), "treat another host's stack lock older than this as abandoned (0: always wait) ($STANDS_LOCK_LEASE)")
 }
 
 // checkLog refuses a log level or format the logger does not know.
@@ -138,14 +138,16 @@ func runPreview(ctx context.Context, args []string, std stdio, getenv env) int {
 
 func applyOrPreview(ctx context.Context, op string, args []string, std stdio, getenv env) int {
 	fs := newFlags(op, op+" [flags] PATH\n\nPATH is one stand: its stand.yml or its folder. Secrets: HCLOUD_TOKEN, STANDS_PASSPHRASE (or *_FILE),\nSECRET_<NAME> for the manifest's !secret references.", std)
+	conf := newSettings(fs, getenv)
 	var ef engineFlags
-	ef.register(fs, getenv)
+	ef.register(conf)
 	force := fs.Bool("force", false, "run pulumi up even when the stand's spec hash is unchanged")
 	outDir := fs.String("output-dir", "", "also write the full connection record to DIR/<id_stand>.json (mode 0600)")
-	showSecrets := fs.Bool("show-secrets", getenv("OUTPUT__CONSOLE_SECRETS") == "true", "print the connection record unmasked ($OUTPUT__CONSOLE_SECRETS=true)")
-	if done, code := parseFlags(fs, args, std); done {
+	showSecrets := fs.Bool("show-secrets", bound(conf, "show-secrets", "OUTPUT__CONSOLE_SECRETS", false), "print the connection record unmasked ($OUTPUT__CONSOLE_SECRETS=true)")
+	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
+	getenv = conf.env()
 	if fs.NArg() != 1 {
 		fmt.Fprintf(std.err, "%s: give exactly one PATH\n", op)
 		return exitUsage
@@ -224,11 +226,13 @@ func (o orderedRecord) MarshalJSON() ([]byte, error) { return o, nil }
 
 func runDestroy(ctx context.Context, args []string, std stdio, getenv env) int {
 	fs := newFlags("destroy", "destroy [flags] ID-or-PATH\n\nID is <owner>_<project>_<env>; a PATH (stand.yml or folder) is read only for its id.\nThe manifest's secrets are not needed, nor SSH access to the servers.", std)
+	conf := newSettings(fs, getenv)
 	var ef engineFlags
-	ef.register(fs, getenv)
-	if done, code := parseFlags(fs, args, std); done {
+	ef.register(conf)
+	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
+	getenv = conf.env()
 	if fs.NArg() != 1 {
 		fmt.Fprintln(std.err, "destroy: give exactly one stand id or PATH")
 		return exitUsage
@@ -307,11 +311,13 @@ func runInventory(ctx context.Context, args []string, std stdio, getenv env) int
 func runReport(ctx context.Context, name, about, key string, args []string, std stdio, getenv env,
 	query func(context.Context, *engine.Engine) (any, error)) int {
 	fs := newFlags(name, name+" [flags]\n\n"+about, std)
+	conf := newSettings(fs, getenv)
 	var ef engineFlags
-	ef.register(fs, getenv)
-	if done, code := parseFlags(fs, args, std); done {
+	ef.register(conf)
+	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
+	getenv = conf.env()
 	eng, _, err := ef.engine(std, getenv, ef.owner)
 	if err != nil {
 		fmt.Fprintf(std.err, "%s: %v\n", name, err)

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 		os.Exit(code)
 	}
 	if os.Getenv(runMainEnv) == "1" {
+		if os.Getenv(leakEnv) != "" {
+			startLeaking() // the soak's control (soak_test.go)
+		}
 		os.Exit(runMain())
 	}
 	os.Exit(m.Run())

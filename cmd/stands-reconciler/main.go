@@ -104,6 +104,8 @@ func commands() []command {
 		{"run", "the daemon: reconcile the stands repository until SIGTERM (webhook, /healthz, /readyz)", runDaemon},
 		{"reconcile", "reconcile --once: one reconciliation of the stands repository, then exit", runReconcile},
 		{"inventory", "list the owner's stacks: owned or foreign, spec hash, pending operations, locks", runInventory},
+		{"ctl", "the running daemon's operator controls: status, pause, resume, plan-only on|off, retry STAND-ID", runCtl},
+		{"config", "config check: the daemon's effective configuration (secrets as ***) and what is missing or wrong", runConfig},
 	}
 }
 
@@ -186,8 +188,11 @@ func newFlags(name, synopsis string, std stdio) *flag.FlagSet {
 
 // parseFlags returns (done, code): done is true when the command must return code now. Flags may
 // come after the paths too (`validate stands/ --owner qa`); "--" ends them. Help goes to stdout alone
-// and exits 0; a bad flag is the flag package's message and the usage on stderr, exit 2.
-func parseFlags(fs *flag.FlagSet, args []string, std stdio) (bool, int) {
+// and exits 0; a bad flag is the flag package's message and the usage on stderr, exit 2. Then the
+// settings the command line left alone come from the environment and the config file; a value that
+// does not parse is exit 1, naming where it came from.
+func parseFlags(c *settings, args []string, std stdio) (bool, int) {
+	fs := c.fs
 	usage := fs.Usage
 	fs.Usage = func() {} // printed below, once, where it belongs
 	defer func() { fs.Usage = usage }()
@@ -213,7 +218,7 @@ func parseFlags(fs *flag.FlagSet, args []string, std stdio) (bool, int) {
 		}
 		paths, args = append(paths, rest[0]), rest[1:]
 	}
-	if err := applyEnv(fs); err != nil {
+	if err := c.resolve(); err != nil {
 		fmt.Fprintf(std.err, "%s: %v\n", fs.Name(), err)
 		return true, exitError
 	}

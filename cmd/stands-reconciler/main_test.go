@@ -353,7 +353,7 @@ func TestRepoURLWithPasswordRefused(t *testing.T) {
 	vars := map[string]string{"STANDS_PASSPHRASE": "pass-phrase", "HCLOUD_TOKEN": "hc-token", "STANDS_STATE_DIR": t.TempDir()}
 	r := runCLI(t, context.Background(), newRecorder(vars), "reconcile", "--once", "--pulumi", filepath.Join(testenv.RepoRoot(), "bin", "pulumi"),
 		"--repo", "https://bot:pw-SENTINEL@127.0.0.1:1/stands.git")
-	if r.code != 1 || !strings.Contains(r.stderr, "--repo holds a password") || strings.Contains(r.stderr+r.stdout, "SENTINEL") {
+	if r.code != 1 || !strings.Contains(r.stderr, "--repo (from --repo): holds a password") || strings.Contains(r.stderr+r.stdout, "SENTINEL") {
 		t.Errorf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -13,12 +13,14 @@ var writeConfigset = configset.Write
 
 func runRender(ctx context.Context, args []string, std stdio, getenv env) int {
 	fs := newFlags("render", "render [--owner NAME] [--out DIR] PATH...\n\nValidates like 'validate', then writes each stand's rendered files, made with reserved\ntest addresses (RFC 5737), to DIR/<stand-id>/ (folders 0700, files 0600: they hold secrets).", std)
+	conf := newSettings(fs, getenv)
 	var owner, out string
-	ownerFlag(fs, &owner, getenv)
+	ownerFlag(conf, &owner)
 	fs.StringVar(&out, "out", "_render", "folder to write rendered stands into")
-	if done, code := parseFlags(fs, args, std); done {
+	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
+	getenv = conf.env()
 	if fs.NArg() == 0 {
 		fmt.Fprintln(std.err, "render: give at least one PATH (a stand.yml, a stand folder or a repository)")
 		return exitUsage

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
+	"github.com/stands-engine/stands-reconciler/internal/control"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/httpapi"
 	"github.com/stands-engine/stands-reconciler/manifest"
@@ -33,68 +33,82 @@ import (
 // daemonFlags configure `run` and `reconcile`.
 type daemonFlags struct {
 	engineFlags
-	repo, branch, statusBranch, gitUser, gitName, gitEmail string
-	listen, vaultMount, vaultPrefix                        string
-	poll, drain, drift, opTimeout                          time.Duration
-	workers                                                int
-	share                                                  float64
-	massDestroy, driftApply, previews                      bool
+	repo, branch, statusBranch, gitUser, gitName, gitEmail  string
+	listen, vaultAddr, vaultRoleID, vaultMount, vaultPrefix string
+	giteaURL, knownHosts, controlSocket                     string
+	poll, drain, drift, opTimeout                           time.Duration
+	workers                                                 int
+	share                                                   float64
+	massDestroy, driftApply, previews, planOnly             bool
 }
 
-func (f *daemonFlags) register(fs *flag.FlagSet, getenv env) {
-	f.engineFlags.register(fs, getenv)
-	fs.StringVar(&f.repo, "repo", bound(fs, getenv, "repo", "STANDS_REPO_URL", ""), "the stands repository: https://…/org/stands.git, ssh://git@…/org/stands.git or a local path ($STANDS_REPO_URL)")
-	fs.StringVar(&f.branch, "branch", bound(fs, getenv, "branch", "STANDS_BRANCH", "main"), "the tracked branch ($STANDS_BRANCH)")
-	fs.StringVar(&f.statusBranch, "status-branch", bound(fs, getenv, "status-branch", "STANDS_STATUS_BRANCH", ""), "branch status is committed to (default: the tracked branch; stands-status for a local path) ($STANDS_STATUS_BRANCH)")
-	fs.StringVar(&f.gitUser, "git-user", bound(fs, getenv, "git-user", "STANDS_GIT_USER", "stands-reconciler"), "user name for HTTP(S) token authentication ($STANDS_GIT_USER); the token is $STANDS_GIT_TOKEN or $STANDS_GIT_TOKEN_FILE")
-	fs.StringVar(&f.gitName, "git-name", bound(fs, getenv, "git-name", "STANDS_GIT_NAME", gitsource.DefaultIdentity.Name), "author name of status commits ($STANDS_GIT_NAME)")
-	fs.StringVar(&f.gitEmail, "git-email", bound(fs, getenv, "git-email", "STANDS_GIT_EMAIL", gitsource.DefaultIdentity.Email), "author email of status commits ($STANDS_GIT_EMAIL)")
-	fs.StringVar(&f.listen, "listen", bound(fs, getenv, "listen", "STANDS_LISTEN", "127.0.0.1:8080"), "address of the webhook, /healthz and /readyz listener; empty: none ($STANDS_LISTEN)")
-	fs.StringVar(&f.vaultMount, "vault-mount", bound(fs, getenv, "vault-mount", "STANDS_VAULT_MOUNT", "secret"), "KV v2 mount of the stands' secrets ($STANDS_VAULT_MOUNT)")
-	fs.StringVar(&f.vaultPrefix, "vault-prefix", bound(fs, getenv, "vault-prefix", "STANDS_VAULT_PREFIX", "stands"), "path prefix of the stands' secrets in the mount ($STANDS_VAULT_PREFIX)")
-	fs.DurationVar(&f.poll, "poll-interval", bound(fs, getenv, "poll-interval", "STANDS_POLL_INTERVAL", 30*time.Second), "time between polls, jittered ±10% ($STANDS_POLL_INTERVAL)")
-	fs.DurationVar(&f.drain, "drain-timeout", bound(fs, getenv, "drain-timeout", "STANDS_DRAIN_TIMEOUT", 10*time.Minute), "on SIGTERM, how long running operations may finish before they are cancelled ($STANDS_DRAIN_TIMEOUT)")
-	fs.DurationVar(&f.opTimeout, "operation-timeout", bound(fs, getenv, "operation-timeout", "STANDS_OPERATION_TIMEOUT", reconcile.DefaultOperationTimeout), "how long one apply, drift check or destroy may run before Pulumi is interrupted and the stand fails with Timeout, tried again later ($STANDS_OPERATION_TIMEOUT)")
-	fs.DurationVar(&f.drift, "drift-interval", bound(fs, getenv, "drift-interval", "STANDS_DRIFT_INTERVAL", 6*time.Hour), "how often a Ready stand is checked for drift (pulumi preview --refresh); 0: never ($STANDS_DRIFT_INTERVAL)")
-	fs.BoolVar(&f.driftApply, "drift-apply", bound(fs, getenv, "drift-apply", "STANDS_DRIFT_APPLY", false), "apply a drifted stand again instead of only reporting Drifted ($STANDS_DRIFT_APPLY=true)")
-	fs.IntVar(&f.workers, "workers", bound(fs, getenv, "workers", "STANDS_WORKERS", 4), "operations at once (one per stand at a time) ($STANDS_WORKERS)")
-	fs.Float64Var(&f.share, "max-destroy-share", bound(fs, getenv, "max-destroy-share", "STANDS_MAX_DESTROY_SHARE", 0.5), "refuse to destroy more than this share of stands in one cycle (one is always allowed) ($STANDS_MAX_DESTROY_SHARE)")
-	fs.BoolVar(&f.previews, "previews", bound(fs, getenv, "previews", "STANDS_PREVIEWS", true), "plan open pull requests into the tracked branch: one comment each and the stands/plan commit status ($STANDS_PREVIEWS=false turns it off)")
+func (f *daemonFlags) register(c *settings) {
+	f.engineFlags.register(c)
+	fs := c.fs
+	fs.StringVar(&f.repo, "repo", bound(c, "repo", "STANDS_REPO_URL", ""), "the stands repository: https://…/org/stands.git, ssh://git@…/org/stands.git or a local path ($STANDS_REPO_URL)")
+	fs.StringVar(&f.branch, "branch", bound(c, "branch", "STANDS_BRANCH", "main"), "the tracked branch ($STANDS_BRANCH)")
+	fs.StringVar(&f.statusBranch, "status-branch", bound(c, "status-branch", "STANDS_STATUS_BRANCH", ""), "branch status is committed to (default: the tracked branch; stands-status for a local path) ($STANDS_STATUS_BRANCH)")
+	fs.StringVar(&f.gitUser, "git-user", bound(c, "git-user", "STANDS_GIT_USER", "stands-reconciler"), "user name for HTTP(S) token authentication ($STANDS_GIT_USER); the token is $STANDS_GIT_TOKEN or $STANDS_GIT_TOKEN_FILE")
+	fs.StringVar(&f.gitName, "git-name", bound(c, "git-name", "STANDS_GIT_NAME", gitsource.DefaultIdentity.Name), "author name of status commits ($STANDS_GIT_NAME)")
+	fs.StringVar(&f.knownHosts, "git-known-hosts", bound(c, "git-known-hosts", "STANDS_GIT_KNOWN_HOSTS", ""), "OpenSSH known_hosts file pinning an ssh:// repository's host keys; the key is $STANDS_GIT_SSH_KEY_FILE ($STANDS_GIT_KNOWN_HOSTS)")
+	fs.StringVar(&f.giteaURL, "gitea-url", bound(c, "gitea-url", "STANDS_GITEA_URL", ""), "Gitea API of the repository, for commit statuses and pull request plans (default: an http(s) repository's own) ($STANDS_GITEA_URL)")
+	fs.StringVar(&f.gitEmail, "git-email", bound(c, "git-email", "STANDS_GIT_EMAIL", gitsource.DefaultIdentity.Email), "author email of status commits ($STANDS_GIT_EMAIL)")
+	fs.StringVar(&f.listen, "listen", bound(c, "listen", "STANDS_LISTEN", "127.0.0.1:8080"), "address of the webhook, /healthz and /readyz listener; empty: none ($STANDS_LISTEN)")
+	fs.StringVar(&f.vaultAddr, "vault-addr", bound(c, "vault-addr", "VAULT_ADDR", ""), "Vault's address; empty: local mode, !secret values from SECRET_<NAME>_FILE files ($VAULT_ADDR)")
+	fs.StringVar(&f.vaultRoleID, "vault-role-id", bound(c, "vault-role-id", "VAULT_ROLE_ID", ""), "AppRole role id; its secret id is $VAULT_SECRET_ID_FILE; empty: a token, $VAULT_TOKEN_FILE ($VAULT_ROLE_ID)")
+	fs.StringVar(&f.vaultMount, "vault-mount", bound(c, "vault-mount", "STANDS_VAULT_MOUNT", "secret"), "KV v2 mount of the stands' secrets ($STANDS_VAULT_MOUNT)")
+	fs.StringVar(&f.vaultPrefix, "vault-prefix", bound(c, "vault-prefix", "STANDS_VAULT_PREFIX", "stands"), "path prefix of the stands' secrets in the mount ($STANDS_VAULT_PREFIX)")
+	fs.DurationVar(&f.poll, "poll-interval", bound(c, "poll-interval", "STANDS_POLL_INTERVAL", 30*time.Second), "time between polls, jittered ±10% ($STANDS_POLL_INTERVAL)")
+	fs.DurationVar(&f.drain, "drain-timeout", bound(c, "drain-timeout", "STANDS_DRAIN_TIMEOUT", 10*time.Minute), "on SIGTERM, how long running operations may finish before they are cancelled ($STANDS_DRAIN_TIMEOUT)")
+	fs.DurationVar(&f.opTimeout, "operation-timeout", bound(c, "operation-timeout", "STANDS_OPERATION_TIMEOUT", reconcile.DefaultOperationTimeout), "how long one apply, drift check or destroy may run before Pulumi is interrupted and the stand fails with Timeout, tried again later ($STANDS_OPERATION_TIMEOUT)")
+	fs.DurationVar(&f.drift, "drift-interval", bound(c, "drift-interval", "STANDS_DRIFT_INTERVAL", 6*time.Hour), "how often a Ready stand is checked for drift (pulumi preview --refresh); 0: never ($STANDS_DRIFT_INTERVAL)")
+	fs.BoolVar(&f.driftApply, "drift-apply", bound(c, "drift-apply", "STANDS_DRIFT_APPLY", false), "apply a drifted stand again instead of only reporting Drifted ($STANDS_DRIFT_APPLY=true)")
+	fs.IntVar(&f.workers, "workers", bound(c, "workers", "STANDS_WORKERS", 4), "operations at once (one per stand at a time) ($STANDS_WORKERS)")
+	fs.Float64Var(&f.share, "max-destroy-share", bound(c, "max-destroy-share", "STANDS_MAX_DESTROY_SHARE", 0.5), "refuse to destroy more than this share of stands in one cycle (one is always allowed) ($STANDS_MAX_DESTROY_SHARE)")
+	fs.BoolVar(&f.previews, "previews", bound(c, "previews", "STANDS_PREVIEWS", true), "plan open pull requests into the tracked branch: one comment each and the stands/plan commit status ($STANDS_PREVIEWS=false turns it off)")
+	fs.BoolVar(&f.planOnly, "plan-only", bound(c, "plan-only", "STANDS_PLAN_ONLY", false), "decide and report in each stand's status what would be applied or destroyed, and apply nothing ($STANDS_PLAN_ONLY=true)")
+	fs.StringVar(&f.controlSocket, "control-socket", bound(c, "control-socket", "STANDS_CONTROL_SOCKET", ""), "the operator controls' Unix socket (stands-reconciler ctl; default <state-dir>/control.sock; \"none\": no controls) ($STANDS_CONTROL_SOCKET)")
 	fs.BoolVar(&f.massDestroy, "allow-mass-destroy", false, "lift the share and last-stand guards for this run (protect still holds); prefer committing .stands/allow-destroy")
 }
 
 func runDaemon(ctx context.Context, args []string, std stdio, getenv env) int {
-	fs := newFlags("run", "run [flags]\n\nReconciles the stands repository until SIGTERM: polls it (and answers Gitea's push webhook on POST /webhook,\nsigned with $STANDS_WEBHOOK_SECRET or $STANDS_WEBHOOK_SECRET_FILE), applies and destroys stands, and commits their status.\nSecrets: HCLOUD_TOKEN, STANDS_PASSPHRASE, STANDS_GIT_TOKEN, VAULT_TOKEN, each as KEY or KEY_FILE (not both);\nVAULT_ROLE_ID with VAULT_SECRET_ID_FILE for AppRole.\nWithout VAULT_ADDR, !secret values come from SECRET_<NAME> (local mode).", std)
+	fs := newFlags("run", "run [flags]\n\nReconciles the stands repository until SIGTERM: polls it (and answers Gitea's push webhook on POST /webhook,\nsigned with the webhook secret), applies and destroys stands, and commits their status.\nSecrets come from files only: HCLOUD_TOKEN_FILE, STANDS_PASSPHRASE_FILE, STANDS_GIT_TOKEN_FILE, STANDS_WEBHOOK_SECRET_FILE,\nVAULT_TOKEN_FILE or VAULT_SECRET_ID_FILE (with --vault-role-id), or the files credentials: names in --config.\nWithout --vault-addr, !secret values come from SECRET_<NAME>_FILE files (local mode).", std)
+	conf := newSettings(fs, getenv)
+	conf.filesOnly = true // an environment is readable in /proc/<pid>/environ: the daemon's holds no secret
 	var f daemonFlags
-	f.register(fs, getenv)
-	if done, code := parseFlags(fs, args, std); done {
+	f.register(conf)
+	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
-	return daemon(ctx, &f, false, std, getenv)
+	return daemon(ctx, &f, conf, false, std)
 }
 
 func runReconcile(ctx context.Context, args []string, std stdio, getenv env) int {
 	fs := newFlags("reconcile", "reconcile --once [flags]\n\nOne reconciliation of the stands repository, waiting for its operations; the flags and settings of run apply.", std)
+	conf := newSettings(fs, getenv)
 	var f daemonFlags
-	f.register(fs, getenv)
+	f.register(conf)
 	once := fs.Bool("once", false, "run one cycle and exit (required: `run` is the daemon)")
-	if done, code := parseFlags(fs, args, std); done {
+	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
 	if !*once {
 		fmt.Fprintln(std.err, "reconcile: give --once, or use `stands-reconciler run` for the daemon")
 		return exitUsage
 	}
-	return daemon(ctx, &f, true, std, getenv)
+	return daemon(ctx, &f, conf, true, std)
 }
 
-func daemon(ctx context.Context, f *daemonFlags, once bool, std stdio, getenv env) int {
-	log := f.logger(std.err)
-	if f.repo == "" {
-		fmt.Fprintln(std.err, "run: --repo (or $STANDS_REPO_URL) is required")
-		return exitUsage
+func daemon(ctx context.Context, f *daemonFlags, conf *settings, once bool, std stdio) int {
+	getenv := conf.env()
+	if errs := f.check(conf, getenv); len(errs) > 0 {
+		for _, err := range errs {
+			fmt.Fprintf(std.err, "run: %v\n", err)
+		}
+		return exitError
 	}
-	w, err := wire(f, std, getenv, log)
+	log := f.logger(std.err)
+	w, err := wire(f, std, getenv, conf.filesOnly, log)
 	if err != nil {
 		fmt.Fprintf(std.err, "run: %v\n", err)
 		return exitError
@@ -172,6 +186,15 @@ func serve(ctx context.Context, w *wiring, f *daemonFlags, getenv env) int {
 		w.own(srv)
 		log.Info("listening", "addr", srv.Addr(), "paths", "/webhook /healthz /readyz /metrics")
 	}
+	if p := f.socketPath(); p != "" {
+		ctl, err := control.Listen(p, w.rec, log)
+		if err != nil {
+			fmt.Fprintf(w.stderr, "run: %v\n", err)
+			return exitError
+		}
+		w.own(ctl)
+		log.Info("operator controls", "socket", p, "use", "stands-reconciler ctl --control-socket "+p+" status|pause|resume|plan-only|retry")
+	}
 	w.own(goAsLongAs(func(ctx context.Context) {
 		if err := w.src.Watch(ctx, w.rec.Trigger); err != nil {
 			log.Warn("watching the local repository failed; polling only", "err", err)
@@ -219,7 +242,7 @@ func (f *daemonFlags) source(getenv env, gitToken *credential.Credential, log *s
 			opts = append(opts, gitsource.WithToken(f.gitUser, gitToken.Value))
 		}
 	case strings.HasPrefix(f.repo, "ssh://"), strings.Contains(f.repo, "@") && !strings.Contains(f.repo, "://"):
-		auth, err := sshAuth(getenv)
+		auth, err := sshAuth(getenv, f.knownHosts)
 		if err != nil {
 			return nil, err
 		}
@@ -236,9 +259,9 @@ func (f *daemonFlags) source(getenv env, gitToken *credential.Credential, log *s
 }
 
 // forge is the Gitea API of an http(s) repository: commit statuses and pull request plans. An SSH
-// or local repository has none (set STANDS_GITEA_URL to give an SSH repository its API).
-func (f *daemonFlags) forge(getenv env, gitToken *credential.Credential, log *slog.Logger) reconcile.Forge {
-	apiURL := getenv("STANDS_GITEA_URL")
+// or local repository has none (--gitea-url gives an SSH repository its API).
+func (f *daemonFlags) forge(gitToken *credential.Credential, log *slog.Logger) reconcile.Forge {
+	apiURL := f.giteaURL
 	if apiURL == "" && (strings.HasPrefix(f.repo, "http://") || strings.HasPrefix(f.repo, "https://")) {
 		apiURL = f.repo
 	}
@@ -258,12 +281,12 @@ func (f *daemonFlags) forge(getenv env, gitToken *credential.Credential, log *sl
 	return g
 }
 
-// sshAuth reads the key from $STANDS_GIT_SSH_KEY_FILE and pins host keys from
-// $STANDS_GIT_KNOWN_HOSTS (an OpenSSH known_hosts file); there is no way to skip the host check.
-func sshAuth(getenv env) (transport.AuthMethod, error) {
-	keyFile, known := getenv("STANDS_GIT_SSH_KEY_FILE"), getenv("STANDS_GIT_KNOWN_HOSTS")
+// sshAuth reads the key from $STANDS_GIT_SSH_KEY_FILE (or credentials.git-ssh-key) and pins host
+// keys from known (an OpenSSH known_hosts file); there is no way to skip the host check.
+func sshAuth(getenv env, known string) (transport.AuthMethod, error) {
+	keyFile := getenv("STANDS_GIT_SSH_KEY_FILE")
 	if keyFile == "" || known == "" {
-		return nil, errors.New("an ssh:// repository needs STANDS_GIT_SSH_KEY_FILE and STANDS_GIT_KNOWN_HOSTS")
+		return nil, errors.New("an ssh:// repository needs $STANDS_GIT_SSH_KEY_FILE (or credentials.git-ssh-key) and --git-known-hosts")
 	}
 	auth, err := gitssh.NewPublicKeysFromFile("git", keyFile, "")
 	if err != nil {
@@ -271,29 +294,30 @@ func sshAuth(getenv env) (transport.AuthMethod, error) {
 	}
 	cb, err := gitssh.NewKnownHostsCallback(known)
 	if err != nil {
-		return nil, fmt.Errorf("read STANDS_GIT_KNOWN_HOSTS: %w", err)
+		return nil, fmt.Errorf("read --git-known-hosts: %w", err)
 	}
 	auth.HostKeyCallback = cb
 	return auth, nil
 }
 
-// secrets is Vault when VAULT_ADDR is set, else local mode: SECRET_<NAME> from the environment and
-// connection records as 0600 files under <state-dir>/connections. The closer, when not nil, ends the
-// Vault login's renewal.
-func (f *daemonFlags) secrets(getenv env, log *slog.Logger) (reconcile.Secrets, io.Closer, error) {
-	addr := getenv("VAULT_ADDR")
+// secrets is Vault when --vault-addr is set, else local mode: secrets from SECRET_<NAME> (the daemon:
+// SECRET_<NAME>_FILE) and connection records as 0600 files under <state-dir>/connections. The
+// closer, when not nil, ends the Vault login's renewal.
+func (f *daemonFlags) secrets(getenv env, filesOnly bool, log *slog.Logger) (reconcile.Secrets, io.Closer, error) {
+	addr := f.vaultAddr
 	if addr == "" {
 		dir, err := filepath.Abs(filepath.Join(f.stateDir, "connections"))
 		if err != nil {
 			return nil, nil, err
 		}
-		log.Info("no VAULT_ADDR: secrets from SECRET_<NAME> variables, connection records in " + dir)
-		return &localSecrets{EnvSource: manifest.EnvSource{Lookup: func(k string) (string, bool) {
-			v := getenv(k)
-			return v, v != ""
-		}}, dir: dir}, nil, nil
+		src := "SECRET_<NAME> variables"
+		if filesOnly {
+			src = "SECRET_<NAME>_FILE files"
+		}
+		log.Info("no Vault address: secrets from " + src + ", connection records in " + dir)
+		return &localSecrets{SecretSource: localSource(getenv, filesOnly), dir: dir}, nil, nil
 	}
-	auth, err := vaultAuth(getenv)
+	auth, err := vaultAuth(getenv, f.vaultRoleID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -303,20 +327,20 @@ func (f *daemonFlags) secrets(getenv env, log *slog.Logger) (reconcile.Secrets, 
 
 // vaultAuth is AppRole when VAULT_ROLE_ID is set, else a token; the token and the secret id follow
 // the credential rule (KEY or KEY_FILE, not both), and files are read again at each login.
-func vaultAuth(getenv env) (vault.Auth, error) {
+func vaultAuth(getenv env, role string) (vault.Auth, error) {
 	token, tokenFile, err := credential.Source(getenv, "VAULT_TOKEN")
 	if err != nil {
 		return nil, err
 	}
-	if role := getenv("VAULT_ROLE_ID"); role != "" {
+	if role != "" {
 		secretID, secretIDFile, err := credential.Source(getenv, "VAULT_SECRET_ID")
 		switch {
 		case err != nil:
 			return nil, err
 		case secretID != "" || secretIDFile == "":
-			return nil, errors.New("VAULT_ROLE_ID is set: the secret id must come from VAULT_SECRET_ID_FILE (read at each login)")
+			return nil, errors.New("--vault-role-id is set: the secret id must come from $VAULT_SECRET_ID_FILE or credentials.vault-secret-id (read at each login)")
 		case token != "" || tokenFile != "":
-			return nil, errors.New("both VAULT_ROLE_ID and VAULT_TOKEN (or VAULT_TOKEN_FILE) are set: set one")
+			return nil, errors.New("both --vault-role-id and a Vault token are set: set one")
 		}
 		return vault.AppRole{RoleID: role, SecretIDFile: secretIDFile}, nil
 	}
@@ -326,13 +350,48 @@ func vaultAuth(getenv env) (vault.Auth, error) {
 	case token != "":
 		return vault.Token(token), nil
 	}
-	return nil, errors.New("VAULT_ADDR is set but no VAULT_TOKEN, VAULT_TOKEN_FILE or VAULT_ROLE_ID+VAULT_SECRET_ID_FILE")
+	return nil, errors.New("--vault-addr is set but no Vault login: $VAULT_TOKEN_FILE (or credentials.vault-token), or --vault-role-id with $VAULT_SECRET_ID_FILE (or credentials.vault-secret-id)")
 }
 
 // localSecrets is local mode's secret store.
 type localSecrets struct {
-	manifest.EnvSource
+	manifest.SecretSource
 	dir string
+}
+
+// localSource resolves !secret NAME from SECRET_<NAME>, or, with filesOnly (the daemon), from the file
+// SECRET_<NAME>_FILE names: a value in the daemon's environment is refused, naming the variable.
+func localSource(getenv env, filesOnly bool) manifest.SecretSource {
+	if !filesOnly {
+		return manifest.EnvSource{Lookup: func(k string) (string, bool) {
+			v := getenv(k)
+			return v, v != ""
+		}}
+	}
+	return fileSecrets{getenv}
+}
+
+type fileSecrets struct{ getenv env }
+
+func (s fileSecrets) Secret(_ context.Context, ref manifest.SecretRef) (string, error) {
+	name := manifest.EnvName(ref)
+	if s.getenv(name) != "" {
+		return "", fmt.Errorf("%w: $%s is set, but the daemon takes secrets from files only: set $%s_FILE", manifest.ErrSecretNotFound, name, name)
+	}
+	file := s.getenv(name + "_FILE")
+	if file == "" {
+		return "", fmt.Errorf("%w: $%s_FILE is not set", manifest.ErrSecretNotFound, name)
+	}
+	v, err := credential.Read(s.getenv, name)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", manifest.ErrSecretNotFound, err)
+	}
+	return v, nil
+}
+
+func (s fileSecrets) SecretExists(ctx context.Context, ref manifest.SecretRef) error {
+	_, err := s.Secret(ctx, ref)
+	return err
 }
 
 func (l *localSecrets) WriteConnection(_ context.Context, id string, record json.RawMessage) error {

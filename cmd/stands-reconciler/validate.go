@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -18,17 +17,19 @@ import (
 
 const defaultOwner = "local"
 
-func ownerFlag(fs *flag.FlagSet, p *string, getenv env) {
-	fs.StringVar(p, "owner", bound(fs, getenv, "owner", "STANDS_OWNER", defaultOwner), "owner of stands whose manifest names none ($STANDS_OWNER)")
+func ownerFlag(c *settings, p *string) {
+	c.fs.StringVar(p, "owner", bound(c, "owner", "STANDS_OWNER", defaultOwner), "owner of stands whose manifest names none ($STANDS_OWNER)")
 }
 
 func runValidate(ctx context.Context, args []string, std stdio, getenv env) int {
 	fs := newFlags("validate", "validate [--owner NAME] PATH...\n\nPATH is a stand.yml, a stand folder or a whole stands repository.\nSecrets are read from SECRET_<NAME> environment variables.", std)
+	conf := newSettings(fs, getenv)
 	var owner string
-	ownerFlag(fs, &owner, getenv)
-	if done, code := parseFlags(fs, args, std); done {
+	ownerFlag(conf, &owner)
+	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
+	getenv = conf.env()
 	if fs.NArg() == 0 {
 		fmt.Fprintln(std.err, "validate: give at least one PATH (a stand.yml, a stand folder or a repository)")
 		return exitUsage

@@ -38,7 +38,7 @@ func (w *wiring) Close() error {
 }
 
 // wire builds the reconciler and everything it talks to from the flags and the environment.
-func wire(f *daemonFlags, std stdio, getenv env, log *slog.Logger) (_ *wiring, err error) {
+func wire(f *daemonFlags, std stdio, getenv env, filesOnly bool, log *slog.Logger) (_ *wiring, err error) {
 	w := &wiring{log: log, stderr: std.err}
 	defer func() {
 		if err != nil {
@@ -63,7 +63,7 @@ func wire(f *daemonFlags, std stdio, getenv env, log *slog.Logger) (_ *wiring, e
 	if w.src, err = f.source(getenv, gitToken, log); err != nil {
 		return nil, err
 	}
-	sec, closer, err := f.secrets(getenv, log)
+	sec, closer, err := f.secrets(getenv, filesOnly, log)
 	if err != nil {
 		return nil, err
 	}
@@ -72,8 +72,11 @@ func wire(f *daemonFlags, std stdio, getenv env, log *slog.Logger) (_ *wiring, e
 	}
 	cfg := reconcile.Config{Owner: f.owner, Passphrase: pass, Workers: f.workers, MaxDestroyShare: f.share,
 		AllowMassDestroy: f.massDestroy, DriftInterval: f.drift, DriftApply: f.driftApply, Log: log,
-		Branch: f.branch, StatusBranch: w.src.StatusBranch(), OperationTimeout: f.opTimeout}
-	if forge := f.forge(getenv, gitToken, log); forge != nil {
+		Branch: f.branch, StatusBranch: w.src.StatusBranch(), OperationTimeout: f.opTimeout, PlanOnly: f.planOnly}
+	if cfg.ControlState, err = filepath.Abs(filepath.Join(f.stateDir, "controls.json")); err != nil {
+		return nil, err
+	}
+	if forge := f.forge(gitToken, log); forge != nil {
 		cfg.Forge = forge
 		if f.previews {
 			cfg.Planner, cfg.Refs = eng, w.src

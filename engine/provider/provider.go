@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,9 +63,10 @@ type resourceType interface {
 	delete(ctx context.Context, c call, id string, state resource.PropertyMap) error
 }
 
-// EnvToken is the variable the engine gives the Pulumi CLI, and so this plugin, the Hetzner token
-// in: environments are readable only by the same user, command lines by everyone.
-const EnvToken = "STANDS_PROVIDER_HCLOUD_TOKEN"
+// EnvTokenFile is the variable the engine gives the Pulumi CLI, and so this plugin: the file holding
+// the Hetzner token, in the operation's workspace. Not the token itself: command lines are readable
+// by everyone, and an environment by every process of the user and every child.
+const EnvTokenFile = "STANDS_PROVIDER_HCLOUD_TOKEN_FILE"
 
 // call is what a resource operation may use: the Hetzner client (asked for only when needed, so node
 // work runs without a token) and the engine's log, for progress on long work.
@@ -182,8 +184,12 @@ func (p *Provider) Configure(_ context.Context, req *pulumirpc.ConfigureRequest)
 		return nil, fmt.Errorf("configure: %w", err)
 	}
 	token := stringProp(args, ConfigToken)
-	if t := os.Getenv(EnvToken); t != "" {
-		token = t
+	if f := os.Getenv(EnvTokenFile); f != "" {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("configure: read the Hetzner token: %w", err)
+		}
+		token = strings.TrimSpace(string(data))
 	}
 	endpoint := stringProp(args, ConfigEndpoint)
 	if token != "" {

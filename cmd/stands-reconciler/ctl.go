@@ -1,0 +1,63 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/stands-engine/stands-reconciler/internal/control"
+)
+
+// runCtl is the operator's side of the daemon's controls: one action through its Unix socket.
+func runCtl(ctx context.Context, args []string, std stdio, getenv env) int {
+	fs := newFlags("ctl", `ctl [flags] ACTION
+
+Talks to the running daemon through its control socket (--control-socket, default
+<state-dir>/control.sock; the daemon's user or root only). ACTION is one of:
+  status                 the switches in force and the stands by phase
+  pause [REASON...]      start no operation on any stand until resume (running ones finish)
+  resume                 undo pause (a committed .stands/pause still pauses)
+  plan-only on|off       decide and report in each stand's status, apply and destroy nothing
+  retry STAND-ID         forget the stand's failures and backoff (a Stalled one too): attempt it now
+Each action is logged by the daemon and shown in STATUS.md or the stand's status, naming the caller
+(the kernel's account, and $SUDO_USER or $USER as the operator it claims).`, std)
+	conf := newSettings(fs, getenv)
+	var f daemonFlags // the daemon's settings, so its --config file is read alike
+	f.register(conf)
+	if done, code := parseFlags(conf, args, std); done {
+		return code
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	req := control.Request{Operator: cmp.Or(getenv("SUDO_USER"), getenv("USER"))}
+	action := rest[0]
+	switch {
+	case action == "status" && len(rest) == 1:
+		action = ""
+	case action == "pause":
+		req.Reason = strings.Join(rest[1:], " ")
+	case action == "resume" && len(rest) == 1:
+	case action == "plan-only" && len(rest) == 2 && (rest[1] == "on" || rest[1] == "off"):
+		req.On = rest[1] == "on"
+	case action == "retry" && len(rest) == 2:
+		req.Stand = rest[1]
+	default:
+		fmt.Fprintf(std.err, "ctl: %q: want status, pause [REASON], resume, plan-only on|off or retry STAND-ID\n", strings.Join(rest, " "))
+		return exitUsage
+	}
+	p := f.socketPath()
+	if p == "" {
+		fmt.Fprintln(std.err, "ctl: --control-socket is none: the daemon has no controls")
+		return exitUsage
+	}
+	a, err := control.NewClient(p).Do(ctx, action, req)
+	if err != nil {
+		fmt.Fprintf(std.err, "ctl: %v\n", err)
+		return exitError
+	}
+	return writeRecord(std, map[string]any{"operation": "ctl", "action": cmp.Or(action, "status"), "status": "success", "controls": a.Controls})
+}

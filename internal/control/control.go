@@ -1,0 +1,254 @@
+// Package control is the daemon's local operator endpoint: an HTTP API on a Unix socket (never a
+// TCP port), mode 0600 in the state folder, that only the daemon's own user and root may use — the
+// kernel says who connects (SO_PEERCRED), so there is no token to leak. Every request names the
+// caller as the kernel reports it; the caller's own claim (who is on call behind sudo) is kept
+// beside it, never instead of it.
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/reconcile"
+)
+
+// Controls is what the endpoint needs of the reconciler.
+type Controls interface {
+	Pause(by, why string) error
+	Resume(by string) error
+	SetPlanOnly(on bool, by string) error
+	Retry(id, by string) error
+	Controls() reconcile.ControlView
+}
+
+// Request is a control action's body.
+type Request struct {
+	// Operator is who the caller says is acting (e.g. $SUDO_USER); recorded beside the kernel's uid.
+	Operator string `json:"operator,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Stand    string `json:"stand,omitempty"`
+	On       bool   `json:"on,omitempty"`
+}
+
+// Answer is every response: the controls after the action, or why it was refused.
+type Answer struct {
+	Error    string                 `json:"error,omitempty"`
+	Controls *reconcile.ControlView `json:"controls,omitempty"`
+}
+
+type peerKey struct{}
+
+type peer struct{ uid, pid int }
+
+// Server serves the endpoint until Close.
+type Server struct {
+	srv  *http.Server
+	ln   net.Listener
+	path string
+	done chan struct{}
+}
+
+// Listen serves c on a Unix socket at path. A socket left by a run that died is replaced; one that
+// answers belongs to a live reconciler on the same state folder, which is refused.
+func Listen(path string, c Controls, log *slog.Logger) (*Server, error) {
+	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		conn.Close()
+		return nil, fmt.Errorf("control socket %s: another reconciler answers on it", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	// Not through the umask, which is the whole process's. The kernel's word on each caller
+	// (allowOwnUser) is what guards the endpoint; the mode keeps others from even connecting.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	s := &Server{ln: ln, path: path, done: make(chan struct{})}
+	s.srv = &http.Server{Handler: handler(c, log), ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, conn net.Conn) context.Context {
+			return context.WithValue(ctx, peerKey{}, peerOf(conn))
+		}}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("control socket stopped", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// Path is the socket's path.
+func (s *Server) Path() string { return s.path }
+
+// Close stops serving, waits, and removes the socket.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	<-s.done
+	_ = os.Remove(s.path)
+	return err
+}
+
+// peerOf is the connecting process as the kernel reports it; uid -1 when it cannot tell, which is
+// refused.
+func peerOf(conn net.Conn) peer {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return peer{uid: -1}
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return peer{uid: -1}
+	}
+	p := peer{uid: -1}
+	_ = raw.Control(func(fd uintptr) {
+		if cred, err := syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED); err == nil {
+			p = peer{uid: int(cred.Uid), pid: int(cred.Pid)}
+		}
+	})
+	return p
+}
+
+// who names the caller for logs and statuses: the claimed operator, then the kernel's account.
+func (p peer) who(claimed string) string {
+	account := "uid " + strconv.Itoa(p.uid)
+	if u, err := user.LookupId(strconv.Itoa(p.uid)); err == nil {
+		account = u.Username + " (uid " + strconv.Itoa(p.uid) + ")"
+	}
+	claimed = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '|' || r == '`' {
+			return -1
+		}
+		return r
+	}, claimed)
+	if len(claimed) > 64 {
+		claimed = claimed[:64]
+	}
+	if claimed == "" || claimed == strings.SplitN(account, " ", 2)[0] {
+		return account + " via the control socket"
+	}
+	return claimed + " as " + account + " via the control socket"
+}
+
+func handler(c Controls, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	act := func(pattern string, do func(req Request, by string) error) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			var req Request
+			if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+				answer(w, http.StatusBadRequest, c, fmt.Errorf("read the request: %w", err))
+				return
+			}
+			by := r.Context().Value(peerKey{}).(peer).who(req.Operator)
+			if len(req.Reason) > 500 {
+				req.Reason = req.Reason[:500]
+			}
+			if err := do(req, by); err != nil {
+				code := http.StatusConflict
+				if errors.Is(err, reconcile.ErrUnknownStand) {
+					code = http.StatusNotFound
+				}
+				answer(w, code, c, err)
+				return
+			}
+			answer(w, http.StatusOK, c, nil)
+		})
+	}
+	act("POST /v1/pause", func(req Request, by string) error { return c.Pause(by, req.Reason) })
+	act("POST /v1/resume", func(_ Request, by string) error { return c.Resume(by) })
+	act("POST /v1/plan-only", func(req Request, by string) error { return c.SetPlanOnly(req.On, by) })
+	act("POST /v1/retry", func(req Request, by string) error {
+		if req.Stand == "" {
+			return errors.New("name the stand to retry")
+		}
+		return c.Retry(req.Stand, by)
+	})
+	mux.HandleFunc("GET /v1/controls", func(w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusOK, c, nil) })
+	return allowOwnUser(mux, log)
+}
+
+// allowOwnUser lets only the daemon's user and root through; the socket's mode already should.
+func allowOwnUser(next http.Handler, log *slog.Logger) http.Handler {
+	self := os.Geteuid()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.Context().Value(peerKey{}).(peer)
+		if p.uid != self && p.uid != 0 {
+			log.Warn("control socket: refused a caller", "uid", p.uid, "pid", p.pid, "path", r.URL.Path)
+			w.WriteHeader(http.StatusForbidden)
+			_ = json.NewEncoder(w).Encode(Answer{Error: "only the reconciler's user or root may use its controls"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func answer(w http.ResponseWriter, code int, c Controls, err error) {
+	a := Answer{}
+	if err != nil {
+		a.Error = err.Error()
+	}
+	v := c.Controls()
+	a.Controls = &v
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(a)
+}
+
+// Client talks to a daemon's control socket.
+type Client struct {
+	path string
+	http *http.Client
+}
+
+// NewClient is a client of the socket at path.
+func NewClient(path string) *Client {
+	return &Client{path: path, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}}}}
+}
+
+// Do runs one action ("pause", "resume", "plan-only", "retry"; "" reads the controls).
+func (c *Client) Do(ctx context.Context, action string, req Request) (*Answer, error) {
+	method, url := http.MethodPost, "http://stands-reconciler/v1/"+action
+	if action == "" {
+		method, url = http.MethodGet, "http://stands-reconciler/v1/controls"
+	}
+	body, _ := json.Marshal(req)
+	r, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(string(body)))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(r)
+	if err != nil {
+		return nil, fmt.Errorf("reach the reconciler at %s (is it running, and are you its user or root?): %w", c.path, err)
+	}
+	defer resp.Body.Close()
+	var a Answer
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a); err != nil {
+		return nil, fmt.Errorf("read the reconciler's answer (%s): %w", resp.Status, err)
+	}
+	if a.Error != "" {
+		return &a, errors.New(a.Error)
+	}
+	return &a, nil
+}

@@ -1,0 +1,263 @@
+package reconcile
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/diff"
+	"github.com/stands-engine/stands-reconciler/reason"
+)
+
+// The operator's controls, for on-call without a dummy commit:
+//   - pause: no operation starts on any stand (apply, destroy, drift check, output read) while a
+//     committed PauseFile is on the tracked branch or the local switch is on. Stands with work
+//     waiting say so (Blocked, Paused). Pull request plans go on: they only read, and the pull
+//     request that removes PauseFile needs its plan to be merged.
+//   - plan-only: every cycle decides as usual and reports in each stand's status what it would apply
+//     or destroy (Blocked, PlanOnly), and applies and destroys nothing; drift checks (read-only) and
+//     plans go on, a drift is never repaired.
+//   - retry: one stand's backoff and stall are forgotten and it is attempted at the next cycle,
+//     which starts at once.
+// Each is logged with who asked, and shown in STATUS.md and the stand's status.
+
+// PauseFile pauses the reconciler while the tracked branch has it; its first line says why.
+const PauseFile = ".stands/pause"
+
+// Switch is an operator's switch: who turned it on, when, and why.
+type Switch struct {
+	By     string    `json:"by"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// OperatorAction is the last thing an operator asked of one stand, in its status.
+type OperatorAction struct {
+	Action string    `json:"action"`
+	By     string    `json:"by"`
+	At     time.Time `json:"at"`
+}
+
+// Controls are the local switches, kept in Config.ControlState across restarts: an emergency pause
+// must survive the restart systemd may do.
+type Controls struct {
+	Paused   *Switch `json:"paused,omitempty"`
+	PlanOnly *Switch `json:"planOnly,omitempty"`
+}
+
+// ControlView is what `stands-reconciler ctl status` shows.
+type ControlView struct {
+	Local Controls `json:"local"`
+	// RepositoryPause is the committed PauseFile's reason ("" when absent); PlanOnlyConfigured is the
+	// --plan-only setting.
+	RepositoryPause    *Switch        `json:"repositoryPause,omitempty"`
+	PlanOnlyConfigured bool           `json:"planOnlyConfigured"`
+	Paused             bool           `json:"paused"`
+	PlanOnly           bool           `json:"planOnly"`
+	Running            int            `json:"operationsRunning"`
+	Phases             map[string]int `json:"stands"`
+}
+
+// ErrUnknownStand is Retry's answer for a stand the reconciler has never seen.
+var ErrUnknownStand = errors.New("no such stand")
+
+// Pause turns the local pause on (again: the new reason replaces the old). Running operations go on.
+func (r *Reconciler) Pause(by, why string) error {
+	return r.setControl("pause", by, why, func(c *Controls, s *Switch) { c.Paused = s })
+}
+
+// Resume turns the local pause off; a committed PauseFile still pauses.
+func (r *Reconciler) Resume(by string) error {
+	return r.setControl("resume", by, "", func(c *Controls, _ *Switch) { c.Paused = nil })
+}
+
+// SetPlanOnly turns the local plan-only switch on or off (the --plan-only setting stays).
+func (r *Reconciler) SetPlanOnly(on bool, by string) error {
+	action := "plan-only off"
+	if on {
+		action = "plan-only on"
+	}
+	return r.setControl(action, by, "", func(c *Controls, s *Switch) {
+		c.PlanOnly = nil
+		if on {
+			c.PlanOnly = s
+		}
+	})
+}
+
+func (r *Reconciler) setControl(action, by, why string, set func(*Controls, *Switch)) error {
+	r.mu.Lock()
+	next := r.controls
+	set(&next, &Switch{By: by, At: r.cfg.Now().UTC(), Reason: why})
+	if err := writeJSONFile(r.cfg.ControlState, next); err != nil {
+		r.mu.Unlock()
+		return fmt.Errorf("keep the controls: %w", err)
+	}
+	r.controls = next
+	r.mu.Unlock()
+	r.log.Warn("operator: "+action, "by", by, "reason", why)
+	r.Trigger()
+	return nil
+}
+
+// Retry forgets a stand's failures and backoff (a Stalled stand too) and starts a cycle, which
+// attempts it at once.
+func (r *Reconciler) Retry(id, by string) error {
+	r.mu.Lock()
+	st, ok := r.stands[id]
+	if !ok {
+		r.mu.Unlock()
+		return fmt.Errorf("%w %q", ErrUnknownStand, id)
+	}
+	running := st.running
+	if !running {
+		r.record(id, outcome{kind: outRetried, detail: by})
+	}
+	r.mu.Unlock()
+	if running {
+		return fmt.Errorf("%s has an operation running", id)
+	}
+	r.log.Warn("operator: retry", "stand", id, "by", by)
+	r.Trigger()
+	return nil
+}
+
+// Controls is the state of the switches.
+func (r *Reconciler) Controls() ControlView {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v := ControlView{Local: r.controls, RepositoryPause: r.repoPause, PlanOnlyConfigured: r.cfg.PlanOnly, Phases: map[string]int{}}
+	v.Paused, v.PlanOnly = r.pausedLocked() != nil, r.planOnlyLocked()
+	for _, st := range r.stands {
+		if st.status != nil {
+			v.Phases[string(st.status.Phase)]++
+		}
+		if st.running {
+			v.Running++
+		}
+	}
+	return v
+}
+
+// pausedLocked is the pause in force (the local one first), nil when none. Called with r.mu held.
+func (r *Reconciler) pausedLocked() *Switch {
+	if r.controls.Paused != nil {
+		return r.controls.Paused
+	}
+	return r.repoPause
+}
+
+func (r *Reconciler) planOnlyLocked() bool { return r.cfg.PlanOnly || r.controls.PlanOnly != nil }
+
+// loadControls reads the local switches kept by an earlier run. An unreadable file is an error: a
+// pause an operator turned on must not be lost silently.
+func (r *Reconciler) loadControls() error {
+	if r.cfg.ControlState == "" {
+		return nil
+	}
+	data, err := os.ReadFile(r.cfg.ControlState)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		err = json.Unmarshal(data, &r.controls)
+	}
+	if err != nil {
+		return fmt.Errorf("read the operator controls %s: %w", r.cfg.ControlState, err)
+	}
+	return nil
+}
+
+// repositoryPause reads PauseFile of a snapshot: nil when absent.
+func repositoryPause(files fs.FS, commit string) *Switch {
+	data, err := fs.ReadFile(files, PauseFile)
+	if err != nil {
+		return nil
+	}
+	line, _, _ := strings.Cut(string(data[:min(len(data), 4096)]), "\n")
+	return &Switch{By: PauseFile + " at " + short(commit), Reason: strings.TrimSpace(line)}
+}
+
+// held is what a pause or plan-only makes of an action that would start an operation: the outcome
+// to record instead, and whether the action is held at all (output reads and drift checks are not
+// held by plan-only). Called with r.mu held.
+func (r *Reconciler) held(a diff.Action, kind opKind) (outcome, bool) {
+	would := map[diff.Kind]string{diff.Create: "create it", diff.Update: "apply it", diff.Destroy: "destroy it"}[a.Kind]
+	if p := r.pausedLocked(); p != nil {
+		if would == "" { // an output read or drift check: simply not now
+			return outcome{}, true
+		}
+		return outcome{kind: outBlocked, reason: reason.Paused, detail: fmt.Sprintf("paused by %s%s; when resumed the reconciler will %s", p.By, because(p.Reason), would)}, true
+	}
+	if r.planOnlyLocked() && (kind == opApply || kind == opDestroy) {
+		why := a.Detail
+		if why == "" {
+			why = string(a.Reason)
+		}
+		return outcome{kind: outBlocked, reason: reason.PlanOnly, detail: fmt.Sprintf("plan-only mode: would %s (%s); nothing is applied or destroyed", would, why)}, true
+	}
+	return outcome{}, false
+}
+
+func because(why string) string {
+	if why == "" {
+		return ""
+	}
+	return ": " + why
+}
+
+// controlBanner is STATUS.md's note of the switches in force ("" when none). Called with r.mu held.
+func (r *Reconciler) controlBanner() string {
+	var b strings.Builder
+	if p := r.pausedLocked(); p != nil {
+		fmt.Fprintf(&b, "> **Paused** by %s%s%s. No stand is applied, destroyed or checked until it is resumed", cell(p.By), since(p.At), cell(because(p.Reason)))
+		if p == r.repoPause {
+			b.WriteString(" (remove `" + PauseFile + "`).\n")
+		} else {
+			b.WriteString(" (`stands-reconciler ctl resume`).\n")
+		}
+	}
+	if r.planOnlyLocked() {
+		by := "the --plan-only setting"
+		if s := r.controls.PlanOnly; s != nil {
+			by = s.By + since(s.At)
+		}
+		fmt.Fprintf(&b, "> **Plan-only** (%s): each stand's status says what would be applied or destroyed; nothing is.\n", cell(by))
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return b.String() + "\n"
+}
+
+func since(at time.Time) string {
+	if at.IsZero() {
+		return ""
+	}
+	return " since " + at.UTC().Format(time.RFC3339)
+}
+
+// writeJSONFile writes v to path atomically (mode 0600); "" keeps nothing.
+func writeJSONFile(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	err = os.MkdirAll(filepath.Dir(tmp), 0o700)
+	if err == nil {
+		err = os.WriteFile(tmp, data, 0o600)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	return err
+}
