@@ -29,6 +29,9 @@ import (
 // PauseFile pauses the reconciler while the tracked branch has it; its first line says why.
 const PauseFile = ".stands/pause"
 
+// maxReason bounds a pause's reason, in every status message that quotes it.
+const maxReason = 200
+
 // Switch is an operator's switch: who turned it on, when, and why.
 type Switch struct {
 	By     string    `json:"by"`
@@ -91,6 +94,7 @@ func (r *Reconciler) SetPlanOnly(on bool, by string) error {
 }
 
 func (r *Reconciler) setControl(action, by, why string, set func(*Controls, *Switch)) error {
+	why = truncate(why, maxReason)
 	r.mu.Lock()
 	next := r.controls
 	set(&next, &Switch{By: by, At: r.cfg.Now().UTC(), Reason: why})
@@ -180,7 +184,7 @@ func repositoryPause(files fs.FS, commit string) *Switch {
 		return nil
 	}
 	line, _, _ := strings.Cut(string(data[:min(len(data), 4096)]), "\n")
-	return &Switch{By: PauseFile + " at " + short(commit), Reason: strings.TrimSpace(line)}
+	return &Switch{By: PauseFile + " at " + short(commit), Reason: truncate(strings.TrimSpace(line), maxReason)}
 }
 
 // held is what a pause or plan-only makes of an action that would start an operation: the outcome

@@ -84,19 +84,8 @@ func TestCrashDuringApply(t *testing.T) {
 	if len(locks) == 0 {
 		t.Fatal("no lock file left by the killed run")
 	}
-	checkpoint, err := os.ReadFile(filepath.Join(backend, ".pulumi", "stacks", "demo", "two-node.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cp struct {
-		Checkpoint struct {
-			Latest struct {
-				Pending []json.RawMessage `json:"pending_operations"`
-			} `json:"latest"`
-		} `json:"checkpoint"`
-	}
-	if err := json.Unmarshal(checkpoint, &cp); err != nil || len(cp.Checkpoint.Latest.Pending) == 0 {
-		t.Fatalf("no pending operation in the checkpoint (%v):\n%.2000s", err, checkpoint)
+	if n := pendingOperations(t, filepath.Join(backend, ".pulumi", "stacks", "demo", "two-node.json")); n == 0 {
+		t.Fatal("no pending operation in the checkpoint")
 	}
 	before := len(h.Servers(t))
 
@@ -122,4 +111,24 @@ func TestCrashDuringApply(t *testing.T) {
 	if r.code != 0 || len(h.Servers(t)) != 0 {
 		t.Errorf("destroy after recovery: exit %d, %d servers\n%s", r.code, len(h.Servers(t)), r.stderr)
 	}
+}
+
+// pendingOperations counts the pending operations of a diy backend's stack file.
+func pendingOperations(t *testing.T, stackFile string) int {
+	t.Helper()
+	checkpoint, err := os.ReadFile(stackFile)
+	if err != nil {
+		t.Fatalf("no checkpoint: %v", err)
+	}
+	var cp struct {
+		Checkpoint struct {
+			Latest struct {
+				Pending []json.RawMessage `json:"pending_operations"`
+			} `json:"latest"`
+		} `json:"checkpoint"`
+	}
+	if err := json.Unmarshal(checkpoint, &cp); err != nil {
+		t.Fatalf("%s: %v", stackFile, err)
+	}
+	return len(cp.Checkpoint.Latest.Pending)
 }

@@ -53,31 +53,10 @@ apps:
 `, p, port)
 }
 
-// plainStand is a one-node stand of project p without apps or registries: it references no secret,
-// so it is judged even while Vault is down, and the guard against removing every stand does not
-// stand in for the ones under test.
-func plainStand(p string) string {
-	return fmt.Sprintf(`stand:
-  project: %s
-  env: dev
-  users:
-    sudo: admin
-    app: app
-  ssh:
-    key_name_admin: stands-admin
-node_profiles:
-  small:
-    location: hel1
-    type_serv: cx22
-    image: debian-12
-    network: stands-net
-    cloud-init: ../../bases/cloud-init.yaml.tmpl
-nodes:
-  main:
-    profile: small
-    apps: []
-`, p)
-}
+// plainStand is a one-node stand of project p that references no secret (testenv.PlainStand), so
+// it is judged even while Vault is down, and the guard against removing every stand does not stand
+// in for the ones under test.
+func plainStand(p string) string { return testenv.PlainStand(p) }
 
 func standPath(p string) string { return "stands/" + p + "/stand.yml" }
 
@@ -501,18 +480,25 @@ func (e *daemonEnv) stop() {
 
 func (e *daemonEnv) waitFor(what string, timeout time.Duration, cond func() bool) {
 	e.t.Helper()
+	waitWhileRunning(e.t, e.exited, what, timeout, 250*time.Millisecond, cond)
+}
+
+// waitWhileRunning polls cond every poll until it holds, failing the test when the daemon whose Wait
+// reports on exited ends first, or timeout passes.
+func waitWhileRunning(t *testing.T, exited chan error, what string, timeout, poll time.Duration, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		select {
-		case err := <-e.exited:
-			e.exited <- err
-			e.t.Fatalf("the daemon exited (%v) while waiting for %s", err, what)
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the daemon exited (%v) while waiting for %s", err, what)
 		default:
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out after %v waiting for %s", timeout, what)
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(poll)
 	}
 }
 

@@ -142,19 +142,7 @@ func (d *localDaemon) ctl(args ...string) result {
 
 func (d *localDaemon) waitFor(what string, timeout time.Duration, cond func() bool) {
 	d.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		select {
-		case err := <-d.exited:
-			d.exited <- err
-			d.t.Fatalf("the daemon exited (%v) while waiting for %s", err, what)
-		default:
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitWhileRunning(d.t, d.exited, what, timeout, 100*time.Millisecond, cond)
 }
 
 // statusFile reads a file of the stands-status branch ("" when absent).

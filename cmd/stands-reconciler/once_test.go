@@ -17,7 +17,6 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 )
@@ -88,26 +87,7 @@ type localStandsRepo struct {
 func newLocalStandsRepo(t *testing.T) *localStandsRepo {
 	t.Helper()
 	dir := t.TempDir()
-	repo, err := git.PlainInit(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := repo.Storer.SetReference(plumbing.NewSymbolicReference(plumbing.HEAD, plumbing.NewBranchReferenceName("main"))); err != nil {
-		t.Fatal(err)
-	}
-	base, err := testfs.Dir(filepath.Join(testenv.RepoRoot(), "examples", "stands-repo"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p := range base {
-		if strings.HasPrefix(p, "stands/") {
-			delete(base, p)
-		}
-	}
-	if err := testfs.WriteDir(dir, base); err != nil {
-		t.Fatal(err)
-	}
-	return &localStandsRepo{t: t, dir: dir, repo: repo}
+	return &localStandsRepo{t: t, dir: dir, repo: testenv.InitStandsRepo(t, dir)}
 }
 
 // commit writes files, removes the paths in remove and commits everything on main.

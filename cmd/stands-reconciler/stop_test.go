@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -74,19 +73,8 @@ func TestStopDuringApply(t *testing.T) {
 	if len(locks)+len(holders) != 0 {
 		t.Errorf("left behind: locks %v, holder records %v", locks, holders)
 	}
-	checkpoint, err := os.ReadFile(filepath.Join(backend, ".pulumi", "stacks", "p", "dev.json"))
-	if err != nil {
-		t.Fatalf("no checkpoint written: %v", err)
-	}
-	var cp struct {
-		Checkpoint struct {
-			Latest struct {
-				Pending []json.RawMessage `json:"pending_operations"`
-			} `json:"latest"`
-		} `json:"checkpoint"`
-	}
-	if err := json.Unmarshal(checkpoint, &cp); err != nil || len(cp.Checkpoint.Latest.Pending) != 0 {
-		t.Errorf("pending operations in the checkpoint (%v): %d", err, len(cp.Checkpoint.Latest.Pending))
+	if n := pendingOperations(t, filepath.Join(backend, ".pulumi", "stacks", "p", "dev.json")); n != 0 {
+		t.Errorf("%d pending operations in the checkpoint", n)
 	}
 	if ws, _ := os.ReadDir(filepath.Join(d.state, "workspaces")); len(ws) != 0 {
 		t.Errorf("%d workspace folders left", len(ws))

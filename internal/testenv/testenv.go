@@ -7,7 +7,9 @@
 package testenv
 
 import (
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -64,12 +66,26 @@ func Binary(t testing.TB, name, envVar string) string {
 // handed a listener.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	// Below the kernel's ephemeral range: a server a test stops and starts again on the same port
+	// (Gitea, Vault) must not find it taken by an outgoing connection meanwhile, which the
+	// ephemeral range is for (seen: Gitea's SSH port, busy with a client's socket after a restart).
+	low := 32768
+	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(data)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				low = n
+			}
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	for range 200 {
+		port := 10000 + rand.IntN(low-10000)
+		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			ln.Close()
+			return port
+		}
+	}
+	t.Fatalf("no free port below %d", low)
+	return 0
 }
 
 // Logger is a text logger into the test's log, for servers a test runs in-process.
