@@ -25,6 +25,11 @@ func (e *Engine) backendBucket(ctx context.Context) (*blob.Bucket, error) {
 	if u.Scheme != "file" {
 		prefix = strings.Trim(u.Path, "/")
 		u.Path = ""
+	} else if q := u.Query(); q.Get("no_tmp_dir") == "" {
+		// fileblob writes a temporary file in os.TempDir and renames it into place, which fails
+		// across filesystems: under systemd's PrivateTmp=, /tmp is one. The CLI does the same.
+		q.Set("no_tmp_dir", "true")
+		u.RawQuery = q.Encode()
 	}
 	// Credentials come from the process environment (AWS_ACCESS_KEY_ID, …), as for the CLI.
 	b, err := blob.OpenBucket(ctx, u.String())

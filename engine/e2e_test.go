@@ -42,7 +42,8 @@ func TestNodesE2E(t *testing.T) {
 	reg := testenv.StartRegistry(t)
 	image := reg.PushBinary(t, testenv.BuildStatic(t, "./cmd/stands-testapp"), "stands/testapp", "e2e")
 	guestImage := strings.Replace(image, reg.Addr, vm.RegistryGuestAddr, 1)
-	machines, err := vm.New(vm.Config{Dir: t.TempDir(), Registry: reg.Addr, Log: testenv.Logger(t)})
+	share := systemdShare(t) // for 3c
+	machines, err := vm.New(vm.Config{Dir: t.TempDir(), Registry: reg.Addr, Log: testenv.Logger(t), Share: share})
 	if err != nil {
 		testenv.Missing(t, "%v", err)
 	}
@@ -301,6 +302,9 @@ func TestNodesE2E(t *testing.T) {
 	if got := run(t, webSSH, "cat /var/tmp/resize-marker"); got != "kept-across-the-resize" {
 		t.Errorf("the file written before the resize: %q", got)
 	}
+
+	// 3c. The reconciler itself installed from deploy/ and run by systemd on db (systemd_e2e_test.go).
+	t.Run("systemd", func(t *testing.T) { systemdOnNode(t, dbSSH) })
 
 	// 4. Destroy with web unreachable: powered off, and its SSH address held by a listener that
 	// counts connections. Nothing connects to either server; both VMs are gone.

@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
@@ -109,5 +111,33 @@ func TestApplyRecordsItsLockHolder(t *testing.T) {
 	}
 	if files, _ := filepath.Glob(filepath.Join(dir, "*.json")); len(files) != 0 {
 		t.Errorf("holder records left after the apply: %v", files)
+	}
+}
+
+// TestBackendWritesAcrossFilesystems: the engine's own writes to a file backend (lock holder
+// records) work when the temporary folder is on another filesystem, as /tmp is under systemd's
+// PrivateTmp= (found running the unit on a VM: every holder record failed to be written).
+func TestBackendWritesAcrossFilesystems(t *testing.T) {
+	dir := t.TempDir()
+	tmp, err := os.MkdirTemp("/dev/shm", "stands-tmp-")
+	if err != nil {
+		testenv.Missing(t, "no /dev/shm: %v", err)
+		return
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	var a, b syscall.Stat_t
+	if syscall.Stat(dir, &a) != nil || syscall.Stat(tmp, &b) != nil || a.Dev == b.Dev {
+		testenv.Missing(t, "%s and %s are on one filesystem", dir, tmp)
+		return
+	}
+	t.Setenv("TMPDIR", tmp)
+	e := &Engine{cfg: Config{BackendURL: "file://" + dir}, log: slog.New(slog.DiscardHandler)}
+	bucket, err := e.backendBucket(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bucket.Close()
+	if err := bucket.WriteAll(context.Background(), holderKey(stands.StackRef{Project: "demo", Env: "x"}, "host", 1), []byte("{}"), nil); err != nil {
+		t.Errorf("write a holder record with TMPDIR on another filesystem: %v", err)
 	}
 }

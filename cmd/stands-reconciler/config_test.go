@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
 )
 
 // fakePulumi is an executable at <dir>/bin/pulumi, for commands that only check for the CLI.
@@ -66,6 +68,19 @@ func TestConfigLayer(t *testing.T) {
 	}
 	if strings.Contains(r.stdout+r.stderr, "SENTINEL") {
 		t.Errorf("config check printed a secret:\n%s%s", r.stdout, r.stderr)
+	}
+	// One file serves every command: a one-shot command takes its own settings from it and leaves
+	// the daemon's alone.
+	repo := t.TempDir()
+	testenv.InitStandsRepo(t, repo)
+	if err := os.MkdirAll(filepath.Join(repo, "stands", "p"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "stands", "p", "stand.yml"), []byte(testenv.PlainStand("p")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, ctx, newRecorder(vars), "render", "--out", t.TempDir(), repo); r.code != exitOK || !strings.Contains(r.stdout, `"id_stand":"platform_p_dev"`) {
+		t.Errorf("render with the daemon's config file (owner: platform): exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	// --help shows the static defaults: nothing of the file or the environment.
 	h := runCLI(t, ctx, newRecorder(vars), "run", "--help")

@@ -48,6 +48,16 @@ func bound[T any](s *settings, name, variable string, d T) T {
 	return d
 }
 
+// allSettings is every command's settings: the daemon's, which hold the one-shot commands', and
+// apply's own.
+func allSettings() map[string]string {
+	c := newSettings(flag.NewFlagSet("all", flag.ContinueOnError), func(string) string { return "" })
+	var f daemonFlags
+	f.register(c)
+	bound(c, "show-secrets", "OUTPUT__CONSOLE_SECRETS", false)
+	return c.vars
+}
+
 // secretSetting is a credential: KEY or KEY_FILE in the environment, or credentials.<name> in the
 // config file.
 type secretSetting struct{ key, name string }
@@ -209,6 +219,9 @@ func loadConfigFile(path string, known map[string]string) (*configFile, error) {
 			continue
 		}
 		if _, ok := known[k.Value]; !ok {
+			if _, other := allSettings()[k.Value]; other {
+				continue // another command's (one file serves run, ctl and the one-shot commands)
+			}
 			return nil, fmt.Errorf("%s:%d: unknown setting %q%s", path, k.Line, k.Value, hint(k.Value))
 		}
 		if _, dup := f.values[k.Value]; dup {
