@@ -10,7 +10,7 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: deploy-check all build test unit fuzz lint demo demo-apply clean tools deps vm-image e2e
+.PHONY: deploy-check all build test unit soak fuzz lint demo demo-apply clean tools deps vm-image e2e
 
 # Tools the tests run for real, each built from the Go module proxy in a module of its own under
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
@@ -51,13 +51,19 @@ deps:
 	scripts/install-deps.sh
 
 # The test command (README, .ci/run): a short fuzz of the manifest parser, then every test with -race.
-test: fuzz unit
+test: fuzz unit soak
 
 # The Vault contract suite runs verbose on its own, so CI's log lists every case the real Vault passed.
 unit:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -v -run '^TestVaultContract$$' ./vault/
-	$(GO) test -race -count=1 -skip '^TestVaultContract$$' ./...
+	$(GO) test -race -count=1 -skip '^(TestVaultContract|TestSoak)$$' ./...
+
+# 500 no-op cycles of the daemon against the real Pulumi CLI: nothing may pile up (fds, goroutines,
+# folders, RSS). Without -race: the detector's own memory and speed are not what production runs, and
+# the loop's races are the unit run's job. Verbose, so CI's log has the numbers.
+soak:
+	$(GO) test -count=1 -v -run '^TestSoak$$' ./cmd/stands-reconciler/
 
 # End-to-end tests on real VMs (hcloudsim's VM backend, tag e2e): the Debian image is built once by
 # scripts/vm-image.sh into $${STANDS_VM_DIR:-/var/tmp/stands-vm} and reused while its recipe is unchanged.

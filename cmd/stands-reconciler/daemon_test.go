@@ -521,8 +521,11 @@ func (e *daemonEnv) waitStatus(id string, timeout time.Duration, cond func(*reco
 }
 
 // file reads a file of main's head ("" when absent or Gitea is down).
-func (e *daemonEnv) file(name string) string {
-	snap, err := e.reader.Fetch(context.Background())
+func (e *daemonEnv) file(name string) string { return snapshotFile(e.reader, name) }
+
+// snapshotFile reads a file of the branch src follows ("" when absent or unreachable).
+func snapshotFile(src *gitsource.Source, name string) string {
+	snap, err := src.Fetch(context.Background())
 	if err != nil {
 		return ""
 	}

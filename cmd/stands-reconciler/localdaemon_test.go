@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -147,15 +146,7 @@ func (d *localDaemon) waitFor(what string, timeout time.Duration, cond func() bo
 
 // statusFile reads a file of the stands-status branch ("" when absent).
 func (d *localDaemon) statusFile(name string) string {
-	snap, err := gitsource.New(d.lr.dir, "stands-status").Fetch(context.Background())
-	if err != nil {
-		return ""
-	}
-	data, err := fs.ReadFile(snap.Files, name)
-	if err != nil {
-		return ""
-	}
-	return string(data)
+	return snapshotFile(gitsource.New(d.lr.dir, "stands-status"), name)
 }
 
 // waitStatus waits until the stand's committed status satisfies cond, and returns it.
