@@ -20,7 +20,7 @@ import (
 // reconciler in a process of its own and kill it.
 const runMainEnv = "STANDS_TEST_RUN_MAIN"
 
-// TestCrashDuringApply kills the whole process group — our binary, the Pulumi CLI and the provider —
+// TestCrashDuringApply kills every process of the apply — our binary, the Pulumi CLI and the provider —
 // with SIGKILL after the first server create reached Hetzner, checks that a lock and a pending
 // operation were left behind, and that the next apply converges: no duplicate server, no orphan, no
 // lock.
@@ -67,16 +67,14 @@ func TestCrashDuringApply(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			testenv.KillTree(cmd.Process.Pid)
 			log, _ := os.ReadFile(logf.Name())
 			t.Fatalf("no server create within 90s:\n%s", log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond) // let the second node's create go out too, if it will
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	testenv.KillTree(cmd.Process.Pid)  // our binary, the Pulumi CLI (a process group of its own) and the provider
 	_ = cmd.Wait()
 
 	backend := filepath.Join(stateDir, "pulumi", "demo")

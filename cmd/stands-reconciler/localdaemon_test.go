@@ -90,7 +90,6 @@ func (d *localDaemon) start(extra ...string) {
 		t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // so the cleanup can end its children too
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +97,7 @@ func (d *localDaemon) start(extra ...string) {
 	go func() { d.exited <- cmd.Wait(); logf.Close() }()
 	t.Cleanup(func() {
 		if d.cmd == cmd {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			testenv.KillTree(cmd.Process.Pid)
 			<-d.exited
 		}
 		if t.Failed() {
