@@ -1,5 +1,5 @@
-# stands-reconciler — build, test and lint. `make demo` runs the main job on the example repository;
-# `make test` is what CI runs (.ci/run).
+# stands-reconciler — build, test and lint. `make demo` runs the reconciler's whole loop on the example
+# repository (local Gitea, Vault, hcloudsim); `make test` is what CI runs (.ci/run).
 GO           ?= go
 BIN          := bin
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -10,7 +10,7 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: deploy-check all build test unit soak fuzz lint demo demo-apply clean tools deps vm-image e2e
+.PHONY: deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools render demo-apply clean tools deps vm-image e2e
 
 # Tools the tests run for real, each built from the Go module proxy in a module of its own under
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
@@ -20,14 +20,16 @@ TOOLS          := $(BIN)/pulumi $(BIN)/gitea $(BIN)/vault
 
 all: lint test build
 
-build: $(BIN)/stands-reconciler $(BIN)/hcloudsim
+build: $(BIN)/stands-reconciler $(BIN)/hcloudsim $(BIN)/stands-demo
 
 # Always rebuilt: go's own cache makes this cheap and keeps -X version honest.
-.PHONY: $(BIN)/stands-reconciler $(BIN)/hcloudsim
+.PHONY: $(BIN)/stands-reconciler $(BIN)/hcloudsim $(BIN)/stands-demo
 $(BIN)/stands-reconciler:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd/stands-reconciler
 $(BIN)/hcloudsim:
 	$(GO) build -trimpath -o $@ ./cmd/hcloudsim
+$(BIN)/stands-demo:
+	$(GO) build -trimpath -o $@ ./cmd/stands-demo
 
 tools: $(TOOLS)
 
@@ -95,9 +97,27 @@ deploy-check:
 	promtool check rules deploy/alerts.yml
 	bash -n deploy/install.sh
 
-# The main job on the embedded default: validate the example stands repository and render every stand
-# (with reserved test addresses) into $(DEMO_OUT)/. The example's secrets come from examples/demo.env.
-demo: build
+# The main job on the embedded default: the reconciler's whole loop on the example stands repository,
+# on 127.0.0.1 under _demo/ (cmd/stands-demo): local Gitea, a real Vault, hcloudsim, the reconciler; a
+# pull request planned, approved, merged and applied. Runs until Ctrl-C; `make demo-down` cleans up.
+# The tools are built once (scripts/demo-tools.sh says what and how long).
+demo: demo-tools build
+	$(BIN)/stands-demo up
+
+# The same story headless, every step asserted, within a time bound (CI runs it).
+DEMO_TIMEOUT ?= 15m
+demo-check: demo-tools build
+	$(BIN)/stands-demo -timeout $(DEMO_TIMEOUT) check
+
+demo-down:
+	@if [ -x $(BIN)/stands-demo ]; then $(BIN)/stands-demo down; else rm -rf _demo; fi
+
+demo-tools:
+	@scripts/demo-tools.sh
+
+# Validate the example stands repository and render every stand (with reserved test addresses) into
+# $(DEMO_OUT)/. The example's secrets come from examples/demo.env.
+render: $(BIN)/stands-reconciler
 	set -a && . examples/demo.env && set +a && \
 	  $(BIN)/stands-reconciler validate examples/stands-repo && \
 	  $(BIN)/stands-reconciler render --out $(DEMO_OUT) examples/stands-repo
@@ -106,5 +126,5 @@ demo: build
 demo-apply: build tools
 	scripts/demo-apply.sh
 
-clean:
-	rm -rf $(BIN) $(DEMO_OUT) _demo
+clean: demo-down
+	rm -rf $(BIN) $(DEMO_OUT) _demo _apply

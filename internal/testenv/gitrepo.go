@@ -23,12 +23,14 @@ import (
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/stands-engine/stands-reconciler/internal/localserver"
 )
 
 // API is a Gitea SDK client authenticated as the admin user.
 func (g *Gitea) API(t testing.TB) *gitea.Client {
 	t.Helper()
-	api, err := gitea.NewClient(strings.TrimSuffix(g.URL, "/"), gitea.SetToken(g.Token))
+	api, err := g.Gitea.API()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,29 +247,16 @@ func writeFile(t testing.TB, wt *git.Worktree, path, content string) {
 }
 
 // User is a non-admin Gitea user with an all-scopes access token.
-type User struct {
-	Name  string
-	Token string
-}
+type User struct{ *localserver.User }
 
 // CreateUser makes a non-admin user through the admin API and a token as that user.
 func (g *Gitea) CreateUser(t testing.TB, name string) *User {
 	t.Helper()
-	password := "pw-" + RandomHex(8)
-	no := false
-	if _, _, err := g.API(t).AdminCreateUser(gitea.CreateUserOption{Username: name, Email: name + "@example.test", Password: password,
-		MustChangePassword: &no}); err != nil {
-		t.Fatalf("create user %s: %v", name, err)
-	}
-	as, err := gitea.NewClient(strings.TrimSuffix(g.URL, "/"), gitea.SetBasicAuth(name, password))
+	u, err := g.Gitea.CreateUser(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, _, err := as.CreateAccessToken(gitea.CreateAccessTokenOption{Name: "tests", Scopes: []gitea.AccessTokenScope{gitea.AccessTokenScopeAll}})
-	if err != nil {
-		t.Fatalf("token for %s: %v", name, err)
-	}
-	return &User{Name: name, Token: tok.Token}
+	return &User{u}
 }
 
 // AddWriter gives a user write access to a repository of the admin.
@@ -282,7 +271,7 @@ func (r *Repo) AddWriter(api *gitea.Client, user string) {
 // Client is an API client acting as the user.
 func (u *User) Client(t testing.TB, g *Gitea) *gitea.Client {
 	t.Helper()
-	c, err := gitea.NewClient(strings.TrimSuffix(g.URL, "/"), gitea.SetToken(u.Token))
+	c, err := u.User.Client(g.Gitea)
 	if err != nil {
 		t.Fatal(err)
 	}

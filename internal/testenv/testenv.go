@@ -7,10 +7,7 @@
 package testenv
 
 import (
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/stands-engine/stands-reconciler/internal/localserver"
 )
 
 // RepoRoot is the repository's top folder (where go.mod and bin/ are).
@@ -62,30 +61,14 @@ func Binary(t testing.TB, name, envVar string) string {
 	return ""
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for servers that cannot be
-// handed a listener.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	// Below the kernel's ephemeral range: a server a test stops and starts again on the same port
-	// (Gitea, Vault) must not find it taken by an outgoing connection meanwhile, which the
-	// ephemeral range is for (seen: Gitea's SSH port, busy with a client's socket after a restart).
-	low := 32768
-	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(data)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
-				low = n
-			}
-		}
+	port, err := localserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for range 200 {
-		port := 10000 + rand.IntN(low-10000)
-		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-			ln.Close()
-			return port
-		}
-	}
-	t.Fatalf("no free port below %d", low)
-	return 0
+	return port
 }
 
 // Logger is a text logger into the test's log, for servers a test runs in-process.

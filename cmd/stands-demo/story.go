@@ -1,0 +1,466 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"code.gitea.io/sdk/gitea"
+
+	"github.com/stands-engine/stands-reconciler/internal/localserver"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/reconcile"
+)
+
+// The stand the pull request adds: one server with the kv store, from the example's shared base.
+const (
+	newStandPath = "stands/review/stand.yml"
+	newStandID   = owner + "_demo_review"
+	newStand     = `# A stand to review a feature on: one server with the key-value store, from the shared base.
+from_dep_manifest: ../../bases/common.yml
+stand:
+  project: demo
+  env: review
+nodes:
+  main:
+    profile: small
+    apps: [kv]
+apps:
+  kv:
+    instances:
+      cache:
+        preferences:
+          port: 6379
+`
+)
+
+// story tells what happens, step by step; each expectation is printed with its verdict, and under
+// `check` the first one that fails ends the story.
+type story struct {
+	d      *demo
+	out    io.Writer
+	strict bool
+	failed []string
+	pr     int64 // the pull request adding the stand
+}
+
+// errExpectation: a step did not turn out as the story says (check only).
+var errExpectation = errors.New("expectation failed")
+
+func (s *story) expect(ok bool, format string, args ...any) error {
+	what := fmt.Sprintf(format, args...)
+	if ok {
+		fmt.Fprintf(s.out, "    ok    %s\n", what)
+		return nil
+	}
+	fmt.Fprintf(s.out, "    FAIL  %s\n", what)
+	s.failed = append(s.failed, what)
+	if s.strict {
+		return fmt.Errorf("%w: %s", errExpectation, what)
+	}
+	return nil
+}
+
+func (s *story) step(n int, title string) { fmt.Fprintf(s.out, "\n%d. %s\n", n, title) }
+
+// tell runs the story's steps in order.
+func (s *story) tell(ctx context.Context) error {
+	for _, step := range []func(context.Context) error{s.exampleStandsComeUp, s.pullRequestIsPlanned, s.reviewerMerges, s.mergeIsApplied} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *story) exampleStandsComeUp(ctx context.Context) error {
+	s.step(1, "The reconciler applies the example stands (a server each in hcloudsim, through the real Pulumi CLI)")
+	entries, err := os.ReadDir(s.d.p.examples + "/stands")
+	if err != nil {
+		return err
+	}
+	want := len(entries)
+	// One of them names another owner (stand.owner: qa): this reconciler leaves it alone, Blocked.
+	settled := func(all map[string]*reconcile.Status) bool {
+		for _, st := range all {
+			if st.Phase != reason.Ready && st.Reason != reason.OtherOwner {
+				return false
+			}
+		}
+		return len(all) >= want
+	}
+	statuses, err := s.d.waitStatuses(ctx, s.out, 10*time.Minute, settled)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var ready, others []string
+	for _, id := range sortedKeys(statuses) {
+		if statuses[id].Phase == reason.Ready {
+			ready = append(ready, id)
+		} else if statuses[id].Reason == reason.OtherOwner && statuses[id].Phase == reason.Blocked {
+			others = append(others, id)
+		}
+	}
+	if err := s.expect(len(ready) == want-1 && len(others) == 1, "%d of the %d example stands Ready, each with a status commit: %s", len(ready), want, strings.Join(ready, ", ")); err != nil {
+		return err
+	}
+	if err := s.expect(len(others) == 1, "the stand of another owner left alone, Blocked (%s): %s", reason.OtherOwner, strings.Join(others, ", ")); err != nil {
+		return err
+	}
+	md, _ := s.d.file("STATUS.md")
+	ids := sortedKeys(statuses)
+	return s.expect(md != "" && containsAll(md, ids...), "STATUS.md lists %s", strings.Join(ids, ", "))
+}
+
+func (s *story) pullRequestIsPlanned(ctx context.Context) error {
+	s.step(2, "An engineer opens a pull request adding the stand "+newStandID)
+	head, err := s.d.push(ctx, "main", "add-review-stand", "Add a stand to review the checkout feature on", map[string][]byte{newStandPath: []byte(newStand)})
+	if err != nil {
+		return err
+	}
+	pr, _, err := s.d.api.CreatePullRequest(adminName, repoName, gitea.CreatePullRequestOption{Head: "add-review-stand", Base: "main",
+		Title: "Add a stand to review the checkout feature on", Body: "A one-server stand with the key-value store, for a week."})
+	if err != nil {
+		return fmt.Errorf("open the pull request: %w", err)
+	}
+	s.pr = pr.Index
+	fmt.Fprintf(s.out, "  %s\n  the reconciler plans it (a preview, no secret read) and comments:\n", pr.HTMLURL)
+	comment, err := s.d.waitPlanComment(ctx, pr.Index, head, 5*time.Minute)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	for _, line := range strings.Split(strings.TrimSpace(comment), "\n") {
+		if !strings.HasPrefix(line, "<!--") {
+			fmt.Fprintf(s.out, "  │ %s\n", line)
+		}
+	}
+	if err := s.expect(strings.Contains(comment, "`"+newStandID+"`"), "the plan comment names the new stand %s", newStandID); err != nil {
+		return err
+	}
+	if err := s.expect(strings.Contains(comment, "Monthly cost change: +"), "the plan comment gives its cost"); err != nil {
+		return err
+	}
+	state, err := s.d.waitCommitStatus(ctx, head, reconcile.PlanContext, time.Minute)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return s.expect(state == gitea.StatusSuccess, "commit status %s on %s: %s", reconcile.PlanContext, head[:12], state)
+}
+
+func (s *story) reviewerMerges(ctx context.Context) error {
+	s.step(3, "The reviewer approves it, and merges it (main requires a green stands/plan and one approval)")
+	rc, err := s.d.reviewer.Client(s.d.gitea)
+	if err != nil {
+		return err
+	}
+	// Without the approval, Gitea refuses: main's protection, not the story's order, keeps an
+	// unreviewed change out.
+	_, early := s.d.merge(ctx, s.d.reviewer, s.pr)
+	if err := s.expect(errors.Is(early, errMergeRefused) && strings.Contains(strings.ToLower(early.Error()), "approv"),
+		"without an approval the merge is refused (%v)", errOr(early, "it was merged")); err != nil {
+		return err
+	}
+	if _, _, err := rc.CreatePullReview(adminName, repoName, s.pr, gitea.CreatePullReviewOptions{State: gitea.ReviewStateApproved,
+		Body: "The plan creates one cx22 server and nothing else: approved."}); err != nil {
+		return fmt.Errorf("approve: %w", err)
+	}
+	merged, err := s.d.merge(ctx, s.d.reviewer, s.pr)
+	if err := s.expect(err == nil && merged != "", "the merge is accepted (%v)", errOr(err, "merge commit "+short(merged))); err != nil {
+		return err
+	}
+	s.d.mergeCommit = merged
+	return nil
+}
+
+func (s *story) mergeIsApplied(ctx context.Context) error {
+	s.step(4, "The reconciler applies the merge and reports back in Git")
+	if s.d.mergeCommit == "" {
+		return s.expect(false, "a merge to apply")
+	}
+	all, err := s.d.waitStatuses(ctx, s.out, 5*time.Minute, func(all map[string]*reconcile.Status) bool {
+		st := all[newStandID]
+		return st != nil && st.Phase == reason.Ready && st.LastSuccessfulCommit == s.d.mergeCommit
+	})
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	st := all[newStandID]
+	if err := s.expect(st != nil && st.Phase == reason.Ready && st.LastSuccessfulCommit == s.d.mergeCommit,
+		"%s Ready at the merge commit %s", newStandID, short(s.d.mergeCommit)); err != nil {
+		return err
+	}
+	author, err := s.d.lastAuthor("status/" + newStandID + ".json")
+	if err := s.expect(err == nil && author == botName, "its status commit is the bot's (author %q)", author); err != nil {
+		return err
+	}
+	md, _ := s.d.file("STATUS.md")
+	if err := s.expect(strings.Contains(md, newStandID), "STATUS.md lists %s", newStandID); err != nil {
+		return err
+	}
+	metrics, _ := s.d.get("/metrics")
+	if err := s.expect(strings.Contains(metrics, `stands_stands{phase="Ready"} 3`), "/metrics: 3 stands Ready"); err != nil {
+		return err
+	}
+	leaks, err := s.d.secretsShown(all)
+	if err != nil {
+		return err
+	}
+	return s.expect(len(leaks) == 0, "no secret of the example's in a status file, STATUS.md, a commit message or the reconciler's log%s", strings.Join(leaks, ""))
+}
+
+// secretsShown lists where a value the stands read from Vault appears although it must not: the
+// status files (their connection records are masked), STATUS.md, the commit messages of main and
+// the reconciler's log. Values are matched whole, and never printed.
+func (d *demo) secretsShown(all map[string]*reconcile.Status) ([]string, error) {
+	secrets, err := exampleSecrets(d.p)
+	if err != nil {
+		return nil, err
+	}
+	places := map[string]string{}
+	for id := range all {
+		places["status/"+id+".json"], _ = d.file("status/" + id + ".json")
+	}
+	places["STATUS.md"], _ = d.file("STATUS.md")
+	commits, _, err := d.api.ListRepoCommits(adminName, repoName, gitea.ListCommitOptions{SHA: "main", ListOptions: gitea.ListOptions{PageSize: 50}})
+	if err != nil {
+		return nil, fmt.Errorf("list commits: %w", err)
+	}
+	for _, c := range commits {
+		if c.RepoCommit != nil {
+			places["commit "+short(c.SHA)] = c.RepoCommit.Message
+		}
+	}
+	places["the reconciler's log"], _ = readFile(d.p.join("stands-reconciler", "stands-reconciler.log"))
+	var leaks []string
+	for _, where := range sortedKeys(places) {
+		for _, name := range sortedKeys(secrets) {
+			if strings.Contains(places[where], secrets[name]) {
+				leaks = append(leaks, fmt.Sprintf("; %s holds %s", where, name))
+			}
+		}
+	}
+	return leaks, nil
+}
+
+// get is a GET of the reconciler's listener.
+func (d *demo) get(path string) (string, error) {
+	resp, err := http.Get("http://" + d.listen + path)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
+
+// waitStatuses polls the status files on main until done holds or timeout passes, printing each
+// stand's phase as it changes; it returns the last statuses read.
+func (d *demo) waitStatuses(ctx context.Context, out io.Writer, timeout time.Duration, done func(map[string]*reconcile.Status) bool) (map[string]*reconcile.Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	seen := map[string]string{}
+	t0 := time.Now()
+	for {
+		all := d.statuses()
+		for _, id := range sortedKeys(all) {
+			st := all[id]
+			if now := string(st.Phase) + " " + st.Message; seen[id] != now {
+				seen[id] = now
+				fmt.Fprintf(out, "  %6.1fs  %-24s %-11s %s\n", time.Since(t0).Seconds(), id, st.Phase, oneLine(st.Message))
+			}
+		}
+		if done(all) {
+			return all, nil
+		}
+		select {
+		case <-ctx.Done():
+			return all, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// statuses reads every status file on main (none while Gitea does not answer).
+func (d *demo) statuses() map[string]*reconcile.Status {
+	out := map[string]*reconcile.Status{}
+	entries, _, err := d.api.ListContents(adminName, repoName, "main", "status")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name, ".json") {
+			continue
+		}
+		data, err := d.file(e.Path)
+		st := &reconcile.Status{}
+		if err == nil && json.Unmarshal([]byte(data), st) == nil {
+			out[st.ID] = st
+		}
+	}
+	return out
+}
+
+// file is a file of main's head.
+func (d *demo) file(name string) (string, error) {
+	data, _, err := d.api.GetFile(adminName, repoName, "main", name)
+	return string(data), err
+}
+
+// waitPlanComment waits for the reconciler's plan comment on pull request n for head.
+func (d *demo) waitPlanComment(ctx context.Context, n int64, head string, timeout time.Duration) (string, error) {
+	var body string
+	err := poll(ctx, timeout, func() bool {
+		comments, _, err := d.api.ListIssueComments(adminName, repoName, n, gitea.ListIssueCommentOptions{})
+		for _, c := range comments {
+			if err == nil && strings.Contains(c.Body, reconcile.CommentMarker) && strings.Contains(c.Body, head[:12]) {
+				body = c.Body
+				return true
+			}
+		}
+		return false
+	})
+	return body, err
+}
+
+// waitCommitStatus waits until the commit status context of ref is no longer pending.
+func (d *demo) waitCommitStatus(ctx context.Context, ref, context string, timeout time.Duration) (gitea.StatusState, error) {
+	var state gitea.StatusState
+	err := poll(ctx, timeout, func() bool {
+		cs, _, err := d.api.GetCombinedStatus(adminName, repoName, ref)
+		if err != nil {
+			return false
+		}
+		for _, st := range cs.Statuses {
+			if st.Context == context {
+				state = st.State
+			}
+		}
+		return state != "" && state != gitea.StatusPending
+	})
+	return state, err
+}
+
+// merge merges pull request n as user once Gitea finds it mergeable; it returns the merge commit,
+// or Gitea's reason for refusing.
+func (d *demo) merge(ctx context.Context, user *localserver.User, n int64) (string, error) {
+	c, err := user.Client(d.gitea)
+	if err != nil {
+		return "", err
+	}
+	if err := poll(ctx, time.Minute, func() bool {
+		pr, _, err := c.GetPullRequest(adminName, repoName, n)
+		return err == nil && pr.Mergeable
+	}); err != nil {
+		return "", fmt.Errorf("pull request %d is not mergeable: %w", n, err)
+	}
+	// The SDK's merge call drops Gitea's reason for a refusal: the story shows it.
+	body, _ := json.Marshal(gitea.MergePullRequestOption{Style: gitea.MergeStyleMerge})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%sapi/v1/repos/%s/%s/pulls/%d/merge", d.gitea.URL, adminName, repoName, n), bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "token "+user.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var apiErr struct{ Message string }
+		_ = json.Unmarshal(msg, &apiErr)
+		return "", fmt.Errorf("%w: %s: %s", errMergeRefused, resp.Status, apiErr.Message)
+	}
+	pr, _, err := c.GetPullRequest(adminName, repoName, n)
+	if err != nil || pr.MergedCommitID == nil {
+		return "", fmt.Errorf("merged pull request %d: %v", n, err)
+	}
+	return *pr.MergedCommitID, nil
+}
+
+// errMergeRefused: Gitea answered the merge with a refusal.
+var errMergeRefused = errors.New("merge refused")
+
+// lastAuthor is the author of the newest commit on main touching path.
+func (d *demo) lastAuthor(path string) (string, error) {
+	commits, _, err := d.api.ListRepoCommits(adminName, repoName, gitea.ListCommitOptions{SHA: "main", Path: path, ListOptions: gitea.ListOptions{PageSize: 1}})
+	if err != nil {
+		return "", err
+	}
+	if len(commits) == 0 || commits[0].RepoCommit == nil || commits[0].RepoCommit.Author == nil {
+		return "", fmt.Errorf("no commit touches %s", path)
+	}
+	return commits[0].RepoCommit.Author.Name, nil
+}
+
+// where prints where to look, and keeps it in ACCESS.txt (0600: it holds the demo's passwords).
+func (d *demo) where(out io.Writer, pr int64) error {
+	repo := d.gitea.URL + adminName + "/" + repoName
+	text := fmt.Sprintf(`Gitea        %[1]s  (log in as %[2]s / %[3]s, or %[4]s / %[5]s)
+repository   %[6]s
+STATUS.md    %[6]s/src/branch/main/STATUS.md
+pull request %[6]s/pulls/%[7]d
+metrics      http://%[8]s/metrics
+logs         %[9]s/*/*.log
+stop         make demo-down (or Ctrl-C here)
+`, d.gitea.URL, adminName, d.gitea.Password, reviewerName, d.reviewer.Password, repo, pr, d.listen, d.p.root)
+	fmt.Fprintf(out, "\nWhere to look:\n%s", text)
+	return os.WriteFile(d.p.join("ACCESS.txt"), []byte(text), 0o600)
+}
+
+func poll(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 90 {
+		s = s[:87] + "…"
+	}
+	return s
+}
+
+func short(sha string) string { return sha[:min(12, len(sha))] }
+
+func errOr(err error, ok string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return ok
+}
