@@ -10,7 +10,7 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools render demo-apply clean tools deps vm-image e2e
+.PHONY: deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools screenshots render demo-apply clean tools deps vm-image e2e
 
 # Tools the tests run for real, each built from the Go module proxy in a module of its own under
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
@@ -101,19 +101,34 @@ deploy-check:
 # on 127.0.0.1 under _demo/ (cmd/stands-demo): local Gitea, a real Vault, hcloudsim, the reconciler; a
 # pull request planned, approved, merged and applied. Runs until Ctrl-C; `make demo-down` cleans up.
 # The tools are built once (scripts/demo-tools.sh says what and how long).
-demo: demo-tools build
+demo: demo-tools browser-tools build
 	$(BIN)/stands-demo up
 
 # The same story headless, every step asserted, within a time bound (CI runs it).
 DEMO_TIMEOUT ?= 15m
-demo-check: demo-tools build
+demo-check: demo-tools browser-tools build
 	$(BIN)/stands-demo -timeout $(DEMO_TIMEOUT) check
+
+# The README's pictures (docs/img/), taken by demo-check's browser run.
+screenshots: demo-tools browser-tools build
+	$(BIN)/stands-demo -timeout $(DEMO_TIMEOUT) -screenshots docs/img check
 
 demo-down:
 	@if [ -x $(BIN)/stands-demo ]; then $(BIN)/stands-demo down; else rm -rf _demo; fi
 
 demo-tools:
 	@scripts/demo-tools.sh
+
+# What renders the pages reviewers read: playwright-core (npm, locked) driving Debian's chromium, and
+# Gitea's web front end, which a Gitea built from the Go module proxy lacks (scripts/gitea-frontend.sh).
+GITEA_WEB := $(BIN)/gitea-web/.built
+browser-tools: tools/browser/node_modules/playwright-core/package.json $(GITEA_WEB)
+
+tools/browser/node_modules/playwright-core/package.json: tools/browser/package.json tools/browser/package-lock.json
+	cd tools/browser && npm ci --no-audit --no-fund
+
+$(GITEA_WEB): $(BIN)/gitea tools/browser/node_modules/playwright-core/package.json
+	scripts/gitea-frontend.sh
 
 # Validate the example stands repository and render every stand (with reserved test addresses) into
 # $(DEMO_OUT)/. The example's secrets come from examples/demo.env.

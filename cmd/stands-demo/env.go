@@ -23,10 +23,11 @@ type paths struct {
 	root     string // _demo
 	bin      string // bin
 	examples string // examples/stands-repo
+	browser  string // tools/browser: the browser check
 }
 
 func (p *paths) absolute() error {
-	for _, s := range []*string{&p.root, &p.bin, &p.examples} {
+	for _, s := range []*string{&p.root, &p.bin, &p.examples, &p.browser} {
 		abs, err := filepath.Abs(*s)
 		if err != nil {
 			return err

@@ -38,6 +38,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dir := fs.String("dir", "_demo", "the demo's folder: every server's data and log, removed by `down`")
 	bin := fs.String("bin", "bin", "where `make build` and `make tools` left the binaries")
 	examples := fs.String("examples", "examples/stands-repo", "the stands repository pushed to the demo's Gitea")
+	browser := fs.String("browser", "tools/browser", "the browser check (make browser-tools installs its packages)")
+	shots := fs.String("screenshots", "", "check: after the story held, copy the browser's screenshots into this folder (make screenshots: docs/img)")
 	timeout := fs.Duration("timeout", 15*time.Minute, "check: the whole story's time bound")
 	nodes := fs.String("nodes", envOr("DEMO_NODES", "servers"), "servers: simulated servers only; full: QEMU VMs with node setup ($DEMO_NODES)")
 	fs.Usage = func() {
@@ -60,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stands-demo: DEMO_NODES=%s is not supported yet: the demo runs servers only (make e2e runs the full mode on VMs)\n", *nodes)
 		return 2
 	}
-	p := &paths{root: *dir, bin: *bin, examples: *examples}
+	p := &paths{root: *dir, bin: *bin, examples: *examples, browser: *browser}
 	if err := p.absolute(); err != nil {
 		fmt.Fprintf(stderr, "stands-demo: %v\n", err)
 		return 2
@@ -71,7 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "check":
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
-		return check(ctx, p, stdout, stderr)
+		return check(ctx, p, *shots, stdout, stderr)
 	case "down":
 		if err := down(p, stdout); err != nil {
 			fmt.Fprintf(stderr, "stands-demo: %v\n", err)

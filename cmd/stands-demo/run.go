@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
@@ -39,7 +41,7 @@ func up(ctx context.Context, p *paths, stdout, stderr io.Writer) int {
 }
 
 // check tells the story headless, every expectation asserted, and stops everything at the end.
-func check(ctx context.Context, p *paths, stdout, stderr io.Writer) int {
+func check(ctx context.Context, p *paths, shotsTo string, stdout, stderr io.Writer) int {
 	t0 := time.Now()
 	d, unlock, code := begin(ctx, p, stdout, stderr)
 	if d == nil {
@@ -51,6 +53,9 @@ func check(ctx context.Context, p *paths, stdout, stderr io.Writer) int {
 	err := s.tell(ctx)
 	if err == nil {
 		err = d.where(stdout, s.pr)
+	}
+	if err == nil && shotsTo != "" {
+		err = copyScreenshots(d.p.join("screenshots"), shotsTo, stdout)
 	}
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -90,4 +95,27 @@ func (d *demo) logs() string {
 	return localserver.Tail(d.p.join("stands-reconciler", "stands-reconciler.log")) +
 		fmt.Sprintf("(every log: %s, %s, %s, %s)\n", d.p.join("stands-reconciler", "stands-reconciler.log"), d.p.join("hcloudsim", "hcloudsim.log"),
 			d.p.join("gitea", "log", "gitea.log"), d.p.join("vault", "vault.log"))
+}
+
+// copyScreenshots copies the browser's screenshots (the README's pictures) into dir.
+func copyScreenshots(from, dir string, out io.Writer) error {
+	shots, err := filepath.Glob(filepath.Join(from, "*.png"))
+	if err != nil || len(shots) == 0 {
+		return fmt.Errorf("no screenshot in %s: %v", from, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, shot := range shots {
+		data, err := os.ReadFile(shot)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(dir, filepath.Base(shot))
+		if err := os.WriteFile(dst, data, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "screenshot %s\n", dst)
+	}
+	return nil
 }

@@ -86,9 +86,9 @@ func (d *demo) stop() {
 }
 
 func (d *demo) startGitea(ctx context.Context) error {
-	root, err := os.ReadFile(filepath.Join(d.p.bin, "gitea.static-root"))
+	root, err := giteaStaticRoot(d.p.bin)
 	if err != nil {
-		return fmt.Errorf("%w: run `make tools`", err)
+		return err
 	}
 	httpPort, err := localserver.FreePort()
 	if err != nil {
@@ -102,7 +102,7 @@ func (d *demo) startGitea(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	d.gitea, err = localserver.NewGitea(ctx, localserver.GiteaConfig{Bin: filepath.Join(d.p.bin, "gitea"), StaticRoot: strings.TrimSpace(string(root)),
+	d.gitea, err = localserver.NewGitea(ctx, localserver.GiteaConfig{Bin: filepath.Join(d.p.bin, "gitea"), StaticRoot: root,
 		Dir: dir, HTTPPort: httpPort, SSHPort: sshPort, AppName: "stands demo", Admin: adminName})
 	if err != nil {
 		return err
@@ -162,4 +162,18 @@ func (d *demo) startHetzner(ctx context.Context) error {
 	}
 	d.simURL = fmt.Sprintf("http://127.0.0.1:%d/v1", port)
 	return waitHTTP(ctx, d.sim, d.simURL+"/servers", d.simToken, 200, 30*time.Second)
+}
+
+// giteaStaticRoot is Gitea's module folder with its web front end built (scripts/gitea-frontend.sh),
+// else the bare module folder `make tools` records: its pages then come without stylesheets.
+func giteaStaticRoot(bin string) (string, error) {
+	web := filepath.Join(bin, "gitea-web")
+	if _, err := os.Stat(filepath.Join(web, ".built")); err == nil {
+		return web, nil
+	}
+	root, err := os.ReadFile(filepath.Join(bin, "gitea.static-root"))
+	if err != nil {
+		return "", fmt.Errorf("%w: run `make tools`", err)
+	}
+	return strings.TrimSpace(string(root)), nil
 }

@@ -73,7 +73,7 @@ func (s *story) step(n int, title string) { fmt.Fprintf(s.out, "\n%d. %s\n", n, 
 
 // tell runs the story's steps in order.
 func (s *story) tell(ctx context.Context) error {
-	for _, step := range []func(context.Context) error{s.exampleStandsComeUp, s.pullRequestIsPlanned, s.reviewerMerges, s.mergeIsApplied} {
+	for _, step := range []func(context.Context) error{s.exampleStandsComeUp, s.pullRequestIsPlanned, s.reviewerMerges, s.mergeIsApplied, s.howItLooks} {
 		if err := step(ctx); err != nil {
 			return err
 		}
@@ -214,6 +214,65 @@ func (s *story) mergeIsApplied(ctx context.Context) error {
 		return err
 	}
 	return s.expect(len(leaks) == 0, "no secret of the example's in a status file, STATUS.md, a commit message or the reconciler's log%s", strings.Join(leaks, ""))
+}
+
+func (s *story) howItLooks(ctx context.Context) error {
+	s.step(5, "How it looks to the reviewer: the pages rendered in headless chromium, logged in as "+reviewerName)
+	pages, err := s.d.render(ctx, []map[string]string{
+		{"name": "plan-comment", "path": fmt.Sprintf("%s/%s/pulls/%d", adminName, repoName, s.pr), "marker": "Stands plan for"},
+		{"name": "status-md", "path": adminName + "/" + repoName + "/src/branch/main/STATUS.md", "marker": newStandID},
+	})
+	if errors.Is(err, errNoBrowser) && !s.strict {
+		fmt.Fprintf(s.out, "  skipped: %v\n", err)
+		return nil
+	}
+	if err := s.expect(err == nil && len(pages) == 2, "the browser rendered the pull request and STATUS.md (%v)", errOr(err, "ok")); err != nil {
+		return err
+	}
+	plan, status := pages[0], pages[1]
+	for _, p := range pages {
+		fmt.Fprintf(s.out, "  %s → %s\n", p.URL, p.Screenshot)
+		if err := s.expect(p.Found && !p.RawMarkdown, "%s: the reconciler's Markdown rendered, none left as text", p.Name); err != nil {
+			return err
+		}
+		if err := s.expect(p.Styled, "%s: with Gitea's stylesheet, as a reviewer sees it", p.Name); err != nil {
+			return err
+		}
+	}
+	planRow, costCol := tableCell(plan.Tables, newStandID, "monthly cost")
+	if err := s.expect(costCol >= 0 && strings.HasPrefix(planRow[costCol], "+"), "plan comment: a table whose row %s has a monthly cost (%q)", newStandID, cell(planRow, costCol)); err != nil {
+		return err
+	}
+	statusRow, phaseCol := tableCell(status.Tables, newStandID, "phase")
+	if err := s.expect(phaseCol >= 0 && statusRow[phaseCol] == string(reason.Ready), "STATUS.md: a table whose row %s says %s (%q)", newStandID, reason.Ready, cell(statusRow, phaseCol)); err != nil {
+		return err
+	}
+	var broken []string
+	for _, p := range pages {
+		for _, l := range p.Links {
+			if l.Status < 200 || l.Status >= 400 {
+				broken = append(broken, fmt.Sprintf("%s (%d)", l.Href, l.Status))
+			}
+		}
+	}
+	return s.expect(len(status.Links) > 0 && len(broken) == 0, "every link of theirs resolves (%d links; broken: %v)", len(plan.Links)+len(status.Links), broken)
+}
+
+// tableCell finds, in any of tables, the row starting with first and the column named col.
+func tableCell(tables []renderedTable, first, col string) ([]string, int) {
+	for _, t := range tables {
+		if r, c := t.row(first), t.column(col); r != nil && c >= 0 && c < len(r) {
+			return r, c
+		}
+	}
+	return nil, -1
+}
+
+func cell(row []string, i int) string {
+	if i < 0 || i >= len(row) {
+		return ""
+	}
+	return row[i]
 }
 
 // secretsShown lists where a value the stands read from Vault appears although it must not: the
