@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 // paths are the demo's folder and what it reads from the checkout.
@@ -56,15 +57,14 @@ func lock(p *paths) (*os.File, error) {
 	if err := os.MkdirAll(p.root, 0o700); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(p.join("demo.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+	f, err := lockOnly(p)
+	if errors.Is(err, errRunning) {
 		pid, _ := os.ReadFile(p.join("demo.pid"))
 		return nil, fmt.Errorf("%w in %s (pid %s): see %s, or stop it with `make demo-down`", errRunning, p.root,
 			strings.TrimSpace(string(pid)), p.join("ACCESS.txt"))
+	}
+	if err != nil {
+		return nil, err
 	}
 	if err := endLeftovers(p, io.Discard); err != nil {
 		f.Close()
@@ -236,8 +236,10 @@ func secretFile(p *paths, name, value string) (string, error) {
 	return path, os.WriteFile(path, []byte(value+"\n"), 0o600)
 }
 
-// exampleSecrets reads the example's demo secrets (examples/demo.env: SECRET_KV_PASSWORD=… is the
-// secret kv-password).
+// exampleSecrets reads the example's demo secrets (examples/demo.env) by the names the stands give
+// them: SECRET_KV_PASSWORD=… is `!secret kv-password`. The variable's name is derived from the secret's
+// by manifest.EnvName, and not the other way round (`-`, `/` and `.` all become `_`), so each name read
+// back is checked against that rule.
 func exampleSecrets(p *paths) (map[string]string, error) {
 	path := filepath.Join(filepath.Dir(p.examples), "demo.env")
 	data, err := os.ReadFile(path)
@@ -251,10 +253,11 @@ func exampleSecrets(p *paths) (map[string]string, error) {
 			continue
 		}
 		k, v, ok := strings.Cut(line, "=")
-		if !ok || !strings.HasPrefix(k, "SECRET_") {
-			return nil, fmt.Errorf("%s:%d: want SECRET_NAME=value", path, i+1)
+		name := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(k, "SECRET_")), "_", "-")
+		if !ok || manifest.EnvName(manifest.SecretRef{Path: name, Field: "value"}) != k {
+			return nil, fmt.Errorf("%s:%d: want SECRET_NAME=value for a secret whose name has only letters, digits and dashes", path, i+1)
 		}
-		out[strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(k, "SECRET_")), "_", "-")] = v
+		out[name] = v
 	}
 	return out, nil
 }

@@ -377,9 +377,9 @@ func (d *demo) file(name string) (string, error) {
 func (d *demo) waitPlanComment(ctx context.Context, n int64, head string, timeout time.Duration) (string, error) {
 	var body string
 	err := poll(ctx, timeout, func() bool {
-		comments, _, err := d.api.ListIssueComments(adminName, repoName, n, gitea.ListIssueCommentOptions{})
+		comments, _, _ := d.api.ListIssueComments(adminName, repoName, n, gitea.ListIssueCommentOptions{})
 		for _, c := range comments {
-			if err == nil && strings.Contains(c.Body, reconcile.CommentMarker) && strings.Contains(c.Body, head[:12]) {
+			if strings.Contains(c.Body, reconcile.CommentMarker) && strings.Contains(c.Body, head[:12]) {
 				body = c.Body
 				return true
 			}

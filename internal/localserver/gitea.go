@@ -64,14 +64,14 @@ func NewGitea(ctx context.Context, c GiteaConfig) (*Gitea, error) {
 		return nil, err
 	}
 	g.env = append(os.Environ(), "GITEA_WORK_DIR="+c.Dir, "HOME="+c.Dir, "GITEA_CUSTOM="+filepath.Join(c.Dir, "custom"))
-	if _, err := g.admin(ctx, "migrate"); err != nil {
+	if _, err := g.cli(ctx, "migrate"); err != nil {
 		return nil, err
 	}
-	if _, err := g.admin(ctx, "admin", "user", "create", "--admin", "--username", g.User, "--password", g.Password,
+	if _, err := g.cli(ctx, "admin", "user", "create", "--admin", "--username", g.User, "--password", g.Password,
 		"--email", g.User+"@example.test", "--must-change-password=false"); err != nil {
 		return nil, err
 	}
-	out, err := g.admin(ctx, "admin", "user", "generate-access-token", "--username", g.User, "--token-name", "admin", "--scopes", "all", "--raw")
+	out, err := g.cli(ctx, "admin", "user", "generate-access-token", "--username", g.User, "--token-name", "admin", "--scopes", "all", "--raw")
 	if err != nil {
 		return nil, err
 	}
@@ -156,8 +156,8 @@ ROOT_PATH = %[2]s/log
 `, currentUser(), c.Dir, c.HTTPPort, g.URL, c.SSHPort, c.StaticRoot, RandomHex(32), "tok-"+RandomHex(32), c.AppName)
 }
 
-// admin runs a gitea subcommand on the work path and returns its standard output.
-func (g *Gitea) admin(ctx context.Context, args ...string) (string, error) {
+// cli runs a gitea subcommand on the work path and returns its standard output.
+func (g *Gitea) cli(ctx context.Context, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, g.bin, append([]string{"--config", g.conf, "--work-path", g.Dir}, args...)...)
@@ -229,9 +229,6 @@ func (g *Gitea) waitReady(timeout time.Duration) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
-
-// HostKeys are the public halves of the host keys Gitea's SSH server generated, for pinning.
-func (g *Gitea) HostKeys() []ssh.PublicKey { return g.hostKeys }
 
 // HostKeyCallback pins the host keys Gitea's SSH server generated.
 func (g *Gitea) HostKeyCallback() ssh.HostKeyCallback {
