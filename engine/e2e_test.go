@@ -36,14 +36,17 @@ import (
 
 // TestNodesE2E is issue 10's story on two real VMs behind hcloudsim, with the real Pulumi CLI and a
 // login-protected registry: the example two-node stand — its images pointed at the test registry —
-// applied from nothing in full mode; one instance's preference changed; a failing post-start hook;
-// a destroy with one node unreachable. The scenarios share the two VMs.
+// applied from nothing in full mode; the VM backend's own promises (cloud-init clean, a simulator
+// restart taking the VMs over); one instance's preference changed; a failing post-start hook; a
+// resize; the reconciler under systemd; a destroy with one node unreachable, leaving no QEMU. The
+// scenarios share the two VMs.
 func TestNodesE2E(t *testing.T) {
 	reg := testenv.StartRegistry(t)
 	image := reg.PushBinary(t, testenv.BuildStatic(t, "./cmd/stands-testapp"), "stands/testapp", "e2e")
 	guestImage := strings.Replace(image, reg.Addr, vm.RegistryGuestAddr, 1)
 	share := systemdShare(t) // for 3c
-	machines, err := vm.New(vm.Config{Dir: t.TempDir(), Registry: reg.Addr, Log: testenv.Logger(t), Share: share})
+	vmDir := t.TempDir()
+	machines, err := vm.New(vm.Config{Dir: vmDir, Registry: reg.Addr, Log: testenv.Logger(t), Share: share})
 	if err != nil {
 		testenv.Missing(t, "%v", err)
 	}
@@ -132,6 +135,36 @@ func TestNodesE2E(t *testing.T) {
 	}
 	// The configset: what was sent, 0700 folders, 0600 files.
 	checkConfigset(t, filepath.Join(configsets, id), "kv--cache/files/home/app/stands/cache/redis.conf", "requirepass kv-SENTINEL-e2e")
+
+	// 1b. The machines themselves (hcloudsim's VM backend): cloud-init done without an ordering
+	// cycle; a simulator restart — a new backend on the same folder — takes a running VM over without
+	// a reboot and controls it (a port forwarded through its monitor).
+	for name, c := range map[string]*ssh.Client{"db": dbSSH, "web": webSSH} {
+		if out := run(t, c, "cloud-init status"); !strings.Contains(out, "status: done") {
+			t.Errorf("%s: cloud-init %q", name, out)
+		}
+		if out := run(t, c, "sudo journalctl -b --no-pager | grep -ci 'ordering cycle' || true"); out != "0" {
+			t.Errorf("%s: ordering cycles in the journal: %s", name, out)
+		}
+	}
+	bootedAt := run(t, dbSSH, "uptime -s")
+	again, err := vm.New(vm.Config{Dir: vmDir, Registry: reg.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not closed: Close would stop the VM it took over, which the first backend still serves.
+	if err := again.Reattach(ctx, hcloudsim.MachineSpec{ID: db.ID, Name: db.Name, PublicIPv4: db.PublicNet.IPv4.IP.String()}); err != nil {
+		t.Fatalf("reattach: %v", err)
+	}
+	if before, pid := machines.PIDs()[db.ID], again.PIDs()[db.ID]; pid != before || pid == 0 {
+		t.Errorf("the reattached VM has pid %d, was %d", pid, before)
+	}
+	if addr, err := again.ExposePort(ctx, db.ID, 9000); err != nil || !strings.HasSuffix(addr, ":9000") {
+		t.Errorf("a port forwarded through the reattached VM's monitor: %q %v", addr, err)
+	}
+	if got := run(t, dbSSH, "uptime -s"); got != bootedAt || got == "" {
+		t.Errorf("db after the reattach: booted at %q, was %q", got, bootedAt)
+	}
 
 	// 2. One preference of one instance: the plan lists exactly that instance, and the apply restarts
 	// its unit only.
@@ -333,6 +366,7 @@ func TestNodesE2E(t *testing.T) {
 		}
 	}()
 	dbSSH.Close()
+	qemus := machines.PIDs()
 	logStart := len(f.logs.String())
 	t0 = time.Now()
 	if _, err := f.eng.Destroy(ctx, stands.StackRef{Project: "demo", Env: "two-node"}); err != nil {
@@ -354,6 +388,14 @@ func TestNodesE2E(t *testing.T) {
 	}
 	if pids := machines.PIDs(); len(pids) != 0 {
 		t.Errorf("VMs left: %v", pids)
+	}
+	for id, pid := range qemus { // the processes, not only the backend's records
+		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), "qemu") {
+			t.Errorf("qemu %d of server %d still runs after the destroy", pid, id)
+		}
+	}
+	if len(qemus) != 2 {
+		t.Errorf("%d qemu processes before the destroy, want 2", len(qemus))
 	}
 	for _, secret := range []string{reg.Password, "kv-SENTINEL-e2e", hcloudToken} {
 		if strings.Contains(f.logs.String(), secret) {

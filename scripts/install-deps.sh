@@ -7,8 +7,7 @@ packages=(
   git                 # Gitea shells out to git
   openssh-client      # ssh-keygen and manual debugging of test servers
   openssh-server      # a real sshd on loopback for the engine's SSH tests (not run as a service)
-  docker-registry     # a login-protected container registry for end-to-end tests
-  apache2-utils       # htpasswd for that registry
+  docker-registry     # a login-protected container registry for the VM tests and DEMO_NODES=full
   qemu-system-x86     # VMs behind the hcloudsim VM backend
   qemu-utils
   debootstrap

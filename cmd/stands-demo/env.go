@@ -25,6 +25,7 @@ type paths struct {
 	bin      string // bin
 	examples string // examples/stands-repo
 	browser  string // tools/browser: the browser check
+	full     bool   // DEMO_NODES=full: the servers are QEMU VMs
 }
 
 func (p *paths) absolute() error {
@@ -98,9 +99,10 @@ func record(p *paths, name string, pid int) error {
 }
 
 // endLeftovers kills, with every process below it, each recorded server still running in the demo's
-// folder. The working folder decides, not the pid alone: a pid reused by an unrelated process since
-// is left alone.
+// folder, then the VMs of DEMO_NODES=full (endVMs). The working folder decides, not the pid alone: a
+// pid reused by an unrelated process since is left alone.
 func endLeftovers(p *paths, out io.Writer) error {
+	defer endVMs(p, out)
 	f, err := os.Open(p.join("pids"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

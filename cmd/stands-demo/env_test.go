@@ -75,8 +75,14 @@ func sleeper(t *testing.T, dir string) *exec.Cmd {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	return spawn(t, dir, "sleep")
+}
+
+// spawn starts `sleep 300` in dir with argv0 as its argv[0], killed when the test ends.
+func spawn(t *testing.T, dir, argv0 string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command("sleep", "300")
-	cmd.Dir = dir
+	cmd.Dir, cmd.Args[0] = dir, argv0
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

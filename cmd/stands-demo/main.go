@@ -40,7 +40,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	examples := fs.String("examples", "examples/stands-repo", "the stands repository pushed to the demo's Gitea")
 	browser := fs.String("browser", "tools/browser", "the browser check (make browser-tools installs its packages)")
 	shots := fs.String("screenshots", "", "check: after the story held, copy the browser's screenshots into this folder (make screenshots: docs/img)")
-	timeout := fs.Duration("timeout", 15*time.Minute, "check: the whole story's time bound")
+	timeout := fs.Duration("timeout", 15*time.Minute, "check: the whole story's time bound (DEMO_NODES=full: 60m unless given)")
 	nodes := fs.String("nodes", envOr("DEMO_NODES", "servers"), "servers: simulated servers only; full: QEMU VMs with node setup ($DEMO_NODES)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: stands-demo [flags] up|check|down")
@@ -56,16 +56,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	if *nodes != "servers" {
-		// The VM backend needs its image, KVM-less boots of minutes per server and a registry for the
-		// apps' images: not wired into the demo yet (make e2e runs the full mode).
-		fmt.Fprintf(stderr, "stands-demo: DEMO_NODES=%s is not supported yet: the demo runs servers only (make e2e runs the full mode on VMs)\n", *nodes)
+	if *nodes != "servers" && *nodes != "full" {
+		fmt.Fprintf(stderr, "stands-demo: DEMO_NODES=%s: want servers (simulated servers only) or full (QEMU VMs)\n", *nodes)
 		return 2
 	}
-	p := &paths{root: *dir, bin: *bin, examples: *examples, browser: *browser}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if *nodes == "full" && !given["timeout"] {
+		*timeout = 60 * time.Minute // VMs boot in minutes under TCG
+	}
+	p := &paths{root: *dir, bin: *bin, examples: *examples, browser: *browser, full: *nodes == "full"}
 	if err := p.absolute(); err != nil {
 		fmt.Fprintf(stderr, "stands-demo: %v\n", err)
 		return 2
+	}
+	if p.full && fs.Arg(0) != "down" {
+		if err := vmHost(p); err != nil {
+			fmt.Fprintf(stderr, "stands-demo: %v\n", err)
+			return 2
+		}
 	}
 	switch fs.Arg(0) {
 	case "up":

@@ -37,6 +37,11 @@ func (d *demo) pushRepository(ctx context.Context) error {
 	for name, f := range files {
 		write[name] = f.Data
 	}
+	if d.p.full {
+		if d.images, err = forVMs(write); err != nil {
+			return fmt.Errorf("point the example at the demo's registry: %w", err)
+		}
+	}
 	if _, err := d.push(ctx, "", "main", "The example stands", write); err != nil {
 		return err
 	}
@@ -111,7 +116,7 @@ func (d *demo) push(ctx context.Context, from, branch, msg string, files map[str
 
 // startReconciler runs `stands-reconciler run` on the repository as the bot, its secrets in files
 // (as under systemd: none in its environment or argv), Vault through an AppRole under the policy the
-// docs give operators, servers only.
+// docs give operators; servers only, or with node setup and apps on VMs (DEMO_NODES=full).
 func (d *demo) startReconciler(ctx context.Context) error {
 	policy, err := readFile(filepath.Join(filepath.Dir(filepath.Dir(d.p.examples)), "deploy", "vault-policy.hcl"))
 	if err != nil {
@@ -127,7 +132,7 @@ func (d *demo) startReconciler(ctx context.Context) error {
 		"vault-secret-id": {"VAULT_SECRET_ID_FILE", secretID}}
 	env := []string{"PATH=/usr/bin:/bin", "HOME=" + d.p.join("stands-reconciler"), "STANDS_STATE_DIR=" + d.p.join("stands-reconciler", "state"),
 		"HCLOUD_ENDPOINT=" + d.simURL, "HCLOUD_TOKEN_FILE=" + d.p.join("secrets", "hcloud-token"),
-		"VAULT_ADDR=" + d.vault.Addr, "VAULT_ROLE_ID=" + roleID, "STANDS_NODES=skip"}
+		"VAULT_ADDR=" + d.vault.Addr, "VAULT_ROLE_ID=" + roleID, "STANDS_NODES=" + map[bool]string{false: "skip", true: "full"}[d.p.full]}
 	for name, f := range files {
 		path, err := secretFile(d.p, name, f[1])
 		if err != nil {
@@ -141,5 +146,6 @@ func (d *demo) startReconciler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.progress = progress{path: d.p.join("stands-reconciler", "stands-reconciler.log")}
 	return waitHTTP(ctx, d.rec, "http://"+d.listen+"/healthz", "", 200, time.Minute)
 }

@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"code.gitea.io/sdk/gitea"
 
+	"github.com/stands-engine/stands-reconciler/hcloudsim/vm"
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
 )
 
@@ -30,6 +32,8 @@ type demo struct {
 
 	gitea    *localserver.Gitea
 	vault    *localserver.Vault
+	reg      *localserver.Registry // DEMO_NODES=full: the apps' images
+	images   []string              // … the example's, repository:tag
 	sim      *localserver.Process
 	rec      *localserver.Process
 	api      *gitea.Client // as the admin
@@ -38,7 +42,8 @@ type demo struct {
 	hookKey  string
 	simURL   string // hcloudsim's endpoint
 	simToken string
-	listen   string // the reconciler's listener
+	listen   string   // the reconciler's listener
+	progress progress // the reconciler's log, followed
 
 	mergeCommit string // of the story's pull request
 }
@@ -46,15 +51,20 @@ type demo struct {
 // start brings up Gitea, Vault, hcloudsim and the reconciler, in that order; stop ends whatever did
 // start.
 func (d *demo) start(ctx context.Context) error {
-	steps := []struct {
+	type step struct {
 		what string
 		fn   func(context.Context) error
-	}{
+	}
+	steps := []step{
 		{"Gitea: an admin, a reviewer and the reconciler's bot", d.startGitea},
 		{"the stands repository: the example pushed, main protected (stands/plan and an approval), a webhook", d.pushRepository},
 		{"Vault: the example's secrets, an AppRole for the reconciler", d.startVault},
 		{"hcloudsim: a simulated Hetzner project, servers only (records, not machines)", d.startHetzner},
 		{"the reconciler: bin/stands-reconciler run, as the bot", d.startReconciler},
+	}
+	if d.p.full {
+		steps[3].what = "hcloudsim: a simulated Hetzner project whose servers are QEMU VMs (" + vm.DefaultDir() + "/img)"
+		steps = slices.Insert(steps, 3, step{"a registry: the example's images (stands-testapp under each name), behind its login", d.startRegistry})
 	}
 	for _, s := range steps {
 		t0 := time.Now()
@@ -76,6 +86,10 @@ func (d *demo) stop() {
 	}
 	if d.sim != nil {
 		d.sim.Stop()
+	}
+	endVMs(d.p, io.Discard) // DEMO_NODES=full: they outlive hcloudsim, whose restart would reattach them
+	if d.reg != nil {
+		d.reg.Stop()
 	}
 	if d.vault != nil {
 		d.vault.Stop()
@@ -155,8 +169,13 @@ func (d *demo) startHetzner(ctx context.Context) error {
 		return err
 	}
 	// Action delays of a second: Hetzner's are tens of seconds, which would only make the demo wait.
-	d.sim, err = startServer(d.p, "hcloudsim", []string{"HCLOUDSIM_TOKEN_FILE=" + tokenFile, "PATH=/usr/bin:/bin"},
-		"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-seed-example", "-state", d.p.join("hcloudsim", "state.json"), "-action-delay", "1s")
+	args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-seed-example", "-state", d.p.join("hcloudsim", "state.json"), "-action-delay", "1s"}
+	env := []string{"HCLOUDSIM_TOKEN_FILE=" + tokenFile, "PATH=/usr/bin:/bin"}
+	if d.p.full {
+		args = append(args, "-machine", "vm", "-vm-dir", d.p.vmDir(), "-vm-registry", d.reg.Addr)
+		env = append(env, "STANDS_VM_DIR="+vm.DefaultDir())
+	}
+	d.sim, err = startServer(d.p, "hcloudsim", env, args...)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,11 @@ func (s *story) tell(ctx context.Context) error {
 }
 
 func (s *story) exampleStandsComeUp(ctx context.Context) error {
-	s.step(1, "The reconciler applies the example stands (a server each in hcloudsim, through the real Pulumi CLI)")
+	if s.d.p.full {
+		s.step(1, "The reconciler applies the example stands: QEMU VMs behind hcloudsim, set up over SSH, the kv store under Podman (minutes per VM under TCG)")
+	} else {
+		s.step(1, "The reconciler applies the example stands (a server each in hcloudsim, through the real Pulumi CLI)")
+	}
 	entries, err := os.ReadDir(s.d.p.examples + "/stands")
 	if err != nil {
 		return err
@@ -97,7 +101,7 @@ func (s *story) exampleStandsComeUp(ctx context.Context) error {
 		}
 		return len(all) >= want
 	}
-	statuses, err := s.d.waitStatuses(ctx, s.out, 10*time.Minute, settled)
+	statuses, err := s.d.waitStatuses(ctx, s.out, s.d.applyTime(10*time.Minute), settled)
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
@@ -185,7 +189,7 @@ func (s *story) mergeIsApplied(ctx context.Context) error {
 	if s.d.mergeCommit == "" {
 		return s.expect(false, "a merge to apply")
 	}
-	all, err := s.d.waitStatuses(ctx, s.out, 5*time.Minute, func(all map[string]*reconcile.Status) bool {
+	all, err := s.d.waitStatuses(ctx, s.out, s.d.applyTime(5*time.Minute), func(all map[string]*reconcile.Status) bool {
 		st := all[newStandID]
 		return st != nil && st.Phase == reason.Ready && st.LastSuccessfulCommit == s.d.mergeCommit
 	})
@@ -320,14 +324,27 @@ func (d *demo) get(path string) (string, error) {
 	return string(body), err
 }
 
+// applyTime is how long applies of servers take at most: VMs under TCG boot in minutes where
+// records take seconds.
+func (d *demo) applyTime(servers time.Duration) time.Duration {
+	if d.p.full {
+		return 4 * servers
+	}
+	return servers
+}
+
 // waitStatuses polls the status files on main until done holds or timeout passes, printing each
-// stand's phase as it changes; it returns the last statuses read.
+// stand's phase as it changes and, in between, what the reconciler logs it is doing; it returns the
+// last statuses read.
 func (d *demo) waitStatuses(ctx context.Context, out io.Writer, timeout time.Duration, done func(map[string]*reconcile.Status) bool) (map[string]*reconcile.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	seen := map[string]string{}
 	t0 := time.Now()
 	for {
+		for _, l := range d.progress.next() {
+			fmt.Fprintf(out, "  %6.1fs  %-24s             %s\n", time.Since(t0).Seconds(), l.Stand, oneLine(l.String()))
+		}
 		all := d.statuses()
 		for _, id := range sortedKeys(all) {
 			st := all[id]
@@ -464,14 +481,18 @@ func (d *demo) lastAuthor(path string) (string, error) {
 // where prints where to look, and keeps it in ACCESS.txt (0600: it holds the demo's passwords).
 func (d *demo) where(out io.Writer, pr int64) error {
 	repo := d.gitea.URL + adminName + "/" + repoName
+	vms := ""
+	if d.p.full {
+		vms = "\nVM consoles  " + d.p.vmDir() + "/*/console.log"
+	}
 	text := fmt.Sprintf(`Gitea        %[1]s  (log in as %[2]s / %[3]s, or %[4]s / %[5]s)
 repository   %[6]s
 STATUS.md    %[6]s/src/branch/main/STATUS.md
 pull request %[6]s/pulls/%[7]d
 metrics      http://%[8]s/metrics
-logs         %[9]s/*/*.log
+logs         %[9]s/*/*.log%[10]s
 stop         make demo-down (or Ctrl-C here)
-`, d.gitea.URL, adminName, d.gitea.Password, reviewerName, d.reviewer.Password, repo, pr, d.listen, d.p.root)
+`, d.gitea.URL, adminName, d.gitea.Password, reviewerName, d.reviewer.Password, repo, pr, d.listen, d.p.root, vms)
 	fmt.Fprintf(out, "\nWhere to look:\n%s", text)
 	return os.WriteFile(d.p.join("ACCESS.txt"), []byte(text), 0o600)
 }
