@@ -341,6 +341,7 @@ func TestNodesE2E(t *testing.T) {
 
 	// 4. Destroy with web unreachable: powered off, and its SSH address held by a listener that
 	// counts connections. Nothing connects to either server; both VMs are gone.
+	qemus := machines.PIDs() // both running: web's QEMU ends with its power
 	if _, _, err := f.Client.Server.Poweroff(ctx, web); err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +367,6 @@ func TestNodesE2E(t *testing.T) {
 		}
 	}()
 	dbSSH.Close()
-	qemus := machines.PIDs()
 	logStart := len(f.logs.String())
 	t0 = time.Now()
 	if _, err := f.eng.Destroy(ctx, stands.StackRef{Project: "demo", Env: "two-node"}); err != nil {
