@@ -225,7 +225,7 @@ func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly 
 	if p.hostKeys, err = hostKeys(outs, s.Nodes); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
-	if p.privateKey, p.publicKey, err = keyPair(outs); err != nil {
+	if p.privateKey, p.publicKey, err = e.keyPair(outs, readOnly); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
 	hc, err := e.hcloud()

@@ -53,6 +53,11 @@ type Config struct {
 	// LockLease is how old another host's stack lock must be before it counts as abandoned; 0 means
 	// never (such locks are always waited for).
 	LockLease time.Duration
+	// KeyFile, when set, is the stand's SSH private key on disk (the seed's STAND__PATH_TO_KEY, for
+	// one-shot commands on one stand): a new stand is created with the key the file holds, or, when
+	// there is no file, with a new one written there (0600); for a stand that has one in its state,
+	// a missing file receives it and a file holding another key is refused (stand_key.go).
+	KeyFile string
 }
 
 // Engine applies and destroys stands.
@@ -343,17 +348,24 @@ func lastURNPart(urn string) string {
 	return urn
 }
 
-// keyPair returns the stand's SSH key pair: the one kept (as a secret output) in its stack, or a new
-// ed25519 pair for a new stand.
-func keyPair(outs auto.OutputMap) (private, public string, err error) {
+// keyPair returns the stand's SSH key pair: the one kept (as a secret output) in its stack, or, for a
+// new stand, the key file's (Config.KeyFile) or a new ed25519 pair.
+func (e *Engine) keyPair(outs auto.OutputMap, readOnly bool) (private, public string, err error) {
 	if v, ok := outs[OutSSHPrivateKey]; ok {
 		if s, ok := v.Value.(string); ok && s != "" {
 			signer, err := ssh.ParsePrivateKey([]byte(s))
 			if err != nil {
 				return "", "", fmt.Errorf("parse the stand's SSH key from its stack: %w", err)
 			}
-			return s, authorized(signer.PublicKey()), nil
+			public = authorized(signer.PublicKey())
+			if e.cfg.KeyFile != "" {
+				err = keepKeyFile(e.cfg.KeyFile, s, public, readOnly)
+			}
+			return s, public, err
 		}
+	}
+	if e.cfg.KeyFile != "" {
+		return newKeyFromFile(e.cfg.KeyFile, readOnly)
 	}
 	return newEd25519("stands-reconciler")
 }

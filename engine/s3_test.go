@@ -4,14 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
-
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -20,12 +16,8 @@ import (
 // TestS3Backend runs a stand against the seed's production backend form (s3://<bucket>/<owner>?
 // region=..&endpoint=..&s3ForcePathStyle=true) on an S3-compatible server started in the test.
 func TestS3Backend(t *testing.T) {
-	mem := s3mem.New()
-	if err := mem.CreateBucket("stands-state"); err != nil {
-		t.Fatal(err)
-	}
-	s3 := httptest.NewServer(gofakes3.New(mem).Server())
-	t.Cleanup(s3.Close)
+	s3 := testenv.StartS3(t, "stands-state")
+	mem := s3.Mem
 	pl := testenv.NewPulumi(t)
 	h := testenv.StartHetzner(t, hcloudToken)
 	exe, err := os.Executable()
@@ -48,15 +40,7 @@ func TestS3Backend(t *testing.T) {
 	if _, err := eng.Apply(ctx, stand, false); err != nil {
 		t.Fatalf("apply on s3: %v\n%s", err, logs)
 	}
-	objs, err := mem.ListBucket("stands-state", &gofakes3.Prefix{}, gofakes3.ListBucketPage{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for _, o := range objs.Contents {
-		keys = append(keys, o.Key)
-	}
-	if !strings.Contains(strings.Join(keys, " "), "demo/.pulumi/stacks/demo/single.json") {
+	if keys := s3.Keys(t); !strings.Contains(strings.Join(keys, " "), "demo/.pulumi/stacks/demo/single.json") {
 		t.Fatalf("no stack file under the owner prefix: %v", keys)
 	}
 	if res, err := eng.Apply(ctx, stand, false); err != nil || res.Changed {

@@ -29,7 +29,7 @@ func Load(fsys fs.FS, file string, opts LoadOptions) (*Stand, error) {
 }
 
 func load(fsys fs.FS, file string, opts LoadOptions, rep *Report) *Stand {
-	l := &loader{fsys: fsys, rep: rep, docs: map[string]*node{}}
+	l := &loader{fsys: guardResources(fsys), rep: rep, docs: map[string]*node{}}
 	root, files := l.merged(file, nil, Pos{File: file})
 	if root == nil {
 		return nil
@@ -92,7 +92,7 @@ func (l *loader) read(file string, from Pos) *node {
 		if from.File != file {
 			rule = RuleBase
 		}
-		l.rep.addf(from, fileRule(err, rule), "read %s: %v", file, fsErr(err))
+		l.rep.addf(from, fileRule(err, rule), "read %s: %v", Shown(file), fsErr(err))
 		l.docs[file] = nil
 		return nil
 	}
@@ -166,13 +166,25 @@ func (l *loader) merged(file string, chain []string, from Pos) (*node, []string)
 
 // resolveRel resolves a path written in file relative to file's folder, refusing absolute paths and
 // paths that leave the repository.
+// A resource://NAME/PATH reference is a resource root's (resource.go); from a file inside a root,
+// a relative path stays in that root, and from the repository it never reaches one.
 func resolveRel(file, ref string) (string, error) {
+	if strings.HasPrefix(ref, ResourceScheme) {
+		return resolveResource(ref)
+	}
 	if path.IsAbs(ref) || strings.Contains(ref, `\`) {
 		return "", errors.New("absolute paths are refused; write a path relative to the manifest")
 	}
 	p := path.Join(path.Dir(file), ref)
 	if !fs.ValidPath(p) {
 		return "", errors.New("the path leaves the repository")
+	}
+	if root, in := ResourceRoot(file); in {
+		if !within(p, root) {
+			return "", fmt.Errorf("the path leaves the resource root %q", strings.TrimPrefix(root, resourceElem+"/"))
+		}
+	} else if _, to := ResourceRoot(p); to {
+		return "", errors.New("the path leaves the repository (a resource root is reached as " + ResourceScheme + "NAME/PATH)")
 	}
 	return p, nil
 }
@@ -185,6 +197,9 @@ func fsErr(err error) error {
 		switch {
 		case errors.Is(pe.Err, fs.ErrNotExist):
 			return errors.New("no such file")
+		case errors.Is(pe.Err, ErrNoResource):
+			name, _, _ := ResourcePath(pe.Path)
+			return fmt.Errorf("%q: %w", name, ErrNoResource)
 		case errors.Is(pe.Err, repofs.ErrSymlink), errors.Is(pe.Err, repofs.ErrTooLarge):
 			return fmt.Errorf("%s is %w", pe.Path, pe.Err)
 		}
@@ -208,11 +223,11 @@ func fileRule(err error, rule string) string {
 func (l *loader) exists(declared Pos, p, what string) bool {
 	st, err := fs.Stat(l.fsys, p)
 	if err != nil {
-		l.rep.addf(declared, fileRule(err, RuleFileMissing), "%s %s: %v", what, p, fsErr(err))
+		l.rep.addf(declared, fileRule(err, RuleFileMissing), "%s %s: %v", what, Shown(p), fsErr(err))
 		return false
 	}
 	if st.IsDir() {
-		l.rep.addf(declared, RuleFileMissing, "%s %s is a folder, not a file", what, p)
+		l.rep.addf(declared, RuleFileMissing, "%s %s is a folder, not a file", what, Shown(p))
 		return false
 	}
 	return true
@@ -250,7 +265,7 @@ type Identity struct {
 // secrets, app packages or templates.
 func ReadIdentity(fsys fs.FS, file string, opts LoadOptions) (Identity, error) {
 	rep := &Report{}
-	l := &loader{fsys: fsys, rep: rep, docs: map[string]*node{}}
+	l := &loader{fsys: guardResources(fsys), rep: rep, docs: map[string]*node{}}
 	root, _ := l.merged(file, nil, Pos{File: file})
 	if err := rep.err(); err != nil {
 		return Identity{}, err

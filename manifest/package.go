@@ -62,7 +62,7 @@ func (l *loader) pkg(dir string, declared Pos, d *decoder) *Package {
 	p := &Package{Dir: dir, File: path.Join(dir, PackageFile), declared: declared}
 	data, err := fs.ReadFile(l.fsys, p.File)
 	if err != nil {
-		l.rep.addf(declared, fileRule(err, RuleFileMissing), "app package %s: read %s: %v", dir, p.File, fsErr(err))
+		l.rep.addf(declared, fileRule(err, RuleFileMissing), "app package %s: read %s: %v", Shown(dir), Shown(p.File), fsErr(err))
 		return p
 	}
 	root, diags := parseYAML(p.File, data, false)
@@ -71,7 +71,7 @@ func (l *loader) pkg(dir string, declared Pos, d *decoder) *Package {
 		return p
 	}
 	top := Pos{File: p.File, Line: 1}
-	d.fields(root, p.File, "images", "roles", "files", "pod", "connection", "hooks")
+	d.fields(root, Shown(p.File), "images", "roles", "files", "pod", "connection", "hooks")
 
 	if imgs := root.get("images"); imgs != nil {
 		if imgs.kind != kindSeq {

@@ -244,7 +244,7 @@ func (r *renderer) instance(base map[string]any, a *App, in *Instance) *Rendered
 				}
 			}
 			if !found {
-				r.rep.addf(in.Pos, RuleRefApp, "instance %s/%s: app package %s has no role %q", a.Name, in.Name, pkg.Dir, name)
+				r.rep.addf(in.Pos, RuleRefApp, "instance %s/%s: app package %s has no role %q", a.Name, in.Name, Shown(pkg.Dir), name)
 			}
 		}
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/logging"
-	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -26,8 +25,8 @@ import (
 // engineFlags are the settings every command that runs Pulumi needs. Secrets come from the
 // environment or from files named by *_FILE (systemd credentials), never from flags.
 type engineFlags struct {
-	owner, stateDir, backend, pulumi, endpoint, nodes, logLevel, logFormat string
-	lockLease                                                              time.Duration
+	owner, stateDir, backend, pulumi, endpoint, nodes, logLevel, logFormat, configsets string
+	lockLease                                                                          time.Duration
 }
 
 func (f *engineFlags) register(c *settings) {
@@ -40,6 +39,7 @@ func (f *engineFlags) register(c *settings) {
 	fs.StringVar(&f.nodes, "nodes", bound(c, "nodes", "STANDS_NODES", "full"), "node deployment: full (servers, then node setup and app instances over SSH) or skip (servers only) ($STANDS_NODES)")
 	fs.StringVar(&f.logLevel, "log-level", bound(c, "log-level", "LOG_LEVEL", "info"), "log level: debug, info, warn, error ($LOG_LEVEL)")
 	fs.StringVar(&f.logFormat, "log-format", bound(c, "log-format", "STANDS_LOG_FORMAT", "auto"), "log format: auto (text on a terminal, JSON otherwise), text or json; NO_COLOR turns colours off ($STANDS_LOG_FORMAT)")
+	fs.StringVar(&f.configsets, "configset-dir", bound(c, "configset-dir", "STANDS_CONFIGSET_DIR", ""), "folder of the rendered files sent to each stand (0700/0600; they hold secrets); default <state-dir>/configsets ($STANDS_CONFIGSET_DIR, $STAND__PATH_TO_CONFIGSET)")
 	fs.DurationVar(&f.lockLease, "lock-lease", bound(c, "lock-lease", "STANDS_LOCK_LEASE", time.Duration(0)), "treat another host's stack lock older than this as abandoned (0: always wait) ($STANDS_LOCK_LEASE)")
 }
 
@@ -92,6 +92,11 @@ func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*
 	cfg := engine.Config{PulumiBin: bin, BackendURL: backend, Passphrase: pass, HcloudToken: token,
 		HcloudEndpoint: f.endpoint, WorkDir: stateDir, Log: f.logger(std.err), LockLease: f.lockLease,
 		SkipNodes: f.nodes == "skip", ConfigsetDir: filepath.Join(stateDir, "configsets")}
+	if f.configsets != "" {
+		if cfg.ConfigsetDir, err = filepath.Abs(f.configsets); err != nil {
+			return nil, "", err
+		}
+	}
 	for _, t := range tune {
 		t(&cfg)
 	}
@@ -116,8 +121,8 @@ func (f *engineFlags) pulumiBin() (string, error) {
 }
 
 // loadOne validates the single stand a command works on.
-func loadOne(ctx context.Context, path, owner string, std stdio, getenv env) (*resultAt, int) {
-	results, code := preflightPaths(ctx, []string{path}, owner, std, getenv)
+func loadOne(ctx context.Context, path, owner string, roots resourceRoots, std stdio, getenv env) (*resultAt, int) {
+	results, code := preflightPaths(ctx, []string{path}, owner, roots, std, getenv)
 	if code != exitOK {
 		return nil, code
 	}
@@ -132,6 +137,24 @@ func runApply(ctx context.Context, args []string, std stdio, getenv env) int {
 	return applyOrPreview(ctx, "apply", args, std, getenv)
 }
 
+// withKeyFile points the engine at the stand's key file (the seed's STAND__PATH_TO_KEY), if any.
+func withKeyFile(path string) func(*engine.Config) {
+	return func(c *engine.Config) {
+		if path == "" {
+			return
+		}
+		c.KeyFile = path
+		if abs, err := filepath.Abs(path); err == nil {
+			c.KeyFile = abs
+		}
+	}
+}
+
+// runCreate is apply under the Stands Engine's name, so its users' scripts run unchanged.
+func runCreate(ctx context.Context, args []string, std stdio, getenv env) int {
+	return applyOrPreview(ctx, "create", args, std, getenv)
+}
+
 func runPreview(ctx context.Context, args []string, std stdio, getenv env) int {
 	return applyOrPreview(ctx, "preview", args, std, getenv)
 }
@@ -142,8 +165,12 @@ func applyOrPreview(ctx context.Context, op string, args []string, std stdio, ge
 	var ef engineFlags
 	ef.register(conf)
 	force := fs.Bool("force", false, "run pulumi up even when the stand's spec hash is unchanged")
-	outDir := fs.String("output-dir", "", "also write the full connection record to DIR/<id_stand>.json (mode 0600)")
+	outDir := fs.String("output-dir", bound(conf, "output-dir", outputDirVariable, ""), "also write the full connection record to DIR/<id_stand>.json (mode 0600) ($"+outputDirVariable+"; $OUTPUT__FILE=true with $OUTPUT__FILE_PATH)")
 	showSecrets := fs.Bool("show-secrets", bound(conf, "show-secrets", "OUTPUT__CONSOLE_SECRETS", false), "print the connection record unmasked ($OUTPUT__CONSOLE_SECRETS=true)")
+	roots := resourceRoots{}
+	resourceFlag(fs, roots)
+	keyFile := fs.String("key-file", bound(conf, "key-file", "STANDS_SSH_KEY_PATH", ""), "the stand's SSH private key: used for a new stand, written there when missing (0600), refused when it differs from the key in the stand's state ($STANDS_SSH_KEY_PATH, $STAND__PATH_TO_KEY)")
+	printRecord := fs.Bool("print-record", bound(conf, "print-record", "OUTPUT__CONSOLE", true), "print the connection record on stdout; false: nothing ($OUTPUT__CONSOLE)")
 	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
@@ -152,16 +179,16 @@ func applyOrPreview(ctx context.Context, op string, args []string, std stdio, ge
 		fmt.Fprintf(std.err, "%s: give exactly one PATH\n", op)
 		return exitUsage
 	}
-	r, code := loadOne(ctx, fs.Arg(0), ef.owner, std, getenv)
+	r, code := loadOne(ctx, fs.Arg(0), ef.owner, roots, std, getenv)
 	if code != exitOK {
 		return code
 	}
-	eng, pass, err := ef.engine(std, getenv, r.Stand.Owner)
+	eng, pass, err := ef.engine(std, getenv, r.Stand.Owner, withKeyFile(*keyFile))
 	if err != nil {
 		fmt.Fprintf(std.err, "%s: %v\n", op, err)
 		return exitError
 	}
-	fsys := repofs.Dir(r.root)
+	fsys := r.fsys
 	hash, err := manifest.SpecHash(fsys, r.Stand, r.Secrets, pass)
 	if err != nil {
 		fmt.Fprintf(std.err, "%s: %v\n", op, err)
@@ -189,6 +216,9 @@ func applyOrPreview(ctx context.Context, op string, args []string, std stdio, ge
 			fmt.Fprintf(std.err, "apply: %v\n", err)
 			return exitError
 		}
+	}
+	if !*printRecord {
+		return exitOK
 	}
 	record := res.Masked
 	if *showSecrets {
@@ -229,6 +259,8 @@ func runDestroy(ctx context.Context, args []string, std stdio, getenv env) int {
 	conf := newSettings(fs, getenv)
 	var ef engineFlags
 	ef.register(conf)
+	roots := resourceRoots{}
+	resourceFlag(fs, roots)
 	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
@@ -237,9 +269,13 @@ func runDestroy(ctx context.Context, args []string, std stdio, getenv env) int {
 		fmt.Fprintln(std.err, "destroy: give exactly one stand id or PATH")
 		return exitUsage
 	}
-	owner, project, envName, err := destroyTarget(fs.Arg(0), ef.owner)
+	owner, project, envName, err := destroyTarget(fs.Arg(0), ef.owner, roots)
 	if err != nil {
 		fmt.Fprintf(std.err, "destroy: %v\n", err)
+		var rep *manifest.Report
+		if errors.As(err, &rep) {
+			return exitError // the manifest's identity could not be read: not a bad command line
+		}
 		return exitUsage
 	}
 	eng, _, err := ef.engine(std, getenv, owner)
@@ -257,7 +293,7 @@ func runDestroy(ctx context.Context, args []string, std stdio, getenv env) int {
 
 // destroyTarget reads <owner>_<project>_<env>, or the identity of the stand.yml at a path without
 // resolving its secrets or files.
-func destroyTarget(arg, defaultOwner string) (owner, project, env string, err error) {
+func destroyTarget(arg, defaultOwner string, roots resourceRoots) (owner, project, env string, err error) {
 	if st, statErr := os.Stat(arg); statErr == nil {
 		file := arg
 		if st.IsDir() {
@@ -272,7 +308,11 @@ func destroyTarget(arg, defaultOwner string) (owner, project, env string, err er
 		if err != nil {
 			return "", "", "", err
 		}
-		id, err := manifest.ReadIdentity(repofs.Dir(root), filepath.ToSlash(rel), manifest.LoadOptions{DefaultOwner: defaultOwner})
+		fsys, err := roots.repo(root)
+		if err != nil {
+			return "", "", "", err
+		}
+		id, err := manifest.ReadIdentity(fsys, filepath.ToSlash(rel), manifest.LoadOptions{DefaultOwner: defaultOwner})
 		if err != nil {
 			return "", "", "", err
 		}

@@ -118,6 +118,7 @@ func (f *daemonFlags) check(c *settings, getenv env) []error {
 	if !slices.Contains([]string{"full", "skip"}, f.nodes) {
 		bad("nodes", "%q: want full or skip", f.nodes)
 	}
+	errs = append(errs, daemonSeedErrors(getenv)...)
 	if err := f.checkLog(); err != nil {
 		errs = append(errs, err)
 	}

@@ -14,6 +14,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
@@ -76,7 +78,7 @@ func sandboxChild(args []string) int {
 func runMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	return run(ctx, os.Args[1:], os.Stdout, os.Stderr, processEnv(os.Environ(), os.Getenv))
 }
 
 // env reads configuration from the environment; tests pass a map.
@@ -86,6 +88,9 @@ type command struct {
 	name    string
 	summary string
 	run     func(ctx context.Context, args []string, io stdio, getenv env) int
+	// oneShot: a command of the Stands Engine's kind, which takes its configuration (--env-file, its
+	// variables) too; the daemon's commands do not.
+	oneShot bool
 }
 
 type stdio struct {
@@ -95,17 +100,18 @@ type stdio struct {
 
 func commands() []command {
 	return []command{
-		{"validate", "check stands locally (references, files, secrets, templates) without any cloud call", runValidate},
-		{"render", "render stands with test addresses into a folder, to read what would be deployed", runRender},
-		{"preview", "show what apply would change for one stand (pulumi preview)", runPreview},
-		{"apply", "create or update one stand's servers and print its connection record", runApply},
-		{"destroy", "destroy one stand's servers and remove its stack (by id or path; no manifest needed)", runDestroy},
-		{"orphans", "list servers with the reconciler's labels that no stack holds (deletes nothing)", runOrphans},
-		{"run", "the daemon: reconcile the stands repository until SIGTERM (webhook, /healthz, /readyz)", runDaemon},
-		{"reconcile", "reconcile --once: one reconciliation of the stands repository, then exit", runReconcile},
-		{"inventory", "list the owner's stacks: owned or foreign, spec hash, pending operations, locks", runInventory},
-		{"ctl", "the running daemon's operator controls: status, pause, resume, plan-only on|off, retry STAND-ID", runCtl},
-		{"config", "config check: the daemon's effective configuration (secrets as ***) and what is missing or wrong", runConfig},
+		{"validate", "check stands locally (references, files, secrets, templates) without any cloud call", runValidate, true},
+		{"render", "render stands with test addresses into a folder, to read what would be deployed", runRender, true},
+		{"preview", "show what apply would change for one stand (pulumi preview)", runPreview, true},
+		{"apply", "create or update one stand's servers and print its connection record", runApply, true},
+		{"create", "apply, under the Stands Engine's name", runCreate, true},
+		{"destroy", "destroy one stand's servers and remove its stack (by id or path; no manifest needed)", runDestroy, true},
+		{"orphans", "list servers with the reconciler's labels that no stack holds (deletes nothing)", runOrphans, true},
+		{"run", "the daemon: reconcile the stands repository until SIGTERM (webhook, /healthz, /readyz)", runDaemon, false},
+		{"reconcile", "reconcile --once: one reconciliation of the stands repository, then exit", runReconcile, false},
+		{"inventory", "list the owner's stacks: owned or foreign, spec hash, pending operations, locks", runInventory, true},
+		{"ctl", "the running daemon's operator controls: status, pause, resume, plan-only on|off, retry STAND-ID", runCtl, false},
+		{"config", "config check: the daemon's effective configuration (secrets as ***) and what is missing or wrong", runConfig, false},
 	}
 }
 
@@ -113,7 +119,7 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, `stands-reconciler — a GitOps reconciler for stands (Hetzner servers + Podman apps)
 
 Usage:
-  stands-reconciler [--version] [--help] <command> [flags] [args]
+  stands-reconciler [--version] [--help] [--env-file FILE]... [--resource NAME=PATH]... <command> [flags] [args]
 
 Commands:
 `)
@@ -141,6 +147,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv en
 	fs := flag.NewFlagSet("stands-reconciler", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	var files stringList
+	fs.Var(&files, "env-file", "one-shot commands: read variables from a dotenv file (repeatable; a later file wins, the environment over all)")
+	var resources stringList // NAME=PATH, handed to the command: its own --resource checks them
+	fs.Var(&resources, "resource", "commands that read manifests: NAME=PATH, a folder manifests reach as resource://NAME/PATH (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(stdout)
@@ -161,7 +171,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv en
 	}
 	for _, c := range commands() {
 		if c.name == rest[0] {
-			code := c.run(ctx, rest[1:], std, getenv)
+			code := dispatch(ctx, c, rest[1:], files, resources, std, getenv)
 			if ctx.Err() != nil && code != exitOK {
 				fmt.Fprintln(stderr, "stands-reconciler: interrupted")
 				return exitInterrupted
@@ -172,6 +182,51 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv en
 	fmt.Fprintf(stderr, "stands-reconciler: unknown command %q\n\n", rest[0])
 	usage(stderr)
 	return exitUsage
+}
+
+// dispatch runs command c with the global flags that are its: the env files' variables and the
+// resource roots, which are handed to the command as its own --resource flags.
+func dispatch(ctx context.Context, c command, args []string, files, resources stringList, std stdio, getenv env) int {
+	getenv, code := commandEnv(c, files, getenv, std)
+	if code != exitOK {
+		return code
+	}
+	if len(resources) > 0 {
+		if !slices.Contains(resourceCommands, c.name) {
+			fmt.Fprintf(std.err, "stands-reconciler: --resource is for the commands that read manifests (%s), not %s\n", strings.Join(resourceCommands, ", "), c.name)
+			return exitUsage
+		}
+		var given []string
+		for _, r := range resources {
+			given = append(given, "--resource", r)
+		}
+		args = append(given, args...)
+	}
+	return c.run(ctx, args, std, getenv)
+}
+
+// commandEnv is the environment command c reads: for a one-shot command, the process's over the env
+// files, with the Stands Engine's variables mapped onto ours (seedenv.go).
+func commandEnv(c command, files stringList, getenv env, std stdio) (env, int) {
+	if !c.oneShot {
+		if len(files) > 0 {
+			fmt.Fprintf(std.err, "stands-reconciler: --env-file is for the one-shot commands (validate, create, destroy, …); %s reads its secrets from files (docs/operations.md)\n", c.name)
+			return nil, exitUsage
+		}
+		return getenv, exitOK
+	}
+	e, err := newSeedEnv(getenv, files)
+	if err == nil {
+		err = e.check()
+	}
+	if err == nil {
+		err = exportSeedEnv(e, os.Setenv)
+	}
+	if err != nil {
+		fmt.Fprintf(std.err, "%s: %v\n", c.name, err)
+		return nil, exitError
+	}
+	return e.get, exitOK
 }
 
 // newFlags makes a subcommand's flag set that prints its help on stdout for --help and reports

@@ -17,6 +17,8 @@ func runRender(ctx context.Context, args []string, std stdio, getenv env) int {
 	var owner, out string
 	ownerFlag(conf, &owner)
 	fs.StringVar(&out, "out", "_render", "folder to write rendered stands into")
+	roots := resourceRoots{}
+	resourceFlag(fs, roots)
 	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
@@ -25,7 +27,7 @@ func runRender(ctx context.Context, args []string, std stdio, getenv env) int {
 		fmt.Fprintln(std.err, "render: give at least one PATH (a stand.yml, a stand folder or a repository)")
 		return exitUsage
 	}
-	results, code := preflightPaths(ctx, fs.Args(), owner, std, getenv)
+	results, code := preflightPaths(ctx, fs.Args(), owner, roots, std, getenv)
 	if code != exitOK {
 		return code
 	}

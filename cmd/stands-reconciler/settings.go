@@ -55,6 +55,9 @@ func allSettings() map[string]string {
 	var f daemonFlags
 	f.register(c)
 	bound(c, "show-secrets", "OUTPUT__CONSOLE_SECRETS", false)
+	bound(c, "print-record", "OUTPUT__CONSOLE", true)
+	bound(c, "output-dir", outputDirVariable, "")
+	bound(c, "key-file", "STANDS_SSH_KEY_PATH", "")
 	return c.vars
 }
 

@@ -26,6 +26,8 @@ func runValidate(ctx context.Context, args []string, std stdio, getenv env) int 
 	conf := newSettings(fs, getenv)
 	var owner string
 	ownerFlag(conf, &owner)
+	roots := resourceRoots{}
+	resourceFlag(fs, roots)
 	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
@@ -34,7 +36,7 @@ func runValidate(ctx context.Context, args []string, std stdio, getenv env) int 
 		fmt.Fprintln(std.err, "validate: give at least one PATH (a stand.yml, a stand folder or a repository)")
 		return exitUsage
 	}
-	_, code := preflightPaths(ctx, fs.Args(), owner, std, getenv)
+	_, code := preflightPaths(ctx, fs.Args(), owner, roots, std, getenv)
 	if code != exitOK {
 		return code
 	}
@@ -48,7 +50,7 @@ type target struct {
 }
 
 // preflightPaths validates every stand the paths name and prints the report on stderr.
-func preflightPaths(ctx context.Context, paths []string, owner string, std stdio, getenv env) ([]*resultAt, int) {
+func preflightPaths(ctx context.Context, paths []string, owner string, roots resourceRoots, std stdio, getenv env) ([]*resultAt, int) {
 	targets, err := resolveTargets(paths)
 	if err != nil {
 		fmt.Fprintf(std.err, "validate: %v\n", err)
@@ -61,7 +63,12 @@ func preflightPaths(ctx context.Context, paths []string, owner string, std stdio
 	var all []*resultAt
 	problems, stands := 0, 0
 	for _, t := range targets {
-		results, err := manifest.PreflightAll(ctx, repofs.Dir(t.root), t.files, manifest.PreflightOptions{
+		fsys, err := roots.repo(t.root)
+		if err != nil {
+			fmt.Fprintf(std.err, "validate: %s: %v\n", t.root, err)
+			return nil, exitError
+		}
+		results, err := manifest.PreflightAll(ctx, fsys, t.files, manifest.PreflightOptions{
 			LoadOptions: manifest.LoadOptions{DefaultOwner: owner},
 			Secrets:     src,
 		})
@@ -70,7 +77,7 @@ func preflightPaths(ctx context.Context, paths []string, owner string, std stdio
 		switch {
 		case errors.As(err, &rep):
 			for _, d := range rep.Diags {
-				d.Pos.File = display(t.root, d.Pos.File)
+				d.Pos.File = roots.display(t.root, d.Pos.File)
 				fmt.Fprintf(std.err, "%s\n", d)
 			}
 			problems += len(rep.Diags)
@@ -79,9 +86,9 @@ func preflightPaths(ctx context.Context, paths []string, owner string, std stdio
 			return nil, exitError
 		}
 		for _, r := range results {
-			all = append(all, &resultAt{root: t.root, Result: r})
+			all = append(all, &resultAt{root: t.root, fsys: fsys, Result: r})
 		}
-		printWarnings(std, t.root, results)
+		printWarnings(std, roots, t.root, results)
 	}
 	if ctx.Err() != nil {
 		return nil, exitInterrupted
@@ -95,7 +102,7 @@ func preflightPaths(ctx context.Context, paths []string, owner string, std stdio
 
 // printWarnings prints each warning once, although a base's is every stand's that uses it: the
 // manifest loads, and should change.
-func printWarnings(std stdio, root string, results []*manifest.Result) {
+func printWarnings(std stdio, roots resourceRoots, root string, results []*manifest.Result) {
 	seen := map[manifest.Diagnostic]bool{}
 	for _, r := range results {
 		if r.Stand == nil {
@@ -104,7 +111,7 @@ func printWarnings(std stdio, root string, results []*manifest.Result) {
 		for _, w := range r.Stand.Warnings {
 			if !seen[w] {
 				seen[w] = true
-				w.Pos.File = display(root, w.Pos.File)
+				w.Pos.File = roots.display(root, w.Pos.File)
 				fmt.Fprintf(std.err, "%s: warning: %s [%s]\n", w.Pos, w.Msg, w.Rule)
 			}
 		}
@@ -113,6 +120,7 @@ func printWarnings(std stdio, root string, results []*manifest.Result) {
 
 type resultAt struct {
 	root string
+	fsys fs.FS // the repository at root, with the --resource roots
 	*manifest.Result
 }
 
