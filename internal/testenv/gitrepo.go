@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,8 +173,25 @@ func (r *Repo) Open(api *gitea.Client, branch, title string) int64 {
 }
 
 // TryMerge merges a pull request with a merge commit once Gitea has checked it can be merged; a
-// refusal (e.g. a required status check) is returned, not fatal.
+// refusal (e.g. a required status check) is returned, not fatal. A refusal is tried again twice, a
+// second apart, as a reviewer would: the reconciler pushes status commits to the base branch, and
+// Gitea answers a merge during its recheck of the pull request with "Please try again later" (405)
+// or "head out of date" (409).
 func (r *Repo) TryMerge(api *gitea.Client, index int64) error {
+	r.t.Helper()
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			time.Sleep(time.Second)
+		}
+		if err = r.mergeOnce(api, index); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+func (r *Repo) mergeOnce(api *gitea.Client, index int64) error {
 	r.t.Helper()
 	owner, name := r.Info.Owner.UserName, r.Info.Name
 	// Gitea checks mergeability in the background right after the PR opens or moves.
@@ -191,9 +209,13 @@ func (r *Repo) TryMerge(api *gitea.Client, index int64) error {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	ok, _, err := api.MergePullRequest(owner, name, index, gitea.MergePullRequestOption{Style: gitea.MergeStyleMerge})
+	ok, resp, err := api.MergePullRequest(owner, name, index, gitea.MergePullRequestOption{Style: gitea.MergeStyleMerge})
 	if err == nil && !ok {
-		err = errors.New("merge refused")
+		code := 0
+		if resp != nil {
+			code = resp.StatusCode
+		}
+		err = fmt.Errorf("merge refused (HTTP %d)", code)
 	}
 	return err
 }
