@@ -184,7 +184,7 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 		}
 	}
 	if !opts.SkipRender {
-		res.Rendered = render(fsys, s, secrets, PreflightAddresses(s), rep)
+		res.Rendered = render(fsys, s, secrets, PreflightAddresses(s), rep, nil)
 	}
 	return res, nil
 }

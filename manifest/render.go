@@ -101,8 +101,18 @@ type RenderedFile struct {
 // cloud-init is a #cloud-config mapping, Pod YAML is a Pod, connection output is a JSON object,
 // destinations are absolute, ports are valid and no two instances on a node claim the same one.
 func Render(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses) (*Rendered, error) {
+	return RenderObserved(fsys, s, secrets, addr, nil)
+}
+
+// Observer sees each template file rendered: its path, the context it was given and what it wrote.
+type Observer func(path string, ctx map[string]any, out []byte)
+
+// RenderObserved is Render, telling observe (when not nil) of every template file it renders: how
+// stands-reconciler migrate renders the Stands Engine's template with the same context to prove a
+// translation.
+func RenderObserved(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, observe Observer) (*Rendered, error) {
 	rep := &Report{}
-	out := render(fsys, s, secrets, addr, rep)
+	out := render(fsys, s, secrets, addr, rep, observe)
 	secrets.redactor().scrubReport(rep)
 	if err := rep.err(); err != nil {
 		return nil, err
@@ -117,10 +127,11 @@ type renderer struct {
 	addr    Addresses
 	rep     *Report
 	cache   map[string]*template.Template
+	observe Observer
 }
 
-func render(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, rep *Report) *Rendered {
-	r := &renderer{fsys: fsys, s: s, secrets: secrets, addr: addr, rep: rep, cache: map[string]*template.Template{}}
+func render(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, rep *Report, observe Observer) *Rendered {
+	r := &renderer{fsys: fsys, s: s, secrets: secrets, addr: addr, rep: rep, cache: map[string]*template.Template{}, observe: observe}
 	out := &Rendered{Stand: s}
 	base := r.baseContext()
 	profiles := map[string]*Profile{}
@@ -405,6 +416,7 @@ var funcs = template.FuncMap{
 		return string(b), nil
 	},
 	"shquote": func(v any) string { return "'" + strings.ReplaceAll(fmt.Sprint(v), "'", `'\''`) + "'" },
+	"trim":    func(v any) string { return strings.TrimSpace(fmt.Sprint(v)) }, // Mako's trim (stands-reconciler migrate)
 	"b64enc":  func(v any) string { return base64.StdEncoding.EncodeToString([]byte(fmt.Sprint(v))) },
 	"indent": func(n int, v any) (string, error) {
 		if n < 0 || n > 1000 {
@@ -420,6 +432,10 @@ var funcs = template.FuncMap{
 		return v
 	},
 }
+
+// NewTemplate is a template as the renderer parses one: missingkey=error and the helpers above (for
+// stands-reconciler migrate, which renders a translated template to prove it).
+func NewTemplate(name string) *template.Template { return newTemplate(name) }
 
 func newTemplate(name string) *template.Template {
 	return template.New(name).Option("missingkey=error").Funcs(funcs)
@@ -449,6 +465,9 @@ func (r *renderer) file(p string, ctx map[string]any) ([]byte, bool) {
 	if err := t.Execute(buf, ctx); err != nil {
 		r.templateErr(Pos{File: p}, err)
 		return nil, false
+	}
+	if r.observe != nil {
+		r.observe(p, ctx, buf.Bytes())
 	}
 	return buf.Bytes(), true
 }

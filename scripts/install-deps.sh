@@ -18,6 +18,7 @@ packages=(
   netcat-openbsd      # nc: QEMU runs it per guest connection to reach the test registry (guestfwd cmd:)
   prometheus          # promtool: CI checks deploy/alerts.yml
   systemd             # systemd-analyze: CI verifies deploy/stands-reconciler.service
+  python3-mako        # the Stands Engine's template engine: migrate's tests render old and new alike
   chromium            # make demo-check renders the plan comment and STATUS.md as reviewers see them
   fonts-dejavu-core   # … with fonts, for its screenshots
   fonts-noto-color-emoji  # … and the plan comment's emoji

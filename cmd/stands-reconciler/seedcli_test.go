@@ -6,8 +6,11 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"encoding/pem"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,12 +19,12 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
 )
 
-// TestSeedCommandLine runs the Stands Engine's command line as its guide writes it (§7: `--env-file
-// common.env --env-file stand.env --resource project-assets=DIR <validate|create|destroy>
-// <manifest>`, the app packages and bases in the resource root), configured only by its
+// TestSeedCommandLine is a repository written from the Stands Engine's guide (testdata/seed: Mako
+// templates, the app package in a resource root) taken through migrate, validate, create (servers
+// only) and destroy with its command line (§7: `--env-file common.env --env-file stand.env
+// --resource project-assets=DIR <command> <manifest>`), configured only by its
 // variables (§2) — state in S3 under STAND__USER, the token, the passphrase, the configset folder,
 // the connection file — against the real Pulumi CLI, an S3-compatible server and hcloudsim. Ours
 // are set only for what the seed's world had no name for: the simulator's endpoint, the CLI's
@@ -63,33 +66,14 @@ SECRET_KV_PASSWORD='`+exampleEnv["SECRET_KV_PASSWORD"]+`'
 `)
 	ours := map[string]string{"HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PULUMI_BIN": pl.Bin, "STANDS_NODES": "skip",
 		"STANDS_STATE_DIR": filepath.Join(dir, "state"), "PULUMI_HOME": pl.Home}
-	// The app packages and bases outside the repository, as a --resource root (§6, §7).
+	// A repository as the Stands Engine's users wrote them (testdata/seed): Mako templates, the app
+	// package in a --resource root (§6, §7).
 	assets, repo := filepath.Join(dir, "resources"), filepath.Join(dir, "repo")
-	ex, err := testfs.Dir("../../examples/stands-repo")
-	if err != nil {
+	if err := os.CopyFS(dir, os.DirFS("testdata/seed")); err != nil {
 		t.Fatal(err)
 	}
-	for name, f := range ex {
-		to := ""
-		switch {
-		case strings.HasPrefix(name, "apps/"), strings.HasPrefix(name, "bases/"):
-			to = filepath.Join(assets, name)
-		case name == "stands/two-node/stand.yml":
-			to = filepath.Join(repo, name)
-			f.Data = []byte(strings.NewReplacer("../../bases/", "resource://project-assets/bases/", "../../apps/", "resource://project-assets/apps/").Replace(string(f.Data)))
-		default:
-			continue
-		}
-		err := os.MkdirAll(filepath.Dir(to), 0o755)
-		if err == nil {
-			err = os.WriteFile(to, f.Data, 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	ctx := context.Background()
-	manifest := filepath.Join(repo, "stands/two-node/stand.yml")
+	manifest := filepath.Join(repo, "stands/devback/stand.yml")
 	global := []string{"--env-file", common, "--env-file", stand, "--resource", "project-assets=" + assets}
 	seed := func(args ...string) result {
 		t.Helper()
@@ -102,6 +86,17 @@ SECRET_KV_PASSWORD='`+exampleEnv["SECRET_KV_PASSWORD"]+`'
 		return r
 	}
 
+	// Before migrate, the Mako templates do not validate: named, by file and line.
+	if r := seed("validate", manifest); r.code != exitError || !strings.Contains(r.stderr, "cloud-init.yaml.mako") {
+		t.Errorf("validate before migrate: exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	// migrate: every template translated and proven by rendering it both ways.
+	if r := seed("migrate", repo); r.code != 0 || !strings.Contains(r.stdout, `"proven":5`) || !strings.Contains(r.stdout, `"status":"success"`) {
+		t.Fatalf("migrate: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if left, _ := filepath.Glob(filepath.Join(assets, "apps", "kv", "*.mako")); len(left) != 0 {
+		t.Errorf("translated templates left: %v", left)
+	}
 	if r := seed("validate", manifest); r.code != 0 || r.stdout != `{"operation":"validate","status":"success"}`+"\n" {
 		t.Fatalf("validate: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
@@ -110,19 +105,19 @@ SECRET_KV_PASSWORD='`+exampleEnv["SECRET_KV_PASSWORD"]+`'
 		t.Fatalf("create: exit %d\nstderr: %s", r.code, r.stderr)
 	}
 	// One NDJSON record, id_stand first, credentials masked (§11).
-	if lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], `{"id_stand":"alice_demo_two-node",`) ||
+	if lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], `{"id_stand":"alice_shop_devback",`) ||
 		!strings.Contains(lines[0], `"password":"***"`) {
 		t.Errorf("create's stdout:\n%s", r.stdout)
 	}
-	if n := len(h.Servers(t)); n != 2 {
-		t.Errorf("%d servers after create, want 2", n)
+	if n := len(h.Servers(t)); n != 1 {
+		t.Errorf("%d servers after create, want 1", n)
 	}
 	// The state under the user's prefix in the bucket (§2), the connection file and the configset
 	// where the seed's variables put them.
-	if keys := s3.Keys(t); !strings.Contains(strings.Join(keys, " "), "alice/.pulumi/stacks/demo/two-node.json") {
+	if keys := s3.Keys(t); !strings.Contains(strings.Join(keys, " "), "alice/.pulumi/stacks/shop/devback.json") {
 		t.Errorf("no stack under alice/ in the bucket: %v", keys)
 	}
-	file := filepath.Join(out, "alice_demo_two-node.json")
+	file := filepath.Join(out, "alice_shop_devback.json")
 	st, err := os.Stat(file)
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("connection file: %v %v", st, err)
@@ -136,7 +131,7 @@ SECRET_KV_PASSWORD='`+exampleEnv["SECRET_KV_PASSWORD"]+`'
 	if err := json.Unmarshal(full, &rec); err != nil || rec.Cache.Credentials.Password != exampleEnv["SECRET_KV_PASSWORD"] {
 		t.Errorf("connection file (%v) lacks the real values:\n%s", err, full)
 	}
-	if _, err := os.Stat(filepath.Join(configsets, "alice_demo_two-node")); err != nil {
+	if _, err := os.Stat(filepath.Join(configsets, "alice_shop_devback")); err != nil {
 		t.Errorf("no configset under STAND__PATH_TO_CONFIGSET: %v", err)
 	}
 	// STAND__PATH_TO_KEY (§3): no file at create, so a new key written there, 0600, the one both
@@ -150,7 +145,7 @@ SECRET_KV_PASSWORD='`+exampleEnv["SECRET_KV_PASSWORD"]+`'
 		t.Fatal(err)
 	}
 	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
-	for _, name := range []string{"alice-demo-two-node-db", "alice-demo-two-node-web"} {
+	for _, name := range []string{"alice-shop-devback-main"} {
 		if !strings.Contains(machines.userData(name), pub) {
 			t.Errorf("%s's user data does not authorize the key file's key", name)
 		}
@@ -171,17 +166,29 @@ SECRET_KV_PASSWORD='`+exampleEnv["SECRET_KV_PASSWORD"]+`'
 		t.Errorf("create with OUTPUT__CONSOLE=false: exit %d, stdout %q\nstderr: %s", quiet.code, quiet.stdout, quiet.stderr)
 	}
 
-	// Without the root, the stand's identity cannot be read: destroy refuses, naming it.
-	if r := runCLI(t, ctx, newRecorder(ours), "--env-file", common, "--env-file", stand, "destroy", manifest); r.code != exitError ||
-		!strings.Contains(r.stderr, `"project-assets": no such resource root`) {
-		t.Errorf("destroy without --resource: exit %d\nstderr: %s", r.code, r.stderr)
-	}
-	if r := seed("destroy", manifest); r.code != 0 || r.stdout != `{"changed":true,"id_stand":"alice_demo_two-node","operation":"destroy","status":"success"}`+"\n" {
+	// destroy as the guide writes it (§9): no --resource, no app or registry secrets; the stand's
+	// identity is its own manifest's.
+	noSecrets := writeEnvFile(t, dir, "destroy.env", strings.Join(slices.DeleteFunc(strings.Split(readFile(t, stand), "\n"),
+		func(l string) bool { return strings.HasPrefix(l, "SECRET_") }), "\n"))
+	if r := runCLI(t, ctx, newRecorder(ours), "--env-file", common, "--env-file", noSecrets, "destroy", manifest); r.code != 0 ||
+		r.stdout != `{"changed":true,"id_stand":"alice_shop_devback","operation":"destroy","status":"success"}`+"\n" {
 		t.Fatalf("destroy: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 	if n := len(h.Servers(t)); n != 0 {
 		t.Errorf("%d servers after destroy", n)
 	}
+	if r := seed("destroy", manifest); r.code != 0 || !strings.Contains(r.stdout, `"changed":false`) {
+		t.Errorf("a second destroy: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }
 
 // userDataOf records each server's user data, as Hetzner keeps it.
@@ -284,3 +291,78 @@ apps:
     instances:
       cache: {}
 `
+
+// migrate says what it leaves: a dry run writes nothing; a construct it cannot translate is named by
+// file and line, its .mako kept and its .tmpl made so it does not validate; a translation that renders
+// otherwise than Mako did is "not proven", with the line; each is exit 1.
+func TestMigrateReports(t *testing.T) {
+	ctx := context.Background()
+	seedCopy := func(t *testing.T, edit func(redisConf string) string) (repo, assets string) {
+		dir := t.TempDir()
+		if err := os.CopyFS(dir, os.DirFS("testdata/seed")); err != nil {
+			t.Fatal(err)
+		}
+		conf := filepath.Join(dir, "resources", "apps", "kv", "redis.conf.mako")
+		if err := os.WriteFile(conf, []byte(edit(readFile(t, conf))), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(dir, "repo"), filepath.Join(dir, "resources")
+	}
+	migrate := func(repo, assets string, args ...string) result {
+		return runCLI(t, ctx, nil, append([]string{"--resource", "project-assets=" + assets, "migrate"}, append(args, repo)...)...)
+	}
+
+	t.Run("dry run", func(t *testing.T) {
+		repo, assets := seedCopy(t, func(s string) string { return s })
+		before := tree(t, filepath.Dir(repo))
+		r := migrate(repo, assets, "--dry-run")
+		if r.code != 0 || !strings.Contains(r.stdout, `"status":"dry-run"`) || !strings.Contains(r.stderr, "would translate") {
+			t.Errorf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+		}
+		if after := tree(t, filepath.Dir(repo)); !maps.Equal(before, after) {
+			t.Error("a dry run changed files")
+		}
+	})
+	t.Run("left for a human", func(t *testing.T) {
+		repo, assets := seedCopy(t, func(s string) string {
+			return strings.Replace(s, "bind 0.0.0.0\n", "bind 0.0.0.0\nname ${instance.upper()}\n", 1)
+		})
+		r := migrate(repo, assets)
+		conf := filepath.Join(assets, "apps", "kv", "redis.conf.mako")
+		if r.code != exitError || !strings.Contains(r.stderr, conf+":4: the expression is not translated") || !strings.Contains(r.stdout, `"status":"incomplete"`) {
+			t.Errorf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+		}
+		if _, err := os.Stat(conf); err != nil {
+			t.Errorf("the .mako with a construct left was removed: %v", err)
+		}
+		if v := runCLI(t, ctx, nil, "--resource", "project-assets="+assets, "validate", filepath.Join(repo, "stands/devback/stand.yml")); v.code != exitError {
+			t.Errorf("the half-translated stand validates: exit %d\n%s", v.code, v.stderr)
+		}
+	})
+	t.Run("renders otherwise", func(t *testing.T) {
+		repo, assets := seedCopy(t, func(s string) string {
+			return strings.Replace(s, "protected-mode yes\n", "protected-mode yes\n# persist ${preferences['persist']}\n", 1)
+		})
+		r := migrate(repo, assets)
+		want := `not proven: resource:/project-assets/apps/kv/redis.conf.tmpl: stand local_shop_devback, line 4: Mako wrote "# persist False", the Go template writes "# persist false"`
+		if r.code != exitError || !strings.Contains(r.stderr, want) || !strings.Contains(r.stdout, `"not_proven":1`) {
+			t.Errorf("exit %d, want %q\nstdout %s\nstderr %s", r.code, want, r.stdout, r.stderr)
+		}
+	})
+}
+
+// tree maps each file under dir to its content.
+func tree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out[p] = readFile(t, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -1,0 +1,309 @@
+// Package mako translates the Mako templates of the Stands Engine into the Go text/templates the
+// manifest package renders: the subset its templates use — ${expr} with the filters h, u, trim, n and
+// str, % if/elif/else/endif, % for/endfor, ## comments, %% and a trailing backslash — over Python
+// expressions of names, attributes, subscripts, literals, comparisons, and/or/not and len(). What
+// it cannot translate is reported with its line and left in the output as a Go template comment, so
+// the template fails to validate until a human has looked at it: nothing is guessed.
+package mako
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Problem is a construct Convert did not translate.
+type Problem struct {
+	Line int
+	Msg  string
+}
+
+func (p Problem) String() string { return fmt.Sprintf("line %d: %s", p.Line, p.Msg) }
+
+// converter holds the state of one translation.
+type converter struct {
+	out      strings.Builder
+	problems []Problem
+	blocks   []block  // open % if / % for, innermost last
+	scope    []string // loop variables visible here
+	line     int
+}
+
+type block struct {
+	kind string // "if" or "for"
+	line int
+	vars int // loop variables the block added to scope
+}
+
+// Convert translates a Mako template. The output parses as a Go template exactly when problems is
+// empty.
+func Convert(src string) (string, []Problem) {
+	c := &converter{}
+	lines := strings.SplitAfter(src, "\n")
+	for i := 0; i < len(lines); i++ {
+		c.line = i + 1
+		line := lines[i]
+		trimmed := strings.TrimLeft(line, " \t")
+		switch {
+		case strings.HasPrefix(trimmed, "##"):
+			// A Mako comment: the whole line, its newline included, is gone.
+		case strings.HasPrefix(trimmed, "%%"):
+			c.text(strings.Replace(line, "%%", "%", 1))
+		case strings.HasPrefix(trimmed, "%"):
+			c.control(strings.TrimSpace(strings.TrimPrefix(trimmed, "%")))
+		default:
+			c.text(line)
+		}
+	}
+	for _, b := range c.blocks {
+		c.problem(b.line, "%% %s is never closed (%% end%s)", b.kind, b.kind)
+	}
+	return c.out.String(), c.problems
+}
+
+// ConvertInline translates the ${...} expressions of one YAML scalar (an app.yml value): no control
+// lines there, and a # is YAML's.
+func ConvertInline(s string, line int) (string, []Problem) {
+	c := &converter{line: line}
+	c.text(s)
+	return c.out.String(), c.problems
+}
+
+func (c *converter) problem(line int, format string, a ...any) {
+	c.problems = append(c.problems, Problem{Line: line, Msg: fmt.Sprintf(format, a...)})
+}
+
+// unsupported reports what is left for a human and writes it as a comment that keeps the template
+// from validating (a comment alone would pass): an undefined function call after it.
+func (c *converter) unsupported(what, src string) {
+	c.problem(c.line, "%s is not translated: %s", what, strings.TrimSpace(src))
+	fmt.Fprintf(&c.out, "{{/* mako, line %d, for a human: %s */}}{{ mako_untranslated }}", c.line, strings.ReplaceAll(strings.TrimSpace(src), "*/", "* /"))
+}
+
+// control translates a % line. The line's own newline is consumed, as Mako does.
+func (c *converter) control(stmt string) {
+	word, rest, _ := strings.Cut(stmt, " ")
+	word = strings.TrimSuffix(word, ":")
+	rest = strings.TrimSpace(rest)
+	switch word {
+	case "if", "elif":
+		cond, ok := strings.CutSuffix(rest, ":")
+		if !ok {
+			c.unsupported("a % "+word+" without its colon", stmt)
+			return
+		}
+		if word == "elif" && !c.inside("if") {
+			c.problem(c.line, "%% elif outside %% if")
+			return
+		}
+		g, err := c.expr(cond)
+		if err != nil {
+			c.unsupported("the condition", cond+" ("+err.Error()+")")
+			return
+		}
+		if word == "if" {
+			c.blocks = append(c.blocks, block{kind: "if", line: c.line})
+			fmt.Fprintf(&c.out, "{{ if %s }}", g)
+		} else {
+			fmt.Fprintf(&c.out, "{{ else if %s }}", g)
+		}
+	case "else":
+		if !c.inside("if") {
+			c.problem(c.line, "%% else outside %% if (Mako's for/else is not translated)")
+			return
+		}
+		c.out.WriteString("{{ else }}")
+	case "endif", "endfor":
+		kind := strings.TrimPrefix(word, "end")
+		if !c.inside(kind) {
+			c.problem(c.line, "%% %s without its %% %s", word, kind)
+			return
+		}
+		b := c.blocks[len(c.blocks)-1]
+		c.blocks = c.blocks[:len(c.blocks)-1]
+		c.scope = c.scope[:len(c.scope)-b.vars]
+		c.out.WriteString("{{ end }}")
+	case "for":
+		c.forLoop(stmt, rest)
+	default:
+		c.unsupported("the statement % "+word, stmt)
+	}
+}
+
+func (c *converter) inside(kind string) bool {
+	return len(c.blocks) > 0 && c.blocks[len(c.blocks)-1].kind == kind
+}
+
+// forLoop translates % for NAME in EXPR:, % for K, V in EXPR.items(): and
+// % for I, X in enumerate(EXPR):.
+func (c *converter) forLoop(stmt, rest string) {
+	head, ok := strings.CutSuffix(rest, ":")
+	vars, over, found := strings.Cut(head, " in ")
+	if !ok || !found {
+		c.unsupported("the loop", stmt)
+		return
+	}
+	var names []string
+	for _, v := range strings.Split(vars, ",") {
+		v = strings.TrimSpace(v)
+		if !isIdent(v) {
+			c.unsupported("the loop variables", stmt)
+			return
+		}
+		names = append(names, v)
+	}
+	over = strings.TrimSpace(over)
+	switch {
+	case len(names) == 2 && strings.HasSuffix(over, ".items()"):
+		over = strings.TrimSuffix(over, ".items()")
+	case len(names) == 2 && strings.HasPrefix(over, "enumerate(") && strings.HasSuffix(over, ")"):
+		over = strings.TrimSuffix(strings.TrimPrefix(over, "enumerate("), ")")
+	case len(names) == 1:
+	default:
+		c.unsupported("the loop (one variable, K, V over .items() or I, X over enumerate())", stmt)
+		return
+	}
+	g, err := c.expr(over)
+	if err != nil {
+		c.unsupported("the loop's sequence", over+" ("+err.Error()+")")
+		return
+	}
+	dollar := make([]string, len(names))
+	for i, n := range names {
+		dollar[i] = "$" + n
+	}
+	c.blocks = append(c.blocks, block{kind: "for", line: c.line, vars: len(names)})
+	c.scope = append(c.scope, names...)
+	fmt.Fprintf(&c.out, "{{ range %s := %s }}", strings.Join(dollar, ", "), g)
+}
+
+// text translates a text line: its ${...} expressions, a literal {{, and a trailing backslash that
+// joins it to the next line.
+func (c *converter) text(line string) {
+	line = strings.TrimSuffix(line, "\\\n")
+	for line != "" {
+		i := strings.Index(line, "${")
+		j := minIndex(strings.Index(line, "<%"), strings.Index(line, "<&"))
+		k := minIndex(strings.Index(line, "</%"), strings.Index(line, "</&"))
+		l := strings.Index(line, "{{")
+		next := minIndex(i, j, k, l)
+		if next < 0 {
+			c.out.WriteString(line)
+			return
+		}
+		c.out.WriteString(line[:next])
+		line = line[next:]
+		switch {
+		case strings.HasPrefix(line, "{{"):
+			c.out.WriteString("{{ `{{` }}")
+			line = line[2:]
+		case strings.HasPrefix(line, "${"):
+			end := closing(line[2:])
+			if end < 0 {
+				c.unsupported("an unclosed ${", line)
+				return
+			}
+			c.substitution(line[2 : 2+end])
+			line = line[2+end+1:]
+		case strings.HasPrefix(line, "<&") || strings.HasPrefix(line, "</&"):
+			// Mako's old call syntax: it drops the < of a <& it cannot parse (a shell's <&3), so
+			// the seed wrote something else than the text says.
+			c.unsupported("a <& (Mako's call syntax: Mako drops the <, so its output was not this text)", line)
+			return
+		default:
+			c.unsupported("a Mako tag (<%…>)", line)
+			return
+		}
+	}
+}
+
+func minIndex(xs ...int) int {
+	m := -1
+	for _, x := range xs {
+		if x >= 0 && (m < 0 || x < m) {
+			m = x
+		}
+	}
+	return m
+}
+
+// closing finds the } that ends a ${ expression, past strings and nested braces.
+func closing(s string) int {
+	depth := 0
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case quote != 0:
+			if ch == '\\' {
+				i++
+			} else if ch == quote {
+				quote = 0
+			}
+		case ch == '\'' || ch == '"':
+			quote = ch
+		case ch == '{':
+			depth++
+		case ch == '}':
+			if depth == 0 {
+				return i
+			}
+			depth--
+		}
+	}
+	return -1
+}
+
+// filters are Mako's expression filters and the Go functions that do the same.
+var filters = map[string]string{"h": "html", "u": "urlquery", "trim": "trim", "str": "print", "n": ""}
+
+// substitution translates the inside of ${...}: an expression, then | filters.
+func (c *converter) substitution(src string) {
+	expr, filt := splitFilters(src)
+	g, err := c.expr(expr)
+	if err != nil {
+		c.unsupported("the expression", "${"+src+"} ("+err.Error()+")")
+		return
+	}
+	pipe := []string{g}
+	for _, f := range filt {
+		fn, ok := filters[f]
+		if !ok {
+			c.unsupported("the filter |"+f, "${"+src+"}")
+			return
+		}
+		if fn != "" {
+			pipe = append(pipe, fn)
+		}
+	}
+	fmt.Fprintf(&c.out, "{{ %s }}", strings.Join(pipe, " | "))
+}
+
+// splitFilters splits "expr | h, trim" at a | outside strings and brackets.
+func splitFilters(src string) (string, []string) {
+	depth := 0
+	var quote byte
+	for i := 0; i < len(src); i++ {
+		ch := src[i]
+		switch {
+		case quote != 0:
+			if ch == '\\' {
+				i++
+			} else if ch == quote {
+				quote = 0
+			}
+		case ch == '\'' || ch == '"':
+			quote = ch
+		case ch == '(' || ch == '[' || ch == '{':
+			depth++
+		case ch == ')' || ch == ']' || ch == '}':
+			depth--
+		case ch == '|' && depth == 0:
+			var fs []string
+			for _, f := range strings.Split(src[i+1:], ",") {
+				fs = append(fs, strings.TrimSpace(f))
+			}
+			return src[:i], fs
+		}
+	}
+	return src, nil
+}
