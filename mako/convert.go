@@ -197,7 +197,7 @@ func (c *converter) text(line string) {
 			c.out.WriteString("{{ `{{` }}")
 			line = line[2:]
 		case strings.HasPrefix(line, "${"):
-			end := closing(line[2:])
+			end := scan(line[2:], '}')
 			if end < 0 {
 				c.unsupported("an unclosed ${", line)
 				return
@@ -226,13 +226,13 @@ func minIndex(xs ...int) int {
 	return m
 }
 
-// closing finds the } that ends a ${ expression, past strings and nested braces.
-func closing(s string) int {
+// scan returns the index of the first stop byte in s outside quotes and brackets, or -1: the } that
+// ends a ${ expression, the | that starts its filters.
+func scan(s string, stop byte) int {
 	depth := 0
 	var quote byte
 	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		switch {
+		switch ch := s[i]; {
 		case quote != 0:
 			if ch == '\\' {
 				i++
@@ -241,12 +241,11 @@ func closing(s string) int {
 			}
 		case ch == '\'' || ch == '"':
 			quote = ch
-		case ch == '{':
+		case ch == stop && depth == 0:
+			return i
+		case ch == '(' || ch == '[' || ch == '{':
 			depth++
-		case ch == '}':
-			if depth == 0 {
-				return i
-			}
+		case ch == ')' || ch == ']' || ch == '}':
 			depth--
 		}
 	}
@@ -280,30 +279,13 @@ func (c *converter) substitution(src string) {
 
 // splitFilters splits "expr | h, trim" at a | outside strings and brackets.
 func splitFilters(src string) (string, []string) {
-	depth := 0
-	var quote byte
-	for i := 0; i < len(src); i++ {
-		ch := src[i]
-		switch {
-		case quote != 0:
-			if ch == '\\' {
-				i++
-			} else if ch == quote {
-				quote = 0
-			}
-		case ch == '\'' || ch == '"':
-			quote = ch
-		case ch == '(' || ch == '[' || ch == '{':
-			depth++
-		case ch == ')' || ch == ']' || ch == '}':
-			depth--
-		case ch == '|' && depth == 0:
-			var fs []string
-			for _, f := range strings.Split(src[i+1:], ",") {
-				fs = append(fs, strings.TrimSpace(f))
-			}
-			return src[:i], fs
-		}
+	i := scan(src, '|')
+	if i < 0 {
+		return src, nil
 	}
-	return src, nil
+	var fs []string
+	for _, f := range strings.Split(src[i+1:], ",") {
+		fs = append(fs, strings.TrimSpace(f))
+	}
+	return src[:i], fs
 }

@@ -2,8 +2,7 @@ package mako
 
 import (
 	"bytes"
-	"encoding/json"
-	"os/exec"
+	"context"
 	"strings"
 	"testing"
 
@@ -11,8 +10,8 @@ import (
 	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
-// context is what the Stands Engine's templates saw (its guide, §4, and the app templates' names).
-var context = map[string]any{
+// makoContext is what the Stands Engine's templates saw (its guide, §4, and the app templates' names).
+var makoContext = map[string]any{
 	"user_admin": "admin", "user_app": "app", "ssh_public_key": "ssh-ed25519 AAAAC3Nza stand", "network_ip_range": "10.0.0.0/16",
 	"app": "kv", "instance": "cache",
 	"preferences": map[string]any{"port": 6379, "password": "p<w>&'d \"q\"", "greeting": "  hello  ", "tags": []any{"a", "b"},
@@ -52,7 +51,7 @@ func TestConvertRendersAsMako(t *testing.T) {
 				t.Fatalf("the converted template does not parse: %v\n%s", err, goSrc)
 			}
 			var got bytes.Buffer
-			if err := tmpl.Execute(&got, context); err != nil {
+			if err := tmpl.Execute(&got, makoContext); err != nil {
 				t.Fatalf("render: %v\n%s", err, goSrc)
 			}
 			if got.String() != want {
@@ -101,17 +100,13 @@ func TestConvertReports(t *testing.T) {
 // renderMako renders with python3-mako (scripts/install-deps.sh installs it).
 func renderMako(t *testing.T, src string) string {
 	t.Helper()
-	py := "/usr/bin/python3"
-	if out, err := exec.Command(py, "-c", "import mako").CombinedOutput(); err != nil {
-		testenv.Missing(t, "python3-mako is missing (scripts/install-deps.sh): %v %s", err, out)
+	py, err := FindPython()
+	if err != nil {
+		testenv.Missing(t, "%v", err)
 	}
-	job, _ := json.Marshal(map[string]any{"template": src, "context": context})
-	cmd := exec.Command(py, "testdata/render.py")
-	cmd.Stdin = bytes.NewReader(job)
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("mako: %v\n%s", err, stderr.String())
+	out, err := Render(context.Background(), py, src, makoContext)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out.String()
+	return string(out)
 }

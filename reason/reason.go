@@ -124,7 +124,7 @@ var catalogue = map[Reason]entry{
 	Applying:         {Generic, Progressing, ""},
 	Destroying:       {Generic, Progressing, ""},
 
-	Foreign:           {Stalling, Blocked, "a stack with this stand's name exists but was not made by stands-reconciler; it is never changed or replaced"},
+	Foreign:           {Stalling, Blocked, "a stack with this stand's name exists but was not made by stands-reconciler; it is never changed or replaced (a Stands Engine stack: stands-reconciler adopt takes it over, docs/migrating.md)"},
 	SourceUnavailable: {Waiting, Blocked, "a stand.yml of the repository cannot be read, so no stand is destroyed: %s"},
 	OwnerChanged:      {Stalling, Blocked, "%s"},
 	Paused:            {Waiting, Blocked, "%s"},

@@ -106,6 +106,7 @@ func commands() []command {
 		{"apply", "create or update one stand's servers and print its connection record", runApply, true},
 		{"create", "apply, under the Stands Engine's name", runCreate, true},
 		{"destroy", "destroy one stand's servers and remove its stack (by id or path; no manifest needed)", runDestroy, true},
+		{"adopt", "take over a stand whose stack the Stands Engine made: its servers kept (same ids), nothing deleted", runAdopt, true},
 		{"migrate", "turn a Stands Engine repository into one of ours: Mako templates to Go templates, proven by rendering both", runMigrate, true},
 		{"orphans", "list servers with the reconciler's labels that no stack holds (deletes nothing)", runOrphans, true},
 		{"run", "the daemon: reconcile the stands repository until SIGTERM (webhook, /healthz, /readyz)", runDaemon, false},

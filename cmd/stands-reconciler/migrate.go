@@ -3,18 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/stands-engine/stands-reconciler/mako"
 	"github.com/stands-engine/stands-reconciler/manifest"
@@ -225,7 +221,7 @@ func (m *migration) prove(ctx context.Context, root string, roots resourceRoots,
 			byPath[t.manifest] = t
 		}
 	}
-	python, err := makoPython()
+	python, err := mako.FindPython()
 	fsys, ferr := roots.repo(root)
 	var files []string
 	if ferr == nil {
@@ -247,7 +243,7 @@ func (m *migration) prove(ctx context.Context, root string, roots resourceRoots,
 				return
 			}
 			seen[p] = true
-			old, rerr := renderMako(ctx, python, t.src, c)
+			old, rerr := mako.Render(ctx, python, t.src, c)
 			if rerr != nil {
 				pr.differs = append(pr.differs, fmt.Sprintf("%s: Mako fails on it (stand %s): %v", p, st.ID, rerr))
 				return
@@ -299,59 +295,6 @@ func firstDiff(a, b []byte, line int) string {
 		return "(nothing)"
 	}
 	return fmt.Sprintf("Mako wrote %q, the Go template writes %q", get(a), get(b))
-}
-
-// makoScript renders {"template", "context"} from stdin with Mako; mappings answer m['k'] and m.k.
-const makoScript = `import json, sys
-from mako.template import Template
-class Obj(dict):
-    def __getattr__(self, k):
-        try:
-            return self[k]
-        except KeyError:
-            raise AttributeError(k)
-def wrap(v):
-    if isinstance(v, dict):
-        return Obj({k: wrap(x) for k, x in v.items()})
-    if isinstance(v, list):
-        return [wrap(x) for x in v]
-    return v
-job = json.load(sys.stdin)
-sys.stdout.write(Template(job["template"]).render(**wrap(job["context"])))
-`
-
-// makoPython finds a python3 that has Mako: $STANDS_PYTHON, Debian's, then PATH's.
-func makoPython() (string, error) {
-	for _, p := range []string{os.Getenv("STANDS_PYTHON"), "/usr/bin/python3", "python3"} {
-		if p == "" {
-			continue
-		}
-		if exec.Command(p, "-c", "import mako").Run() == nil {
-			return p, nil
-		}
-	}
-	return "", errors.New("no python3 with Mako here (Debian: apt-get install python3-mako; or set STANDS_PYTHON)")
-}
-
-func renderMako(ctx context.Context, python, src string, c map[string]any) ([]byte, error) {
-	job, err := json.Marshal(map[string]any{"template": src, "context": c})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, python, "-c", makoScript)
-	cmd.Stdin = bytes.NewReader(job)
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if i := strings.LastIndex(msg, "\n"); i >= 0 {
-			msg = msg[i+1:] // the exception, not the traceback
-		}
-		return nil, fmt.Errorf("%v: %s", err, msg)
-	}
-	return out.Bytes(), nil
 }
 
 // migrateRecord prints the result record; exit 1 when anything is left for a human.

@@ -20,7 +20,7 @@ import (
 type resourceRoots map[string]string // name → absolute folder
 
 // resourceCommands read manifests, and so take --resource.
-var resourceCommands = []string{"validate", "render", "preview", "apply", "create", "destroy", "migrate"}
+var resourceCommands = []string{"validate", "render", "preview", "apply", "create", "destroy", "migrate", "adopt"}
 
 func (r resourceRoots) String() string {
 	var out []string
