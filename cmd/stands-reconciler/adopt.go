@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/stands-engine/stands-reconciler/engine"
-	"github.com/stands-engine/stands-reconciler/manifest"
-	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // runAdopt takes over a stand whose stack the Stands Engine made (engine.Adopt): its servers become
@@ -30,26 +28,15 @@ func runAdopt(ctx context.Context, args []string, std stdio, getenv env) int {
 		fmt.Fprintln(std.err, "adopt: give exactly one PATH")
 		return exitUsage
 	}
-	r, code := loadOne(ctx, fs.Arg(0), ef.owner, roots, std, getenv)
+	eng, in, code := standInput(ctx, "adopt", fs.Arg(0), &ef, roots, *keyFile, std, getenv)
 	if code != exitOK {
 		return code
-	}
-	eng, pass, err := ef.engine(std, getenv, r.Stand.Owner, withKeyFile(*keyFile))
-	if err != nil {
-		fmt.Fprintf(std.err, "adopt: %v\n", err)
-		return exitError
-	}
-	hash, err := manifest.SpecHash(r.fsys, r.Stand, r.Secrets, pass)
-	if err != nil {
-		fmt.Fprintf(std.err, "adopt: %v\n", err)
-		return exitError
 	}
 	stateDir, err := filepath.Abs(ef.stateDir)
 	if err != nil {
 		fmt.Fprintf(std.err, "adopt: %v\n", err)
 		return exitError
 	}
-	in := stands.Input{FS: r.fsys, Stand: r.Stand, Secrets: r.Secrets, SpecHash: hash}
 	a, err := eng.Adopt(ctx, in, filepath.Join(stateDir, "adopted"), *dry)
 	if err != nil {
 		fail(std, "adopt", scrubbed{err, in.Secrets})

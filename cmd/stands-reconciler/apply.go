@@ -137,6 +137,26 @@ func runApply(ctx context.Context, args []string, std stdio, getenv env) int {
 	return applyOrPreview(ctx, "apply", args, std, getenv)
 }
 
+// standInput is what apply, preview and adopt act on: the one stand at path, validated and hashed,
+// and the engine for its owner (with its key file, if any).
+func standInput(ctx context.Context, op, path string, ef *engineFlags, roots resourceRoots, keyFile string, std stdio, getenv env) (*engine.Engine, stands.Input, int) {
+	r, code := loadOne(ctx, path, ef.owner, roots, std, getenv)
+	if code != exitOK {
+		return nil, stands.Input{}, code
+	}
+	eng, pass, err := ef.engine(std, getenv, r.Stand.Owner, withKeyFile(keyFile))
+	if err != nil {
+		fmt.Fprintf(std.err, "%s: %v\n", op, err)
+		return nil, stands.Input{}, exitError
+	}
+	hash, err := manifest.SpecHash(r.fsys, r.Stand, r.Secrets, pass)
+	if err != nil {
+		fmt.Fprintf(std.err, "%s: %v\n", op, err)
+		return nil, stands.Input{}, exitError
+	}
+	return eng, stands.Input{FS: r.fsys, Stand: r.Stand, Secrets: r.Secrets, SpecHash: hash}, exitOK
+}
+
 // withKeyFile points the engine at the stand's key file (the seed's STAND__PATH_TO_KEY), if any.
 func withKeyFile(path string) func(*engine.Config) {
 	return func(c *engine.Config) {
@@ -179,22 +199,10 @@ func applyOrPreview(ctx context.Context, op string, args []string, std stdio, ge
 		fmt.Fprintf(std.err, "%s: give exactly one PATH\n", op)
 		return exitUsage
 	}
-	r, code := loadOne(ctx, fs.Arg(0), ef.owner, roots, std, getenv)
+	eng, in, code := standInput(ctx, op, fs.Arg(0), &ef, roots, *keyFile, std, getenv)
 	if code != exitOK {
 		return code
 	}
-	eng, pass, err := ef.engine(std, getenv, r.Stand.Owner, withKeyFile(*keyFile))
-	if err != nil {
-		fmt.Fprintf(std.err, "%s: %v\n", op, err)
-		return exitError
-	}
-	fsys := r.fsys
-	hash, err := manifest.SpecHash(fsys, r.Stand, r.Secrets, pass)
-	if err != nil {
-		fmt.Fprintf(std.err, "%s: %v\n", op, err)
-		return exitError
-	}
-	in := stands.Input{FS: fsys, Stand: r.Stand, Secrets: r.Secrets, SpecHash: hash}
 	if op == "preview" {
 		res, err := eng.Preview(ctx, in)
 		if errors.Is(err, engine.ErrNoStack) {
