@@ -193,7 +193,7 @@ func (e *Engine) hcloud() (*hcloud.Client, error) {
 // plan.
 func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly bool) (auto.Stack, *plan, auto.OutputMap, error) {
 	s := in.Stand
-	p := &plan{in: in, mode: e.nodesMode(), configsets: e.cfg.ConfigsetDir, hashKey: e.configHashKey()}
+	p := &plan{in: in, mode: e.NodesMode(), configsets: e.cfg.ConfigsetDir, hashKey: e.configHashKey()}
 	st, err := e.stack(ctx, stands.StackRef{Project: s.Project, Env: s.Env}, p.program, create)
 	if !create && auto.IsSelectStack404Error(err) {
 		return auto.Stack{}, nil, nil, fmt.Errorf("stack %s/%s: %w", s.Project, s.Env, ErrNoStack)
@@ -326,7 +326,7 @@ func (e *Engine) Apply(ctx context.Context, in stands.Input, force bool) (_ *sta
 	}
 	if v, ok := outs[OutSpecHash]; ok && v.Value == in.SpecHash && outs[OutProtect].Value == in.Stand.Protect && outs[OutNodesMode].Value == p.mode && !force {
 		log.Info("stand is up to date", "spec_hash", in.SpecHash)
-		return e.result(in, "apply", false, nil, outs, p)
+		return e.withDigest(ctx, in, log)(e.result(in, "apply", false, nil, outs, p))
 	}
 	e.sshPolicy(st, p)
 	if outs[OutProtect].Value == true {
@@ -348,7 +348,23 @@ func (e *Engine) Apply(ctx context.Context, in stands.Input, force bool) (_ *sta
 		return nil, e.savedElsewhere(ctx, stands.StackRef{Project: in.Stand.Project, Env: in.Stand.Env}, fmt.Errorf("pulumi up %s: %w", in.Stand.ID, err))
 	}
 	log.Info("stand applied", "changes", changes)
-	return e.result(in, "apply", isChange(changes), changes, res.Outputs, p)
+	return e.withDigest(ctx, in, log)(e.result(in, "apply", isChange(changes), changes, res.Outputs, p))
+}
+
+// withDigest adds the digest of the state an apply left to its result. Unread, the result goes
+// without one: the reconciler then reads the stand again at its next cycle rather than trust it.
+func (e *Engine) withDigest(ctx context.Context, in stands.Input, log *slog.Logger) func(*stands.Result, error) (*stands.Result, error) {
+	return func(r *stands.Result, err error) (*stands.Result, error) {
+		if err != nil {
+			return r, err
+		}
+		d, derr := e.StateDigest(ctx, stands.StackRef{Project: in.Stand.Project, Env: in.Stand.Env})
+		if derr != nil {
+			log.Warn("state file not read after the apply; the stand is read again next cycle", "err", derr)
+		}
+		r.StateDigest = d
+		return r, nil
+	}
 }
 
 // Refresh reads the stand's servers back from Hetzner into its stack: a server deleted out of band

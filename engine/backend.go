@@ -2,9 +2,7 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"strings"
 
@@ -44,20 +42,15 @@ func (e *Engine) backendBucket(ctx context.Context) (*blob.Bucket, error) {
 
 // listKeys lists the keys under a prefix.
 func listKeys(ctx context.Context, b *blob.Bucket, prefix string) ([]string, error) {
-	var keys []string
-	it := b.List(&blob.ListOptions{Prefix: prefix})
-	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return keys, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", prefix, err)
-		}
-		if !obj.IsDir {
-			keys = append(keys, obj.Key)
-		}
+	objs, err := listObjects(ctx, b, prefix)
+	if err != nil {
+		return nil, err
 	}
+	keys := make([]string, 0, len(objs))
+	for _, o := range objs {
+		keys = append(keys, o.Key)
+	}
+	return keys, nil
 }
 
 // readKey reads an object; a missing one is (nil, nil).

@@ -68,6 +68,7 @@ type Engine struct {
 	home      string
 	log       *slog.Logger
 	stacks    *stackLocks
+	inv       *inventoryCache
 }
 
 // New checks the configuration and prepares the plugin folder: a link named pulumi-resource-stands
@@ -86,7 +87,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{cfg: cfg, pluginDir: filepath.Join(cfg.WorkDir, "plugins"), home: filepath.Join(cfg.WorkDir, "pulumi-home"), log: cfg.Log, stacks: &stackLocks{}}
+	e := &Engine{cfg: cfg, pluginDir: filepath.Join(cfg.WorkDir, "plugins"), home: filepath.Join(cfg.WorkDir, "pulumi-home"), log: cfg.Log, stacks: &stackLocks{}, inv: &inventoryCache{}}
 	for _, d := range []string{e.pluginDir, e.home} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)
@@ -104,14 +105,9 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("engine: the Pulumi CLI must be at <root>/bin/pulumi, not %s", cfg.PulumiBin)
 	}
 	c := cli{bin: cfg.PulumiBin, env: func() []string { return childEnv(cfg.PulumiBin) }, keptLogs: filepath.Join(cfg.WorkDir, "pulumi-logs")}
-	// The Automation API's own command would run `pulumi version` with this process's whole
-	// environment: the version is read through cli too.
-	out, _, _, err := c.Run(context.Background(), "", nil, nil, nil, []string{"PULUMI_HOME=" + e.home}, "version")
-	if err != nil {
-		return nil, fmt.Errorf("pulumi CLI %s: %w", cfg.PulumiBin, err)
-	}
-	if c.version, err = semver.ParseTolerant(strings.TrimSpace(out)); err != nil {
-		return nil, fmt.Errorf("pulumi CLI %s: version %q: %w", cfg.PulumiBin, strings.TrimSpace(out), err)
+	var err error
+	if c.version, err = e.cliVersion(c); err != nil {
+		return nil, err
 	}
 	c.hold = e.holdFor
 	e.cmd = c
@@ -368,4 +364,35 @@ func (e *Engine) keyPair(outs auto.OutputMap, readOnly bool) (private, public st
 		return newKeyFromFile(e.cfg.KeyFile, readOnly)
 	}
 	return newEd25519("stands-reconciler")
+}
+
+// cliVersion is the CLI's version, which the Automation API needs. The Automation API's own command
+// would run `pulumi version` with this process's whole environment: it is read through cli, once
+// per binary: a restart, or a one-shot command, whose CLI is the one of the last start (same path,
+// size and modification time, recorded in the work folder) starts no Pulumi process for it.
+func (e *Engine) cliVersion(c cli) (semver.Version, error) {
+	st, err := os.Stat(c.bin)
+	if err != nil {
+		return semver.Version{}, fmt.Errorf("pulumi CLI %s: %w", c.bin, err)
+	}
+	stamp := fmt.Sprintf("%s %d %d", c.bin, st.Size(), st.ModTime().UnixNano())
+	record := filepath.Join(e.cfg.WorkDir, "pulumi-version")
+	if data, err := os.ReadFile(record); err == nil {
+		if seen, ver, ok := strings.Cut(strings.TrimSpace(string(data)), "\t"); ok && seen == stamp {
+			if v, err := semver.ParseTolerant(ver); err == nil {
+				return v, nil
+			}
+		}
+	}
+	out, _, _, err := c.Run(context.Background(), "", nil, nil, nil, []string{"PULUMI_HOME=" + e.home}, "version")
+	if err != nil {
+		return semver.Version{}, fmt.Errorf("pulumi CLI %s: %w", c.bin, err)
+	}
+	v, err := semver.ParseTolerant(strings.TrimSpace(out))
+	if err != nil {
+		return semver.Version{}, fmt.Errorf("pulumi CLI %s: version %q: %w", c.bin, strings.TrimSpace(out), err)
+	}
+	// Not kept is only slower: the next start asks the CLI again.
+	_ = os.WriteFile(record, []byte(stamp+"\t"+v.String()+"\n"), 0o600)
+	return v, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,8 +16,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optlist"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
@@ -479,8 +483,10 @@ func TestConcurrentApplies(t *testing.T) {
 	}
 }
 
-// TestInventory: 200 owned stacks and a foreign one are listed with their marks and spec hashes by a
-// single Pulumi CLI process, counted by a wrapper that stands in for the CLI.
+// TestInventory: 200 owned stacks and a foreign one are listed with their marks and spec hashes
+// without a Pulumi CLI process, counted by a wrapper that stands in for the CLI; the listing agrees
+// with the CLI's own (`pulumi stack ls --all --json`) on every stack's name, resource count and
+// last update, and a second inventory reads no stack file again until one changes.
 func TestInventory(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -534,8 +540,39 @@ func TestInventory(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls, _ := os.ReadFile(count)
-	if n := strings.Count(string(calls), "\n"); n != 1 {
+	if n := strings.Count(string(calls), "\n"); n != 0 {
 		t.Errorf("inventory ran the Pulumi CLI %d times:\n%s", n, calls)
+	}
+	agreesWithCLI(t, f.eng, inv)
+	// A second listing reads only the files whose listed version (time, size) changed: one edited
+	// with its size and time kept is not read again, which shows the cache is used; one rewritten is.
+	p1 := filepath.Join(dir, "copy001.json")
+	st1, err := os.Stat(p1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data1, _ := os.ReadFile(p1)
+	edited := strings.Replace(string(data1), stand.SpecHash, strings.Repeat("0", len(stand.SpecHash)), 1)
+	if err := os.WriteFile(p1, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p1, st1.ModTime(), st1.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	again, err := eng.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range again {
+		if s.Env == "copy001" && s.SpecHash != stand.SpecHash {
+			t.Errorf("an unchanged listing was read again: %q", s.SpecHash)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "copy000.json"), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Inventory(ctx); err == nil || !strings.Contains(err.Error(), "copy000.json") {
+		t.Errorf("a rewritten stack file was not read again: %v", err)
 	}
 	owned, foreignSeen := 0, false
 	for _, s := range inv {
@@ -597,5 +634,48 @@ func TestForeignStackUntouched(t *testing.T) {
 	}
 	if n := len(f.Servers(t)); n != 0 {
 		t.Errorf("%d servers created over a foreign stack", n)
+	}
+}
+
+// agreesWithCLI compares an inventory with the CLI's listing of the same backend.
+func agreesWithCLI(t *testing.T, e *Engine, inv []stands.StackInfo) {
+	t.Helper()
+	ctx := context.Background()
+	_, opts, err := e.workspace(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := auto.NewLocalWorkspace(ctx, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := ws.ListStacks(ctx, optlist.All())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := map[string]string{}
+	for _, s := range list {
+		n := -1
+		if s.ResourceCount != nil {
+			n = *s.ResourceCount
+		}
+		last := ""
+		if t, err := time.Parse(time.RFC3339, s.LastUpdate); err == nil {
+			last = t.UTC().Format(time.RFC3339)
+		}
+		cli[s.Name] = fmt.Sprintf("%d resources, updated %s", n, last)
+	}
+	ours := map[string]string{}
+	for _, s := range inv {
+		ours["organization/"+s.Project+"/"+s.Env] = fmt.Sprintf("%d resources, updated %s", s.Resources, s.LastUpdate)
+	}
+	if !maps.Equal(cli, ours) {
+		for name, v := range cli {
+			if ours[name] != v {
+				t.Errorf("%s: the CLI lists %q, the inventory %q", name, v, ours[name])
+				break
+			}
+		}
+		t.Errorf("inventory: %d stacks, the CLI's listing %d", len(ours), len(cli))
 	}
 }

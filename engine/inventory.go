@@ -1,95 +1,214 @@
 package engine
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
-	"github.com/pulumi/pulumi/sdk/v3/go/auto"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optlist"
 	"gocloud.dev/blob"
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
-// Inventory lists every stack of the backend at the cost of one Pulumi CLI process
-// (`pulumi stack ls --all --json`), whatever their number: marks, spec hashes and pending operations
-// are read from the backend's stack files (file:// or s3://), not by running Pulumi once per stack.
+// Inventory lists every stack of the backend without running the Pulumi CLI: the diy backend's
+// stack files (file:// or s3://) are listed and read through the same gocloud blob drivers the CLI
+// uses. At 1,000 stands a no-op cycle must not start 1,000 processes, nor one: the listing costs two
+// bucket lists (stacks, locks), and a stack file is read again only when the listing shows it
+// changed (inventoryCache).
 func (e *Engine) Inventory(ctx context.Context) (_ []stands.StackInfo, err error) {
 	defer classify(&err)
-	ctx, done := e.scoped(ctx)
-	defer done()
-	_, opts, err := e.workspace(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ws, err := auto.NewLocalWorkspace(ctx, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("open workspace: %w", err)
-	}
-	list, err := ws.ListStacks(ctx, optlist.All())
-	if err != nil {
-		return nil, fmt.Errorf("list stacks: %w", err)
-	}
 	b, err := e.backendBucket(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer b.Close()
+	objs, err := listObjects(ctx, b, stacksPrefix)
+	if err != nil {
+		return nil, err
+	}
+	locked, err := lockedStacks(ctx, b)
+	if err != nil {
+		return nil, err
+	}
 	var out []stands.StackInfo
-	for _, s := range list {
-		parts := strings.Split(s.Name, "/")
-		if len(parts) != 3 {
-			continue
+	seen := map[string]bool{}
+	for _, o := range objs {
+		project, env, ok := stackFileName(o.Key)
+		if !ok || seen[project+"/"+env] {
+			continue // a .bak the CLI keeps, or the .json.gz beside a .json
 		}
-		info := stands.StackInfo{Project: parts[1], Env: parts[2], LastUpdate: s.LastUpdate}
-		if s.ResourceCount != nil {
-			info.Resources = *s.ResourceCount
+		seen[project+"/"+env] = true
+		attrs := objectVersion(o)
+		isLocked := locked[project+"/"+env]
+		info, ok := e.inv.get(o.Key, attrs, isLocked)
+		if !ok {
+			info = stands.StackInfo{Project: project, Env: env}
+			if err := readStackFile(ctx, b, o.Key, &info); err != nil {
+				return nil, err
+			}
+			e.inv.put(o.Key, attrs, isLocked, info)
 		}
-		if err := readStackFile(ctx, b, &info); err != nil {
-			return nil, err
-		}
-		if !info.Known && s.ResourceCount != nil && *s.ResourceCount == 0 {
-			info.Owned = true // created and never updated: there is nothing in it to protect
-		}
+		info.Locked = isLocked
 		out = append(out, info)
 	}
+	e.inv.keep(seen)
 	sort.Slice(out, func(i, j int) bool {
 		return out[i].Project+"/"+out[i].Env < out[j].Project+"/"+out[j].Env
 	})
 	return out, nil
 }
 
-// readStackFile fills an entry from the diy backend's checkpoint and lock folder.
-func readStackFile(ctx context.Context, b *blob.Bucket, info *stands.StackInfo) error {
-	key := ".pulumi/stacks/" + info.Project + "/" + info.Env + ".json"
-	data, err := readKey(ctx, b, key)
+const stacksPrefix = ".pulumi/stacks/"
+
+// stackFileName reads project and env from .pulumi/stacks/<project>/<env>.json[.gz], the
+// project-scoped layout the CLI writes for organization/<project>/<env> names.
+func stackFileName(key string) (project, env string, ok bool) {
+	rest := strings.TrimPrefix(key, stacksPrefix)
+	rest = strings.TrimSuffix(rest, ".gz")
+	rest, isJSON := strings.CutSuffix(rest, ".json")
+	project, env, ok = strings.Cut(rest, "/")
+	if !isJSON || !ok || project == "" || env == "" || strings.Contains(env, "/") {
+		return "", "", false
+	}
+	return project, env, true
+}
+
+// listObjects lists the objects under a prefix with their attributes.
+func listObjects(ctx context.Context, b *blob.Bucket, prefix string) ([]*blob.ListObject, error) {
+	var out []*blob.ListObject
+	it := b.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", prefix, err)
+		}
+		if !obj.IsDir {
+			out = append(out, obj)
+		}
+	}
+}
+
+// lockedStacks is every project/env holding a lock file, from one listing of the locks folder.
+func lockedStacks(ctx context.Context, b *blob.Bucket) (map[string]bool, error) {
+	keys, err := listKeys(ctx, b, ".pulumi/locks/organization/")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, k := range keys {
+		parts := strings.Split(strings.TrimPrefix(k, ".pulumi/locks/organization/"), "/")
+		if len(parts) == 3 && strings.HasSuffix(parts[2], ".json") {
+			out[parts[0]+"/"+parts[1]] = true
+		}
+	}
+	return out, nil
+}
+
+// objectVersion is what tells a rewritten stack file from the one read before: S3 and fileblob
+// list the modification time and size, S3 the MD5 of a single-part upload too.
+func objectVersion(o *blob.ListObject) string {
+	return fmt.Sprintf("%d/%d/%x", o.ModTime.UnixNano(), o.Size, o.MD5)
+}
+
+// inventoryCache keeps what each stack file said, by the version its listing showed. A stack that
+// is locked is read every time: its update may end (and its history entry appear) at any moment.
+type inventoryCache struct {
+	mu      sync.Mutex
+	entries map[string]cachedStack
+}
+
+type cachedStack struct {
+	version string
+	info    stands.StackInfo
+}
+
+func (c *inventoryCache) get(key, version string, locked bool) (stands.StackInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	if !ok || locked || e.version != version || e.info.Locked {
+		return stands.StackInfo{}, false
+	}
+	return e.info, true
+}
+
+func (c *inventoryCache) put(key, version string, locked bool, info stands.StackInfo) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[string]cachedStack{}
+	}
+	info.Locked = locked
+	c.entries[key] = cachedStack{version: version, info: info}
+}
+
+// keep forgets the stacks that are gone.
+func (c *inventoryCache) keep(stacks map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key := range c.entries {
+		if project, env, ok := stackFileName(key); !ok || !stacks[project+"/"+env] {
+			delete(c.entries, key)
+		}
+	}
+}
+
+// stackFile is the part of a diy backend's stack file the inventory reads.
+type stackFile struct {
+	Checkpoint struct {
+		Latest *struct {
+			Manifest struct {
+				Time time.Time `json:"time"`
+			} `json:"manifest"`
+			Resources []struct {
+				Type    string         `json:"type"`
+				Outputs map[string]any `json:"outputs"`
+			} `json:"resources"`
+			Pending []json.RawMessage `json:"pending_operations"`
+		} `json:"latest"`
+	} `json:"checkpoint"`
+}
+
+// readStackFile fills an entry from the diy backend's checkpoint and history.
+func readStackFile(ctx context.Context, b *blob.Bucket, key string, info *stands.StackInfo) error {
+	data, err := readStackBytes(ctx, b, key)
 	if err != nil || data == nil {
-		return err // nil data: a stack never updated, or a gzip-compressed file (not read)
+		return err // gone between the listing and the read: a stack just removed
 	}
-	var cp struct {
-		Checkpoint struct {
-			Latest struct {
-				Resources []struct {
-					Type    string         `json:"type"`
-					Outputs map[string]any `json:"outputs"`
-				} `json:"resources"`
-				Pending []json.RawMessage `json:"pending_operations"`
-			} `json:"latest"`
-		} `json:"checkpoint"`
-	}
+	info.StateDigest = stateDigest(data)
+	var cp stackFile
 	if err := json.Unmarshal(data, &cp); err != nil {
 		return fmt.Errorf("parse stack file %s: %w", key, err)
 	}
 	info.Known = true
-	info.Pending = len(cp.Checkpoint.Latest.Pending)
+	latest := cp.Checkpoint.Latest
+	if latest == nil {
+		info.Owned = true // created and never updated: there is nothing in it to protect
+		return nil
+	}
+	info.Resources = len(latest.Resources)
+	if !latest.Manifest.Time.IsZero() {
+		info.LastUpdate = latest.Manifest.Time.UTC().Format(time.RFC3339)
+	}
+	info.Pending = len(latest.Pending)
 	// Like checkOwned: a stack holding only our own resource types is ours even without the mark
 	// (its first run failed before the outputs were written).
 	onlyOurs := true
-	for _, r := range cp.Checkpoint.Latest.Resources {
+	for _, r := range latest.Resources {
 		if r.Type != "pulumi:pulumi:Stack" {
 			if r.Type != "pulumi:providers:"+provider.Name && !strings.HasPrefix(r.Type, provider.Name+":") {
 				onlyOurs = false
@@ -101,14 +220,54 @@ func readStackFile(ctx context.Context, b *blob.Bucket, info *stands.StackInfo) 
 		info.SpecHash, _ = r.Outputs[OutSpecHash].(string)
 		info.StandID, _ = r.Outputs[OutStandID].(string)
 		info.Protect, _ = r.Outputs[OutProtect].(bool)
+		info.NodesMode, _ = r.Outputs[OutNodesMode].(string)
 	}
 	info.Owned = info.Owned || onlyOurs
-	locks, err := listKeys(ctx, b, lockPrefix(stands.StackRef{Project: info.Project, Env: info.Env}))
-	if err != nil {
-		return err
-	}
-	info.Locked = len(locks) > 0
 	return readLastResult(ctx, b, info)
+}
+
+// readStackBytes reads a stack file, gunzipped when the CLI compressed it (PULUMI_DIY_BACKEND_GZIP).
+func readStackBytes(ctx context.Context, b *blob.Bucket, key string) ([]byte, error) {
+	data, err := readKey(ctx, b, key)
+	if err != nil || data == nil || !strings.HasSuffix(key, ".gz") {
+		return data, err
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	defer zr.Close()
+	out, err := io.ReadAll(io.LimitReader(zr, 1<<30))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	return out, nil
+}
+
+// stateDigest names one version of a stack's state: every update rewrites the stack file (a new
+// manifest time at least), reads never do. A status made from the state it names needs no second
+// look (reconcile: observe). It is a digest of ciphertext and public values only.
+func stateDigest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:16])
+}
+
+// StateDigest is the digest of a stack's current state file ("" when it has none).
+func (e *Engine) StateDigest(ctx context.Context, ref stands.StackRef) (string, error) {
+	b, err := e.backendBucket(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer b.Close()
+	key := stacksPrefix + ref.Project + "/" + ref.Env + ".json"
+	data, err := readStackBytes(ctx, b, key)
+	if err == nil && data == nil {
+		data, err = readStackBytes(ctx, b, key+".gz")
+	}
+	if err != nil || data == nil {
+		return "", err
+	}
+	return stateDigest(data), nil
 }
 
 // readLastResult reads the newest .pulumi/history/<project>/<stack>/<stack>-<nanos>.history.json.

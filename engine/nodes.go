@@ -36,7 +36,8 @@ func (e *Engine) configHashKey() []byte {
 	return key
 }
 
-func (e *Engine) nodesMode() string {
+// NodesMode is the node mode applies run in: NodesFull, or NodesSkipped for servers only.
+func (e *Engine) NodesMode() string {
 	if e.cfg.SkipNodes {
 		return NodesSkipped
 	}

@@ -27,7 +27,7 @@ type op struct {
 }
 
 // decide turns the plan into outcomes and operations. Called with r.mu held.
-func (r *Reconciler) decide(plan []diff.Action, d *desiredState, refs map[string]stands.StackRef, commit string) []op {
+func (r *Reconciler) decide(plan []diff.Action, d *desiredState, found map[string]stands.StackInfo, commit string) []op {
 	now := r.cfg.Now()
 	var ops []op
 	for _, a := range plan {
@@ -35,7 +35,7 @@ func (r *Reconciler) decide(plan []diff.Action, d *desiredState, refs map[string
 		if st.running {
 			continue
 		}
-		o, ok := r.decideOne(a, d, st, now)
+		o, ok := r.decideOne(a, d, st, found[a.ID], now)
 		if !ok {
 			continue
 		}
@@ -45,7 +45,8 @@ func (r *Reconciler) decide(plan []diff.Action, d *desiredState, refs map[string
 			}
 			continue
 		}
-		o.id, o.commit, o.ref = a.ID, commit, refs[a.ID]
+		info := found[a.ID]
+		o.id, o.commit, o.ref = a.ID, commit, stands.StackRef{Project: info.Project, Env: info.Env, StandID: info.StandID}
 		ops = append(ops, o)
 	}
 	if len(d.unreadable) == 0 {
@@ -65,7 +66,7 @@ func (r *Reconciler) decide(plan []diff.Action, d *desiredState, refs map[string
 }
 
 // decideOne is one action's decision: an operation to start, or an outcome recorded now.
-func (r *Reconciler) decideOne(a diff.Action, d *desiredState, st *stand, now time.Time) (op, bool) {
+func (r *Reconciler) decideOne(a diff.Action, d *desiredState, st *stand, stack stands.StackInfo, now time.Time) (op, bool) {
 	in := d.inputs[a.ID]
 	switch a.Kind {
 	case diff.Create, diff.Update:
@@ -85,7 +86,7 @@ func (r *Reconciler) decideOne(a diff.Action, d *desiredState, st *stand, now ti
 		case reason.SuspendedByRepo:
 			r.record(a.ID, outcome{kind: outSuspended})
 		case reason.UpToDate:
-			if kind := r.upToDate(st, in, now); kind != "" {
+			if kind := r.upToDate(st, in, stack, now); kind != "" {
 				return op{kind: kind, in: in}, true
 			}
 		} // a foreign stack nobody declares: not ours to judge
@@ -109,17 +110,23 @@ func (r *Reconciler) due(st *stand, now time.Time) bool {
 	return st.rt.failures < r.cfg.StallAfter && !now.Before(st.rt.next)
 }
 
-// upToDate is what an applied stand needs: its outputs read when its status is missing or stale
-// (after a restart), a drift check when one is due, or nothing.
-func (r *Reconciler) upToDate(st *stand, in *stands.Input, now time.Time) opKind {
+// upToDate is what an applied stand needs: its outputs read when its status was not made from the
+// stack's current state, a drift check when one is due, or nothing. Its status, read back from the
+// status branch after a restart, names the state it was made from (StateDigest) and is only
+// written once the connection record is stored: a restart reads no stand whose stack did not change.
+func (r *Reconciler) upToDate(st *stand, in *stands.Input, stack stands.StackInfo, now time.Time) opKind {
 	st.rt = st.rt.forSpec(in.SpecHash)
 	if !r.due(st, now) {
 		return ""
 	}
 	s := st.status
 	switch {
-	case s == nil || s.SpecHash != in.SpecHash || (s.Phase != reason.Ready && s.Phase != reason.Drifted), st.connSaved == "":
+	case s == nil || s.SpecHash != in.SpecHash || (s.Phase != reason.Ready && s.Phase != reason.Drifted):
 		return opObserve
+	case s.StateDigest == "" || s.StateDigest != stack.StateDigest:
+		return opObserve // changed outside this reconciler's view: a run it did not see end, a hand edit
+	case r.cfg.NodesMode != "" && stack.NodesMode != "" && stack.NodesMode != r.cfg.NodesMode:
+		return opObserve // applied in another node mode: the apply it runs brings the stand to this one
 	case r.cfg.DriftInterval > 0 && st.lastDrift.IsZero():
 		st.lastDrift = now
 	case r.cfg.DriftInterval > 0 && now.Sub(st.lastDrift) >= r.cfg.DriftInterval:

@@ -8,8 +8,11 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/diff"
+	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -35,8 +38,56 @@ type evaluation struct {
 	warnings   []manifest.Diagnostic // each once, in manifest order
 }
 
-func (r *Reconciler) evaluate(ctx context.Context, files fs.FS) (*evaluation, error) {
-	return r.evaluateWith(ctx, files, r.sec, false)
+// evaluate judges a snapshot of the tracked branch. The judgement of the last one is kept for
+// SecretRefresh while the branch has no commit but the reconciler's own status commits (which touch
+// status files only): a no-op cycle then reads no secret and renders no template, whatever the
+// number of stands. A judgement that met an unavailable secret store is never kept.
+func (r *Reconciler) evaluate(ctx context.Context, snap *gitsource.Snapshot) (*evaluation, error) {
+	now := r.cfg.Now()
+	if c := r.lastEval; c != nil && c.source == snap.Source && now.Sub(c.at) < r.cfg.SecretRefresh {
+		return c.ev, nil
+	}
+	ev, err := r.evaluateWith(ctx, snap.Files, &onceSecrets{src: r.sec}, false)
+	if err == nil && ev.secretsErr == nil {
+		r.lastEval = &keptEvaluation{source: snap.Source, at: now, ev: ev}
+	} else {
+		r.lastEval = nil
+	}
+	return ev, err
+}
+
+// keptEvaluation is the last judgement of the tracked branch (evaluate).
+type keptEvaluation struct {
+	source string // Snapshot.Source
+	at     time.Time
+	ev     *evaluation
+}
+
+// onceSecrets reads each reference once per judgement: the stands sharing a secret cost one request,
+// and a store that is down is asked once, not once per stand.
+type onceSecrets struct {
+	src manifest.SecretSource
+	mu  sync.Mutex
+	got map[manifest.SecretRef]onceSecret
+}
+
+type onceSecret struct {
+	value string
+	err   error
+}
+
+func (o *onceSecrets) Secret(ctx context.Context, ref manifest.SecretRef) (string, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if v, ok := o.got[ref]; ok {
+		return v.value, v.err
+	}
+	v, err := o.src.Secret(ctx, ref)
+	if o.got == nil {
+		o.got = map[manifest.SecretRef]onceSecret{}
+	}
+	o.got[ref] = onceSecret{v, err}
+	return v, err
 }
 
 // evaluateWith judges with the given secrets; skipRender leaves the templates for the caller to

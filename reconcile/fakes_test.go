@@ -215,8 +215,11 @@ func (e *fakeEngine) Apply(ctx context.Context, in stands.Input, force bool) (*s
 		e.ups[s.ID]++
 		res.Changed = true
 		res.Changes = map[string]int{"create": 1}
-		e.stacks[s.ID] = stands.StackInfo{Project: s.Project, Env: s.Env, StandID: s.ID, Owned: true, SpecHash: in.SpecHash, Protect: s.Protect, Known: true}
+		// Every update writes a new state file, so a new digest; reads leave it.
+		e.stacks[s.ID] = stands.StackInfo{Project: s.Project, Env: s.Env, StandID: s.ID, Owned: true, SpecHash: in.SpecHash, Protect: s.Protect, Known: true,
+			NodesMode: "skipped", StateDigest: fmt.Sprintf("%s-%d", s.ID, e.ups[s.ID])}
 	}
+	res.StateDigest = e.stacks[s.ID].StateDigest
 	e.configs[s.ID] = configOf(in)
 	pw, _ := in.Secrets.Value(manifest.SecretRef{Path: "kv-password", Field: "value"})
 	res.Connection = stands.SecretJSON(fmt.Sprintf(`{"id_stand":%q,"kv":{"host":"203.0.113.10","password":%q,"spec":%q}}`, s.ID, pw, in.SpecHash))
@@ -251,6 +254,15 @@ func (e *fakeEngine) Destroy(ctx context.Context, ref stands.StackRef) (*stands.
 	return &stands.Result{StandID: id, Operation: "destroy", Changed: true, Changes: map[string]int{"delete": 1}}, nil
 }
 
+// touch rewrites a stand's state file as a run the reconciler did not see would: a new digest.
+func (e *fakeEngine) touch(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := e.stacks[id]
+	st.StateDigest += "+"
+	e.stacks[id] = st
+}
+
 func (e *fakeEngine) upsOf(id string) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -275,6 +287,7 @@ type fakeSecrets struct {
 	connections map[string]string
 	writing     chan struct{} // when set, WriteConnection waits on it
 	blocked     int           // WriteConnection calls waiting on writing
+	reads       int           // Secret calls
 }
 
 var _ Secrets = (*fakeSecrets)(nil)
@@ -288,6 +301,7 @@ func newFakeSecrets() *fakeSecrets {
 func (f *fakeSecrets) Secret(_ context.Context, ref manifest.SecretRef) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.reads++
 	if f.down {
 		return "", errVaultDown
 	}
@@ -538,4 +552,14 @@ func (f *fakeForge) comment(n int64) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.comments[n]
+}
+
+// waitRunning waits until n operations are inside the engine.
+func (e *fakeEngine) waitRunning(t *testing.T, n int) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("%d operations in the engine", n), func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.running == n
+	})
 }

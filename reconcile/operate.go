@@ -58,7 +58,7 @@ func (r *Reconciler) run(o op) {
 		// The status this operation left, not the current one: a cycle may have started the next.
 		r.commitStatus(ctx, o, final)
 	}
-	r.publish(ctx)
+	r.publishSoon(ctx)
 }
 
 // holdWorker counts the worker run took (for /metrics); the function it returns gives it back.

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/reason"
@@ -39,6 +40,39 @@ func (r *Reconciler) loadPublished(ctx context.Context) error {
 	}
 	r.loaded = true
 	return nil
+}
+
+// publishSoon commits the statuses that changed: at once without a StatusDelay, else once the delay
+// has passed, with every change made meanwhile, so fifty stands created together are a few commits
+// and no status waits longer than the delay. The wait counts as an operation, so Wait sees it; a
+// drain ends it at once, and from then on every change is committed at once.
+func (r *Reconciler) publishSoon(ctx context.Context) {
+	if r.cfg.StatusDelay <= 0 || r.flushCtx.Err() != nil {
+		_ = r.publish(ctx)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pubPending {
+		return // the commit on its way takes this change too: it reads the statuses when it goes
+	}
+	r.pubPending = true
+	r.ops.Add(1)
+	go func() {
+		defer r.ops.Done()
+		t := time.NewTimer(r.cfg.StatusDelay)
+		select {
+		case <-t.C:
+		case <-r.flushCtx.Done():
+			t.Stop()
+		}
+		r.mu.Lock()
+		r.pubPending = false // a change from now on needs a commit of its own
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = r.publish(ctx)
+	}()
 }
 
 // publish commits the statuses that changed since the last commit, with STATUS.md. A failure is

@@ -90,6 +90,15 @@ type Config struct {
 	// the file that keeps the operator's local switches across restarts ("" keeps them in memory).
 	PlanOnly     bool
 	ControlState string
+	// NodesMode is the engine's node mode (engine.NodesFull or NodesSkipped; "" unknown): a stack
+	// applied in another is applied again.
+	NodesMode string
+	// StatusDelay gathers the status changes of that long into one commit (0: each at once).
+	StatusDelay time.Duration
+	// SecretRefresh is how long the judgement of an unchanged commit, with the secret values it
+	// read, is kept (0: every cycle reads them again). A secret changed in the store is applied at
+	// the next commit or within this time.
+	SecretRefresh time.Duration
 }
 
 // Defaults of the deadlines: a two-node stand's first apply takes minutes (cloud-init, image pulls),
@@ -119,8 +128,11 @@ type Reconciler struct {
 	loaded     bool
 	health     Health
 
-	pubMu     sync.Mutex
-	published map[string][]byte
+	pubMu      sync.Mutex
+	published  map[string][]byte
+	pubPending bool // a delayed status commit is on its way (publishSoon); under mu
+	flushCtx   context.Context
+	flush      context.CancelFunc // ends the status delay for good: the drain has begun
 
 	prs         previewState // used by the preview worker only
 	pw          previewWorker
@@ -130,6 +142,7 @@ type Reconciler struct {
 	repoPause   *Switch         // PauseFile of the last snapshot
 	lastSync    time.Time       // the end of the last cycle without error
 	declaredIDs map[string]bool // stands the last evaluated snapshot declares
+	lastEval    *keptEvaluation // used by cycles only, which never overlap
 	warned      map[manifest.Diagnostic]bool
 }
 
@@ -187,6 +200,7 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 		wake: make(chan struct{}, 1), stands: map[string]*stand{}, published: map[string][]byte{},
 		prs: previewState{heads: map[int64]plannedHead{}}, warned: map[manifest.Diagnostic]bool{}}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
+	r.flushCtx, r.flush = context.WithCancel(context.Background())
 	r.pw.ctx, r.pw.cancel = context.WithCancel(context.Background())
 	r.metrics = newMetrics(r)
 	if err := r.loadControls(); err != nil {
@@ -306,7 +320,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read inventory: %w", err)
 	}
-	actual, refs := r.actual(stacks)
+	actual, found := r.actual(stacks)
 	in := diff.Input{Desired: append(d.desired, d.ev.ownerChanges(actual, r.cfg.Owner)...), Actual: actual, SourceOK: len(d.unreadable) == 0, MaxDestroyShare: r.cfg.MaxDestroyShare,
 		AllowDestroy: d.allow, AllowMassDestroy: r.cfg.AllowMassDestroy}
 	if d.secretsErr != nil {
@@ -319,7 +333,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 	r.mu.Lock()
 	r.unreadable = d.unreadable
 	r.repoPause = repositoryPause(snap.Files, snap.Source)
-	ops := r.decide(plan, d, refs, snap.Source)
+	ops := r.decide(plan, d, found, snap.Source)
 	r.health.Cycles++
 	r.mu.Unlock()
 
@@ -329,7 +343,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 	}
 	log.Info("cycle planned", "create", counts[diff.Create], "update", counts[diff.Update], "destroy", counts[diff.Destroy],
 		"noop", counts[diff.Noop], "blocked", counts[diff.Blocked], "operations", len(ops))
-	r.publish(ctx)
+	r.publishSoon(ctx)
 	for _, o := range ops {
 		r.ops.Add(1)
 		go r.run(o)
@@ -350,7 +364,7 @@ type desiredState struct {
 
 // judge evaluates the snapshot and records what it says of each stand that is not running.
 func (r *Reconciler) judge(ctx context.Context, snap *gitsource.Snapshot) (*desiredState, error) {
-	ev, err := r.evaluate(ctx, snap.Files)
+	ev, err := r.evaluate(ctx, snap)
 	if err != nil {
 		return nil, err
 	}
@@ -378,10 +392,10 @@ func (r *Reconciler) judge(ctx context.Context, snap *gitsource.Snapshot) (*desi
 	return d, nil
 }
 
-// actual turns the inventory into the diff's view, keyed by stand id.
-func (r *Reconciler) actual(stacks []stands.StackInfo) ([]diff.Actual, map[string]stands.StackRef) {
+// actual turns the inventory into the diff's view, and the stacks by stand id.
+func (r *Reconciler) actual(stacks []stands.StackInfo) ([]diff.Actual, map[string]stands.StackInfo) {
 	var out []diff.Actual
-	refs := map[string]stands.StackRef{}
+	found := map[string]stands.StackInfo{}
 	for _, s := range stacks {
 		id := s.StandID
 		if id == "" {
@@ -391,7 +405,7 @@ func (r *Reconciler) actual(stacks []stands.StackInfo) ([]diff.Actual, map[strin
 			continue // another owner's reconciler's, on a shared backend: not ours to count or judge
 		}
 		out = append(out, diff.Actual{ID: id, Owned: s.Owned, SpecHash: s.SpecHash, Protected: s.Protect})
-		refs[id] = stands.StackRef{Project: s.Project, Env: s.Env, StandID: s.StandID}
+		found[id] = s
 	}
-	return out, refs
+	return out, found
 }

@@ -465,13 +465,15 @@ func TestQueuedDestroyOfARestoredStand(t *testing.T) {
 	}
 }
 
-// TestObserveBacksOff: reading a stand's outputs (after a restart) that fails is retried on the
+// TestObserveBacksOff: reading a stand's outputs (its stack changed since its status was made,
+// here behind a restarted reconciler's back) that fails is retried on the
 // backoff, not every cycle, and so makes no commit per poll.
 func TestObserveBacksOff(t *testing.T) {
 	h := newHarness(t, repoWith("a"), nil)
 	h.mustCycle()
-	r2 := New(h.r.cfg, h.src, h.eng, h.sec) // a restart: the connection must be stored again
+	r2 := New(h.r.cfg, h.src, h.eng, h.sec)
 	h.r = r2
+	h.eng.touch("local_a_dev") // a run it did not see end: its status no longer names the state
 	h.eng.fail["local_a_dev"] = reason.Wrap(reason.UpdateConflict, errors.New("read stack: another update is currently in progress"))
 	h.mustCycle()
 	commits, calls := h.src.commits(), h.eng.calls

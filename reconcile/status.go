@@ -38,7 +38,10 @@ type Status struct {
 	NodesMode            string          `json:"nodesMode,omitempty"`
 	Nodes                []stands.Node   `json:"nodes,omitempty"`
 	Connection           json.RawMessage `json:"connection,omitempty"` // masked (DESIGN.md)
-	Operator             *OperatorAction `json:"operator,omitempty"`   // the last operator action on the stand
+	// StateDigest names the stack state this status was made from, once its connection record is
+	// stored: while the backend holds that state, a restarted reconciler trusts the status.
+	StateDigest string          `json:"stateDigest,omitempty"`
+	Operator    *OperatorAction `json:"operator,omitempty"` // the last operator action on the stand
 }
 
 // Timings of the last operation.

@@ -97,6 +97,7 @@ func summarise(o outcome, prev Status, rt retries, now time.Time, p policy) (Sta
 		}
 		return x, rt
 	case outUnsaved:
+		x.StateDigest = "" // the record is not stored: the stand must be read again
 		rt.waits++
 		rt.next = now.Add(p.backoff(rt.waits))
 		return x, rt
@@ -147,6 +148,7 @@ func failed(o outcome, x Status, rt retries, now time.Time, p policy) (Status, r
 	x.SchemaVersion = SchemaVersion
 	// An error's own text is the message: a reason's default message would hide what failed.
 	x.Phase, x.Reason, x.Message, x.LastAttemptedCommit, x.Timings = reason.Failed, o.reason, msg, o.commit, timings(o, now)
+	x.StateDigest = "" // a failed run may have changed the state
 	if o.reason.Kind() == reason.Waiting {
 		rt.waits++
 		rt.next = now.Add(p.backoff(rt.waits))
@@ -173,6 +175,7 @@ func succeeded(o outcome, x Status, now time.Time) Status {
 	case opDestroy:
 		x.Phase, x.Reason, x.Message = reason.Destroyed, reason.Removed, reason.Removed.Message(summary(res.Changes, "deleted"))
 		x.LastSuccessfulCommit, x.Timings, x.Changes, x.Nodes, x.Connection, x.SpecHash = o.commit, timings(o, now), res.Changes, nil, nil, ""
+		x.StateDigest = ""
 		return x
 	case opDrift:
 		if res.Changed {
@@ -187,13 +190,31 @@ func succeeded(o outcome, x Status, now time.Time) Status {
 		if x.Phase != reason.Ready {
 			x.Reason, x.Message = reason.UpToDate, ""
 		}
+		x.LastSuccessfulCommit = observedCommit(o, x, res)
 	}
-	x.Phase, x.SpecHash, x.LastSuccessfulCommit, x.File = reason.Ready, res.SpecHash, o.commit, o.file
+	if o.op != opObserve {
+		x.LastSuccessfulCommit = o.commit
+	}
+	x.Phase, x.SpecHash, x.File = reason.Ready, res.SpecHash, o.file
 	if x.LastAttemptedCommit == "" {
 		x.LastAttemptedCommit = o.commit
 	}
-	x.NodesMode, x.Nodes, x.Connection = res.NodesMode, res.Nodes, res.Masked
+	x.NodesMode, x.Nodes, x.Connection, x.StateDigest = res.NodesMode, res.Nodes, res.Masked, res.StateDigest
 	return x
+}
+
+// observedCommit is lastSuccessfulCommit after a stand was only read, nothing applied: the commit
+// of the apply that made its spec. That is the one the status already names when it was Ready at
+// that spec; the attempted one when its last apply was on that spec and its end was not seen (a
+// kill, a lost status commit); the commit read only when its status says nothing of that spec.
+func observedCommit(o outcome, prev Status, res *stands.Result) string {
+	switch {
+	case prev.SpecHash != res.SpecHash || prev.LastAttemptedCommit == "":
+		return o.commit
+	case prev.LastSuccessfulCommit != "" && (prev.Phase == reason.Ready || prev.Phase == reason.Drifted):
+		return prev.LastSuccessfulCommit
+	}
+	return prev.LastAttemptedCommit
 }
 
 func timings(o outcome, now time.Time) *Timings {

@@ -39,6 +39,8 @@ type Result struct {
 	// Protected, on a preview of a stand protected at its last apply, names the servers the apply
 	// would replace or delete, which it refuses: "" when there are none.
 	Protected string `json:"protected,omitempty"`
+	// StateDigest names the stack's state the result was read from, as StackInfo.StateDigest does.
+	StateDigest string `json:"-"`
 }
 
 // Node is a server of the stand as its stack records it.
@@ -104,6 +106,11 @@ type StackInfo struct {
 	// LastOperation and LastResult come from the stack's newest history entry, e.g. update/failed.
 	LastOperation string `json:"lastOperation,omitempty"`
 	LastResult    string `json:"lastResult,omitempty"`
+	// NodesMode is the stack's nodesMode output: the node mode of its last apply.
+	NodesMode string `json:"nodesMode,omitempty"`
+	// StateDigest names the version of the stack's state file (engine.stateDigest): any update
+	// changes it, reads do not.
+	StateDigest string `json:"stateDigest,omitempty"`
 }
 
 // Price is a server type's monthly list price at a location, gross, as the Hetzner API states it.

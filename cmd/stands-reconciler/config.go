@@ -127,6 +127,12 @@ func (f *daemonFlags) check(c *settings, getenv env) []error {
 			bad(name, "want a duration above 0")
 		}
 	}
+	if f.statusDelay < 0 || f.statusDelay > time.Minute {
+		bad("status-delay", "want 0 to 1m: a status may not wait longer")
+	}
+	if f.secretRefresh < 0 {
+		bad("secret-refresh", "want 0 (every poll) or more")
+	}
 	if f.drift < 0 {
 		bad("drift-interval", "want 0 (never) or more")
 	}

@@ -33,13 +33,13 @@ import (
 // daemonFlags configure `run` and `reconcile`.
 type daemonFlags struct {
 	engineFlags
-	repo, branch, statusBranch, gitUser, gitName, gitEmail  string
-	listen, vaultAddr, vaultRoleID, vaultMount, vaultPrefix string
-	giteaURL, knownHosts, controlSocket                     string
-	poll, drain, drift, opTimeout                           time.Duration
-	workers                                                 int
-	share                                                   float64
-	massDestroy, driftApply, previews, planOnly             bool
+	repo, branch, statusBranch, gitUser, gitName, gitEmail    string
+	listen, vaultAddr, vaultRoleID, vaultMount, vaultPrefix   string
+	giteaURL, knownHosts, controlSocket                       string
+	poll, drain, drift, opTimeout, statusDelay, secretRefresh time.Duration
+	workers                                                   int
+	share                                                     float64
+	massDestroy, driftApply, previews, planOnly               bool
 }
 
 func (f *daemonFlags) register(c *settings) {
@@ -62,6 +62,8 @@ func (f *daemonFlags) register(c *settings) {
 	fs.DurationVar(&f.drain, "drain-timeout", bound(c, "drain-timeout", "STANDS_DRAIN_TIMEOUT", 10*time.Minute), "on SIGTERM, how long running operations may finish before they are cancelled ($STANDS_DRAIN_TIMEOUT)")
 	fs.DurationVar(&f.opTimeout, "operation-timeout", bound(c, "operation-timeout", "STANDS_OPERATION_TIMEOUT", reconcile.DefaultOperationTimeout), "how long one apply, drift check or destroy may run before Pulumi is interrupted and the stand fails with Timeout, tried again later ($STANDS_OPERATION_TIMEOUT)")
 	fs.DurationVar(&f.drift, "drift-interval", bound(c, "drift-interval", "STANDS_DRIFT_INTERVAL", 6*time.Hour), "how often a Ready stand is checked for drift (pulumi preview --refresh); 0: never ($STANDS_DRIFT_INTERVAL)")
+	fs.DurationVar(&f.statusDelay, "status-delay", bound(c, "status-delay", "STANDS_STATUS_DELAY", 3*time.Second), "status changes within this long of the first go into one status commit; 0: a commit per change ($STANDS_STATUS_DELAY)")
+	fs.DurationVar(&f.secretRefresh, "secret-refresh", bound(c, "secret-refresh", "STANDS_SECRET_REFRESH", 5*time.Minute), "how long the stands of an unchanged commit are not judged again: their secrets are read again after it, or at the next commit; 0: every poll ($STANDS_SECRET_REFRESH)")
 	fs.BoolVar(&f.driftApply, "drift-apply", bound(c, "drift-apply", "STANDS_DRIFT_APPLY", false), "apply a drifted stand again instead of only reporting Drifted ($STANDS_DRIFT_APPLY=true)")
 	fs.IntVar(&f.workers, "workers", bound(c, "workers", "STANDS_WORKERS", 4), "operations at once (one per stand at a time) ($STANDS_WORKERS)")
 	fs.Float64Var(&f.share, "max-destroy-share", bound(c, "max-destroy-share", "STANDS_MAX_DESTROY_SHARE", 0.5), "refuse to destroy more than this share of stands in one cycle (one is always allowed) ($STANDS_MAX_DESTROY_SHARE)")

@@ -72,7 +72,8 @@ func wire(f *daemonFlags, std stdio, getenv env, filesOnly bool, log *slog.Logge
 	}
 	cfg := reconcile.Config{Owner: f.owner, Passphrase: pass, Workers: f.workers, MaxDestroyShare: f.share,
 		AllowMassDestroy: f.massDestroy, DriftInterval: f.drift, DriftApply: f.driftApply, Log: log,
-		Branch: f.branch, StatusBranch: w.src.StatusBranch(), OperationTimeout: f.opTimeout, PlanOnly: f.planOnly}
+		Branch: f.branch, StatusBranch: w.src.StatusBranch(), OperationTimeout: f.opTimeout, PlanOnly: f.planOnly,
+		NodesMode: eng.NodesMode(), StatusDelay: f.statusDelay, SecretRefresh: f.secretRefresh}
 	if cfg.ControlState, err = filepath.Abs(filepath.Join(f.stateDir, "controls.json")); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,265 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/reason"
+)
+
+// twelve is a repository of twelve stands, s00…s11.
+func twelve() (map[string]string, []string) {
+	var ids []string
+	for i := range 12 {
+		ids = append(ids, fmt.Sprintf("s%02d", i))
+	}
+	return repoWith(ids...), ids
+}
+
+// changed lists the files each status commit since commit n touched.
+func (s *fakeSource) changedSince(n int) [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out [][]string
+	for _, files := range s.published[n:] {
+		var names []string
+		for p := range files {
+			names = append(names, p)
+		}
+		slices.Sort(names)
+		out = append(out, names)
+	}
+	return out
+}
+
+// TestRestartTouchesOnlyTheChangedStand: twelve stands applied; a restarted reconciler makes no
+// engine call and no commit; a commit changing one stand, after another restart, makes exactly one
+// engine call (that stand's apply) and status commits of that stand only, and the eleven others
+// keep their lastSuccessfulCommit.
+func TestRestartTouchesOnlyTheChangedStand(t *testing.T) {
+	repo, _ := twelve()
+	h := newHarness(t, repo, func(c *Config) { c.NodesMode = "skipped" })
+	h.mustCycle()
+	if h.eng.totalUps() != 12 {
+		t.Fatalf("%d ups, want 12", h.eng.totalUps())
+	}
+	restart := func() {
+		h.r = New(h.r.cfg, h.src, h.eng, h.sec)
+	}
+	restart()
+	calls, commits := h.eng.calls, h.src.commits()
+	for range 3 {
+		h.mustCycle()
+	}
+	if h.eng.calls != calls || h.src.commits() != commits {
+		t.Errorf("after a restart, no-op cycles made %d engine calls and %d commits", h.eng.calls-calls, h.src.commits()-commits)
+	}
+
+	h.src.commit(map[string]string{standFile("s05"): strings.Replace(standYML("s05", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)})
+	restart()
+	h.mustCycle()
+	h.mustCycle()
+	if h.eng.calls != calls+1 || h.eng.upsOf("local_s05_dev") != 2 {
+		t.Errorf("one changed stand: %d engine calls, %d ups of s05", h.eng.calls-calls, h.eng.upsOf("local_s05_dev"))
+	}
+	for _, files := range h.src.changedSince(commits) {
+		for _, f := range files {
+			if f != "STATUS.md" && f != "status/local_s05_dev.json" {
+				t.Errorf("a status commit for one changed stand touched %s (%v)", f, files)
+			}
+		}
+	}
+	for i := range 12 {
+		id := fmt.Sprintf("local_s%02d_dev", i)
+		want := "h001"
+		if i == 5 {
+			want = "h002"
+		}
+		if st := h.src.statusOf(t, id); st.LastSuccessfulCommit != want || st.Phase != reason.Ready {
+			t.Errorf("%s: %s at %s, want Ready at %s", id, st.Phase, st.LastSuccessfulCommit, want)
+		}
+	}
+}
+
+// TestObservedStandKeepsItsCommit: a stand read again because its stack changed behind the
+// reconciler's back keeps the commit it was applied from; one whose apply ended unseen (its status
+// still Progressing on the commit it was attempted at) takes that commit.
+func TestObservedStandKeepsItsCommit(t *testing.T) {
+	h := newHarness(t, repoWith("a", "b"), nil)
+	h.mustCycle()
+	h.src.commit(map[string]string{standFile("b"): strings.Replace(standYML("b", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)})
+	h.eng.touch("local_a_dev")
+	calls := h.eng.calls
+	h.mustCycle()
+	if h.eng.calls != calls+2 || h.eng.upsOf("local_a_dev") != 1 {
+		t.Fatalf("%d engine calls (want a's read and b's apply), %d ups of a", h.eng.calls-calls, h.eng.upsOf("local_a_dev"))
+	}
+	if st := h.src.statusOf(t, "local_a_dev"); st.LastSuccessfulCommit != "h001" || st.StateDigest != "local_a_dev-1+" {
+		t.Errorf("a, read again at h002: %+v", st)
+	}
+
+	// b's apply at h003 ends while the reconciler is gone: its last status says Progressing.
+	h.src.commit(map[string]string{standFile("b"): strings.Replace(standYML("b", ""), "cache: {}", "cache: {preferences: {port: 6391}}", 1)})
+	h.eng.gate = make(chan struct{})
+	if err := h.r.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.eng.waitRunning(t, 1)
+	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != reason.Progressing || st.LastAttemptedCommit != "h003" {
+		t.Fatalf("b while applying: %+v", st)
+	}
+	h.src.mu.Lock()
+	h.src.down = true // its final status is never committed
+	h.src.mu.Unlock()
+	close(h.eng.gate)
+	h.r.Wait()
+	h.src.mu.Lock()
+	h.src.down = false
+	h.src.mu.Unlock()
+	h.eng.gate = nil
+	h.src.commit(map[string]string{"README.md": "another commit"})
+	h.r = New(h.r.cfg, h.src, h.eng, h.sec)
+	h.mustCycle()
+	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != reason.Ready || st.LastSuccessfulCommit != "h003" || st.LastAttemptedCommit != "h003" {
+		t.Errorf("b, found applied after a restart at h004: %+v", st)
+	}
+	if ups := h.eng.upsOf("local_b_dev"); ups != 3 {
+		t.Errorf("b: %d ups, want 3 (no apply for the read)", ups)
+	}
+}
+
+// TestNodesModeChangeApplies: a stack applied in another node mode than the reconciler's is applied
+// again, though its spec is unchanged.
+func TestNodesModeChangeApplies(t *testing.T) {
+	h := newHarness(t, repoWith("a"), func(c *Config) { c.NodesMode = "skipped" })
+	h.mustCycle()
+	calls := h.eng.calls
+	h.mustCycle()
+	if h.eng.calls != calls {
+		t.Fatalf("same mode: %d engine calls", h.eng.calls-calls)
+	}
+	cfg := h.r.cfg
+	cfg.NodesMode = "full"
+	h.r = New(cfg, h.src, h.eng, h.sec)
+	h.mustCycle()
+	if h.eng.calls != calls+1 {
+		t.Errorf("another mode: %d engine calls, want the apply", h.eng.calls-calls)
+	}
+}
+
+// TestStatusCommitsCoalesced: ten applies ending 20 ms apart are one status commit with a status
+// delay, and a commit each without (the control).
+func TestStatusCommitsCoalesced(t *testing.T) {
+	for _, tc := range []struct {
+		delay    time.Duration
+		min, max int
+	}{
+		{delay: 0, min: 10, max: 11},
+		{delay: 2 * time.Second, min: 1, max: 2},
+	} {
+		t.Run(fmt.Sprint("delay ", tc.delay), func(t *testing.T) {
+			repo, _ := twelve()
+			for _, id := range []string{"s10", "s11"} {
+				delete(repo, standFile(id))
+			}
+			h := newHarness(t, repo, func(c *Config) { c.Workers, c.StatusDelay = 10, tc.delay })
+			h.eng.gate = make(chan struct{})
+			if err := h.r.Cycle(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			h.eng.waitRunning(t, 10)
+			for range 10 {
+				h.eng.gate <- struct{}{}
+				time.Sleep(20 * time.Millisecond)
+			}
+			h.r.Wait()
+			if n := h.src.commits(); n < tc.min || n > tc.max {
+				t.Errorf("%d status commits, want %d to %d", n, tc.min, tc.max)
+			}
+			for i := range 10 {
+				if st := h.src.statusOf(t, fmt.Sprintf("local_s%02d_dev", i)); st.Phase != reason.Ready {
+					t.Errorf("s%02d: %s", i, st.Phase)
+				}
+			}
+		})
+	}
+}
+
+// TestDrainCommitsADelayedStatus: a stop does not wait out the status delay, nor lose what it held.
+func TestDrainCommitsADelayedStatus(t *testing.T) {
+	h := newHarness(t, repoWith("a"), func(c *Config) { c.StatusDelay = time.Hour })
+	if err := h.r.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.r.Drain(time.Minute) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the drain waited for the status delay")
+	}
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready {
+		t.Errorf("after the drain: %+v", st)
+	}
+}
+
+// TestNoOpCycleReadsNoSecret: the judgement of an unchanged commit is kept for SecretRefresh: its
+// cycles read no secret; twelve stands sharing two secrets read each once; a new commit, or the
+// refresh, reads again, and a value changed in the store is then applied.
+func TestNoOpCycleReadsNoSecret(t *testing.T) {
+	repo, _ := twelve()
+	h := newHarness(t, repo, func(c *Config) { c.SecretRefresh = 5 * time.Minute })
+	reads := func() int {
+		h.sec.mu.Lock()
+		defer h.sec.mu.Unlock()
+		return h.sec.reads
+	}
+	h.mustCycle()
+	if n := reads(); n != 2 {
+		t.Errorf("twelve stands sharing two secrets: %d reads", n)
+	}
+	calls, before := h.eng.calls, reads()
+	for range 3 {
+		h.now = h.now.Add(time.Minute)
+		h.mustCycle()
+	}
+	if n := reads() - before; n != 0 || h.eng.calls != calls {
+		t.Errorf("no-op cycles: %d secret reads, %d engine calls", n, h.eng.calls-calls)
+	}
+	h.src.commit(map[string]string{"README.md": "a commit"})
+	h.mustCycle()
+	if n := reads() - before; n != 2 {
+		t.Errorf("a new commit: %d secret reads, want 2", n)
+	}
+	h.sec.mu.Lock()
+	h.sec.values["kv-password"] = "rotated-value"
+	h.sec.mu.Unlock()
+	h.now = h.now.Add(4 * time.Minute)
+	h.mustCycle()
+	if h.eng.upsOf("local_s00_dev") != 1 {
+		t.Fatalf("a rotated secret was read within the refresh")
+	}
+	h.now = h.now.Add(2 * time.Minute)
+	h.mustCycle()
+	if ups := h.eng.totalUps(); ups != 24 {
+		t.Errorf("after the refresh: %d ups, want the twelve stands applied again with the new value", ups)
+	}
+	// A store that is down is asked once a cycle, not kept: the next cycle asks again.
+	h.sec.mu.Lock()
+	h.sec.down = true
+	h.sec.mu.Unlock()
+	h.src.commit(map[string]string{"README.md": "another"})
+	before = reads()
+	h.mustCycle()
+	h.mustCycle()
+	if n := reads() - before; n != 2 {
+		t.Errorf("with the store down: %d reads in two cycles, want one each", n)
+	}
+}
