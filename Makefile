@@ -10,7 +10,7 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools screenshots render demo-apply clean tools deps vm-image e2e
+.PHONY: deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools screenshots render demo-apply clean tools deps vm-image e2e bench
 
 # Tools the tests run for real, each built from the Go module proxy in a module of its own under
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
@@ -76,6 +76,11 @@ E2E_TIMEOUT ?= 60m
 e2e: vm-image
 	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -run 'E2E' -v ./engine/
 
+# Measurements at 1,000 stands (bench/, tag bench): writes bench/results.md and docs/performance.md.
+# Not part of test: it runs about half an hour.
+bench: tools
+	$(GO) test -tags bench -count=1 -timeout 120m -v -run '^TestBench$$' ./bench/
+
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPreflight$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./manifest
 
@@ -83,7 +88,9 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags e2e ./...
+	$(GO) vet -tags bench ./bench/
 	$(GO) run $(STATICCHECK) -tags e2e ./...
+	$(GO) run $(STATICCHECK) -tags bench ./bench/
 	$(MAKE) --no-print-directory deploy-check
 
 # The unit (systemd-analyze verify, any warning an error: ExecStart stands in for the binary, which the

@@ -189,7 +189,7 @@ func readStackFile(ctx context.Context, b *blob.Bucket, key string, info *stands
 	if err != nil || data == nil {
 		return err // gone between the listing and the read: a stack just removed
 	}
-	info.StateDigest = stateDigest(data)
+	info.StateDigest = StateDigestOf(data)
 	var cp stackFile
 	if err := json.Unmarshal(data, &cp); err != nil {
 		return fmt.Errorf("parse stack file %s: %w", key, err)
@@ -244,10 +244,10 @@ func readStackBytes(ctx context.Context, b *blob.Bucket, key string) ([]byte, er
 	return out, nil
 }
 
-// stateDigest names one version of a stack's state: every update rewrites the stack file (a new
-// manifest time at least), reads never do. A status made from the state it names needs no second
-// look (reconcile: observe). It is a digest of ciphertext and public values only.
-func stateDigest(data []byte) string {
+// StateDigestOf names one version of a stack's state, from its stack file's bytes: every update
+// rewrites the file (a new manifest time at least), reads never do. A status made from the state it
+// names needs no second look (reconcile: observe). It is a digest of ciphertext and public values.
+func StateDigestOf(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:16])
 }
@@ -267,7 +267,7 @@ func (e *Engine) StateDigest(ctx context.Context, ref stands.StackRef) (string, 
 	if err != nil || data == nil {
 		return "", err
 	}
-	return stateDigest(data), nil
+	return StateDigestOf(data), nil
 }
 
 // readLastResult reads the newest .pulumi/history/<project>/<stack>/<stack>-<nanos>.history.json.

@@ -35,23 +35,7 @@ import (
 )
 
 // daemonStand is a one-node stand of project p on the example base; port varies its spec.
-func daemonStand(p string, port int) string {
-	return fmt.Sprintf(`from_dep_manifest: ../../bases/common.yml
-stand:
-  project: %s
-  env: dev
-nodes:
-  main:
-    profile: small
-    apps: [kv]
-apps:
-  kv:
-    instances:
-      cache:
-        preferences:
-          port: %d
-`, p, port)
-}
+func daemonStand(p string, port int) string { return testenv.KVStand(p, port) }
 
 // plainStand is a one-node stand of project p that references no secret (testenv.PlainStand), so
 // it is judged even while Vault is down, and the guard against removing every stand does not stand
@@ -395,7 +379,7 @@ func (e *daemonEnv) vaultClient() *vaultapi.Client { return e.vault.Client(e.t) 
 func (e *daemonEnv) start(extra ...string) {
 	t, pl := e.t, e.pl
 	dir := t.TempDir()
-	wrapper, counts := countingPulumi(t, pl.Bin)
+	wrapper, counts := testenv.CountingPulumi(t, pl.Bin)
 	wrapBin := filepath.Dir(wrapper)
 	e.counts = counts
 	secretFile := func(name, value string) string {
@@ -544,38 +528,8 @@ func (e *daemonEnv) head() string {
 	return snap.Commit
 }
 
-// countingPulumi puts a wrapper in front of the Pulumi CLI that records each process's arguments, a
-// line each, in counts.
-func countingPulumi(t *testing.T, bin string) (wrapper, counts string) {
-	t.Helper()
-	dir := t.TempDir()
-	wrapper, counts = filepath.Join(dir, "bin", "pulumi"), filepath.Join(dir, "pulumi-processes.txt")
-	if err := os.MkdirAll(filepath.Dir(wrapper), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Each process's command line, and its environment as it was given at exec, for the scans.
-	script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >> %q\ntr '\\0' '\\n' < /proc/$$/environ >> %q\nexec %q \"$@\"\n", counts, counts+".env", bin)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return wrapper, counts
-}
-
 // ups counts `pulumi up` processes.
-func (e *daemonEnv) ups() int { return countUps(e.counts) }
-
-// countUps counts the `pulumi up` processes a countingPulumi wrapper recorded.
-func countUps(counts string) int {
-	data, _ := os.ReadFile(counts)
-	n := 0
-	for line := range strings.Lines(string(data)) {
-		// The Automation API puts --non-interactive first.
-		if args := strings.Fields(line); len(args) > 1 && args[0] == "--non-interactive" && args[1] == "up" || len(args) > 0 && args[0] == "up" {
-			n++
-		}
-	}
-	return n
-}
+func (e *daemonEnv) ups() int { return testenv.CountUps(e.counts) }
 
 // deletes counts server deletions in hcloudsim's call log.
 func (e *daemonEnv) deletes() int { return serverDeletes(e.hetzner) }

@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -57,7 +54,7 @@ func newLocalDaemon(t *testing.T, lr *localStandsRepo, h *testenv.Hetzner, extra
 	if err := os.MkdirAll(d.tmp, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	wrapper, counts := countingPulumi(t, pl.Bin)
+	wrapper, counts := testenv.CountingPulumi(t, pl.Bin)
 	d.counts = counts
 	secret := func(name, value string) string {
 		p := filepath.Join(dir, name)
@@ -161,12 +158,9 @@ func (d *localDaemon) waitStatus(id string, timeout time.Duration, cond func(rec
 }
 
 // processes counts the Pulumi CLI processes started so far.
-func (d *localDaemon) processes() int {
-	data, _ := os.ReadFile(d.counts)
-	return strings.Count(string(data), "\n")
-}
+func (d *localDaemon) processes() int { return testenv.CountProcesses(d.counts) }
 
-func (d *localDaemon) ups() int { return countUps(d.counts) }
+func (d *localDaemon) ups() int { return testenv.CountUps(d.counts) }
 
 func (d *localDaemon) log() string {
 	data, _ := os.ReadFile(d.logFile)
@@ -174,23 +168,7 @@ func (d *localDaemon) log() string {
 }
 
 // get fetches a path of the daemon's listener ("" while it does not answer).
-func (d *localDaemon) get(path string) string {
-	resp, err := http.Get("http://" + d.listen + path)
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return string(body)
-}
+func (d *localDaemon) get(path string) string { return testenv.Get(d.listen, path) }
 
 // cycles is how many cycles the daemon has completed, by its /readyz.
-func (d *localDaemon) cycles() int {
-	var r struct {
-		Cycles int `json:"cycles"`
-	}
-	if json.Unmarshal([]byte(d.get("/readyz")), &r) != nil {
-		return -1
-	}
-	return r.Cycles
-}
+func (d *localDaemon) cycles() int { return testenv.Cycles(d.listen) }

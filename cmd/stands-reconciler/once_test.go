@@ -184,7 +184,7 @@ func TestReconcileOnceVaultTokenPastMaxTTL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wrapper, counts := countingPulumi(t, pl.Bin)
+	wrapper, counts := testenv.CountingPulumi(t, pl.Bin)
 	vars := map[string]string{"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
 		"STANDS_PULUMI_BIN": wrapper, "STANDS_STATE_DIR": t.TempDir(), "VAULT_ADDR": v.Addr, "VAULT_TOKEN_FILE": tokenFile}
 	once := func(want int) result {
@@ -210,7 +210,7 @@ func TestReconcileOnceVaultTokenPastMaxTTL(t *testing.T) {
 	expiring := token("1s", "2s")
 	setToken(expiring)
 	time.Sleep(2500 * time.Millisecond)
-	ups, deletes := countUps(counts), serverDeletes(h)
+	ups, deletes := testenv.CountUps(counts), serverDeletes(h)
 	r := once(exitOK)
 	if s := lr.status("local_a_dev"); s.Reason != reason.VaultUnavailable || s.LastSuccessfulCommit == changed {
 		t.Errorf("the changed stand with a token past its max TTL: %+v", s)
@@ -226,7 +226,7 @@ func TestReconcileOnceVaultTokenPastMaxTTL(t *testing.T) {
 	if !strings.Contains(r.stderr, "refuses the reconciler's token") {
 		t.Errorf("the log does not say Vault refuses the token:\n%s", r.stderr)
 	}
-	if got := countUps(counts) - ups; got != 0 {
+	if got := testenv.CountUps(counts) - ups; got != 0 {
 		t.Errorf("%d pulumi up with a token past its max TTL", got)
 	}
 	if got, n := serverDeletes(h)-deletes, len(h.Servers(t)); got != 0 || n != servers {

@@ -63,3 +63,24 @@ func InitStandsRepo(t testing.TB, dir string) *git.Repository {
 	}
 	return repo
 }
+
+// KVStand is a one-node stand of project p from the example's common base with the kv app, whose
+// cache instance listens on port: it references the example's two secrets (kv-password,
+// registry-password).
+func KVStand(p string, port int) string {
+	return fmt.Sprintf(`from_dep_manifest: ../../bases/common.yml
+stand:
+  project: %s
+  env: dev
+nodes:
+  main:
+    profile: small
+    apps: [kv]
+apps:
+  kv:
+    instances:
+      cache:
+        preferences:
+          port: %d
+`, p, port)
+}

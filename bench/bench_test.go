@@ -1,0 +1,534 @@
+//go:build bench
+
+package bench
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"code.gitea.io/sdk/gitea"
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/memory"
+
+	"github.com/stands-engine/stands-reconciler/engine"
+	"github.com/stands-engine/stands-reconciler/hcloudsim"
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/reconcile"
+)
+
+// TestBench runs every measurement and writes the results (bench/results.md, docs/performance.md).
+// BENCH_STANDS sets the large repository's size (1000).
+func TestBench(t *testing.T) {
+	bin := buildReconciler(t)
+	res := newResults(t)
+	n := 1000
+	if v := os.Getenv("BENCH_STANDS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 30 {
+			t.Fatalf("BENCH_STANDS=%q: want 30 or more", v)
+		}
+	}
+	large := t.Run("large repository", func(t *testing.T) { benchLarge(t, bin, n, res) })
+	workers := t.Run("workers", func(t *testing.T) { benchWorkers(t, bin, res) })
+	forge := t.Run("forge", func(t *testing.T) { benchForge(t, bin, res) })
+	// Only a whole run at the documented size replaces the results (-run can pick one part).
+	if large && workers && forge && n == 1000 && len(res.rows) >= 10 {
+		res.write(t)
+	}
+}
+
+// buildReconciler builds stands-reconciler once for the run.
+func buildReconciler(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "stands-reconciler")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/stands-reconciler")
+	cmd.Dir = testenv.RepoRoot()
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, msg)
+	}
+	return out
+}
+
+func project(i int) string { return fmt.Sprintf("b%04d", i) }
+
+// sample is what the daemon and its outside services counted at one moment.
+type sample struct {
+	at               time.Time
+	processes, ups   int
+	gitea, vault     int64
+	cycleSum, cycles float64
+	rss              float64
+}
+
+func (d *daemon) sample() sample {
+	sum, n := d.cycleSeconds()
+	return sample{at: time.Now(), processes: d.w.processes(), ups: d.w.ups(), gitea: d.w.giteaIn.count(), vault: d.w.vaultIn.count(),
+		cycleSum: sum, cycles: n, rss: d.rss()}
+}
+
+// benchLarge: n stands, three made by the CLI and the others copied from the first (stacks_test.go).
+func benchLarge(t *testing.T, bin string, n int, res *results) {
+	h := testenv.StartHetzner(t, "bench-token")
+	w := newWorld(t, bin, h)
+	files := baseFiles(t)
+	first := map[string]string{}
+	for k, v := range files {
+		first[k] = v
+	}
+	for i := range n {
+		// One port for all: a copy is then exactly what the CLI makes of its manifest.
+		files[standPath(project(i))] = benchStand(project(i), 6300)
+		if i < 3 {
+			first[standPath(project(i))] = files[standPath(project(i))]
+		}
+	}
+	w.repo.Change("three stands", first)
+	d := w.daemon("--poll-interval", "1s")
+	d.start()
+	d.waitFor("the three stands Ready", 5*time.Minute, func() bool {
+		st := w.statuses()
+		for i := range 3 {
+			if s, ok := st["local_"+project(i)+"_dev"]; !ok || s.Phase != reason.Ready {
+				return false
+			}
+		}
+		return true
+	})
+	d.stop()
+
+	made := time.Now()
+	hashes := specHashes(t, files, w.pl.Passphrase)
+	eng := w.engine(t, d.state)
+	for _, s := range inventoryOf(t, eng) {
+		if want := hashes[s.StandID]; s.SpecHash != want {
+			t.Fatalf("%s: the CLI recorded spec hash %s, the bench computes %s", s.StandID, s.SpecHash, want)
+		}
+	}
+	snap, err := w.reader().Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmplStatus := readStatus(snap.Files, "local_b0000_dev")
+	stackDiffs, statusDiffs := checkClones(t, d.state, "b0000", "b0001", hashes, tmplStatus, readStatus(snap.Files, "local_b0001_dev"))
+	more := map[string]string{}
+	for i := 3; i < n; i++ {
+		p := project(i)
+		id := "local_" + p + "_dev"
+		stack := cloneStack(t, d.state, "b0000", p, hashes["local_b0000_dev"], hashes[id])
+		more[standPath(p)] = files[standPath(p)]
+		more["status/"+id+".json"] = string(cloneStatus(t, tmplStatus, "b0000", p, hashes["local_b0000_dev"], hashes[id], stack))
+	}
+	w.repo.Change(fmt.Sprintf("%d more stands, with the status the reconciler would have written", n-3), more)
+	listed := w.cliListing(t, d.state, project(n/2))
+	res.add("setup", fmt.Sprintf("%d stacks: 3 made through the CLI, %d copied", n, n-3), fmt.Sprintf("%.0f s to copy", time.Since(made).Seconds()), "", "",
+		fmt.Sprintf("the CLI lists %d stacks and decrypts %s's outputs; the copy of b0000 as b0001 has the keys and types of the CLI's b0001 and differs only in %d volatile values of the stack file (%s) and %d of the status file",
+			listed, project(n/2), len(stackDiffs), leaves(stackDiffs), len(statusDiffs)))
+
+	// The first start on the large repository: it commits STATUS.md once, then settles.
+	d.start()
+	d.waitFor("3 cycles", 10*time.Minute, func() bool { return d.cycles() >= 3 })
+	a := d.sample()
+	d.waitFor("10 more cycles", 10*time.Minute, func() bool { return d.cycles() >= 13 })
+	b := d.sample()
+	cycles := b.cycles - a.cycles
+	res.add("no-op cycle, warm", fmt.Sprintf("%d stands", n), fmt.Sprintf("%.0f ms", 1000*(b.cycleSum-a.cycleSum)/cycles),
+		"", "", fmt.Sprintf("%d Pulumi processes, %.1f Gitea and %.1f Vault requests per cycle over %.0f cycles; RSS %.0f MiB",
+			b.processes-a.processes, float64(b.gitea-a.gitea)/cycles, float64(b.vault-a.vault)/cycles, cycles, b.rss))
+	if b.processes != a.processes {
+		t.Errorf("warm no-op cycles ran %d Pulumi processes", b.processes-a.processes)
+	}
+
+	// A restart: the first cycle's cost, and ten cycles' Pulumi processes and requests.
+	d.stop()
+	head := w.head(t)
+	a = sample{processes: w.processes(), gitea: w.giteaIn.count(), vault: w.vaultIn.count()}
+	d.start()
+	d.waitFor("the first cycle after the restart", 10*time.Minute, func() bool { return d.cycles() >= 1 })
+	firstCycle := time.Since(d.started)
+	d.waitFor("10 cycles after the restart", 10*time.Minute, func() bool { return d.cycles() >= 10 })
+	b = d.sample()
+	restartProcs := b.processes - a.processes
+	res.add("no-op cycle, after a restart", fmt.Sprintf("%d stands", n), fmt.Sprintf("%.1f s to the first cycle's end", firstCycle.Seconds()), "", "",
+		fmt.Sprintf("%d Pulumi processes, %d Gitea and %d Vault requests over the first 10 cycles; %d status commits; RSS %.0f MiB",
+			restartProcs, b.gitea-a.gitea, b.vault-a.vault, w.commitsSince(t, head), b.rss))
+	if restartProcs != 0 {
+		t.Errorf("a restart and 10 no-op cycles ran %d Pulumi processes", restartProcs)
+	}
+	res.rss = append(res.rss, fmt.Sprintf("%.0f MiB at %d stands", b.rss, n))
+
+	// The rule before this version: every stand read again after a restart (its status has no
+	// stateDigest, as the previous version wrote it). Measured on 20 stands, scaled to n.
+	d.stop()
+	const k = 20
+	stale := map[string]string{}
+	for i := 3; i < 3+k; i++ {
+		id := "local_" + project(i) + "_dev"
+		var m map[string]any
+		if err := json.Unmarshal([]byte(more["status/"+id+".json"]), &m); err != nil {
+			t.Fatal(err)
+		}
+		delete(m, "stateDigest")
+		data, _ := json.MarshalIndent(m, "", "  ")
+		stale["status/"+id+".json"] = string(data) + "\n"
+	}
+	w.repo.Change("20 statuses as the previous version wrote them", stale)
+	a = sample{processes: w.processes()}
+	d.start()
+	d.waitFor("the 20 stands read again", 20*time.Minute, func() bool {
+		st := w.statuses()
+		for i := 3; i < 3+k; i++ {
+			if st["local_"+project(i)+"_dev"].StateDigest == "" {
+				return false
+			}
+		}
+		return true
+	})
+	took := time.Since(d.started) - firstCycle
+	perStand := float64(w.processes()-a.processes) / k
+	res.add("after a restart: previous rule (read every stand)", fmt.Sprintf("%d stands (measured on %d)", n, k),
+		fmt.Sprintf("~%.0f s", took.Seconds()*float64(n)/k), fmt.Sprintf("%.0f Pulumi processes", perStand*float64(n)),
+		ratio(perStand*float64(n), float64(max(restartProcs, 1))), fmt.Sprintf("%.1f Pulumi processes per stand; this version: %d", perStand, restartProcs))
+
+	// One stand of n changed: b0000, whose server hcloudsim holds.
+	d.waitFor("cycles to settle", 5*time.Minute, func() bool { return d.cycles() >= 5 })
+	a = d.sample()
+	head = w.head(t)
+	changed := w.repo.Change("b0000: another port", map[string]string{standPath("b0000"): benchStand("b0000", 7300)})
+	pushed := time.Now()
+	d.waitFor("b0000 Ready at the change", 10*time.Minute, func() bool {
+		s := w.statuses()["local_b0000_dev"]
+		return s.Phase == reason.Ready && s.LastSuccessfulCommit == changed
+	})
+	oneTook := time.Since(pushed)
+	d.stop() // the drain commits what the status delay holds
+	b = sample{processes: w.processes(), ups: w.ups()}
+	commits, touched := w.statusCommits(t, head, changed)
+	oneProcs, oneUps := b.processes-a.processes, b.ups-a.ups
+	if oneUps != 1 {
+		t.Errorf("one changed stand: %d pulumi up", b.ups-a.ups)
+	}
+	for _, f := range touched {
+		if f != "status/local_b0000_dev.json" && f != "STATUS.md" {
+			t.Errorf("a status commit for one changed stand touched %s", f)
+		}
+	}
+	oneRow := func(naiveProcs, naiveSecs float64) {
+		res.add("a commit changing 1 stand", fmt.Sprintf("%d stands", n), fmt.Sprintf("%.1f s to Ready", oneTook.Seconds()),
+			fmt.Sprintf("%.0f Pulumi processes, ~%.0f s (4 workers)", naiveProcs, naiveSecs), ratio(naiveProcs, float64(oneProcs)),
+			fmt.Sprintf("this version: %d Pulumi processes (%d up), %d status commits touching %s; baseline: the Pulumi Kubernetes Operator's rule, `pulumi up` of every stack whose commit moved, measured on 10 stacks and scaled",
+				oneProcs, oneUps, commits, strings.Join(touched, ", ")))
+	}
+
+	// Memory over 1,000 cycles at a 10 ms poll.
+	d.args = append(d.args, "--poll-interval", "10ms")
+	d.start()
+	d.waitFor("50 cycles", 20*time.Minute, func() bool { return d.cycles() >= 50 })
+	a = d.sample()
+	d.waitFor("1,000 more cycles", 60*time.Minute, func() bool { return d.cycles() >= 1050 })
+	b = d.sample()
+	res.add("memory over 1,000 no-op cycles", fmt.Sprintf("%d stands, 10 ms poll", n), fmt.Sprintf("RSS %.0f → %.0f MiB", a.rss, b.rss), "", "",
+		fmt.Sprintf("%.0f ms per cycle, %d Pulumi processes", 1000*(b.cycleSum-a.cycleSum)/(b.cycles-a.cycles), b.processes-a.processes))
+	d.stop()
+	// Last: the baseline's forced applies rewrite the stacks they touch.
+	oneRow(w.naive(t, eng, files, hashes, n))
+}
+
+// engine is an engine on the daemon's backend, for the bench's own reads and the baseline's applies.
+func (w *world) engine(t *testing.T, state string) *engine.Engine {
+	t.Helper()
+	eng, err := engine.New(engine.Config{PulumiBin: w.wrapper, BackendURL: "file://" + backendDir(state), Passphrase: w.pl.Passphrase,
+		HcloudToken: w.hetzner.Token, HcloudEndpoint: w.hetzner.Endpoint, ProviderBin: w.bin, WorkDir: t.TempDir(), SkipNodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// naive is the baseline rule: `pulumi up` of every stack whose commit moved, i.e. all n. It is
+// measured on 10 copied stacks (forced applies with nothing to change) and scaled to n stacks on 4
+// workers.
+func (w *world) naive(t *testing.T, eng *engine.Engine, files map[string]string, hashes map[string]string, n int) (processes, seconds float64) {
+	t.Helper()
+	inputs := judge(t, files, w.pl.Passphrase)
+	before, start := w.processes(), time.Now()
+	const k = 10
+	for i := 10; i < 10+k; i++ {
+		in := inputs["local_"+project(i)+"_dev"]
+		if in.SpecHash != hashes[in.Stand.ID] {
+			t.Fatalf("%s: spec hash", in.Stand.ID)
+		}
+		if _, err := eng.Apply(context.Background(), in, true); err != nil {
+			t.Fatalf("forced apply of %s: %v", in.Stand.ID, err)
+		}
+	}
+	per, perSec := float64(w.processes()-before)/k, time.Since(start).Seconds()/k
+	return per * float64(n), perSec * float64(n) / 4
+}
+
+func ratio(baseline, ours float64) string {
+	if ours <= 0 {
+		return "∞"
+	}
+	return fmt.Sprintf("%.0f×", baseline/ours)
+}
+
+// head is main's commit now.
+func (w *world) head(t *testing.T) string {
+	t.Helper()
+	snap, err := w.reader().Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.Commit
+}
+
+// commitsSince counts main's commits after from.
+func (w *world) commitsSince(t *testing.T, from string) int {
+	n, _ := w.statusCommits(t, from, "")
+	return n
+}
+
+// statusCommits counts main's commits after from, but the one named skip (a human's), and lists the
+// files they touched.
+func (w *world) statusCommits(t *testing.T, from, skip string) (int, []string) {
+	t.Helper()
+	repo, err := git.Clone(memory.NewStorage(), nil, &git.CloneOptions{URL: w.repo.Info.CloneURL, Auth: w.gitea.HTTPAuth()})
+	if err != nil {
+		t.Fatalf("clone: %v", err)
+	}
+	ref, err := repo.Head()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := repo.CommitObject(ref.Hash())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, touched := 0, map[string]bool{}
+	for c.Hash.String() != from {
+		parent, err := c.Parent(0)
+		if err != nil {
+			t.Fatalf("%s is not on main", from)
+		}
+		if c.Hash.String() != skip {
+			n++
+			changes, err := object.DiffTree(must(parent.Tree()), must(c.Tree()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ch := range changes {
+				touched[cmp.Or(ch.To.Name, ch.From.Name)] = true
+			}
+		}
+		c = parent
+	}
+	return n, slices.Sorted(maps.Keys(touched))
+}
+
+// cliListing runs the Pulumi CLI itself on the backend: it lists every stack, and decrypts one
+// copy's outputs.
+func (w *world) cliListing(t *testing.T, state, project string) int {
+	t.Helper()
+	run := func(args ...string) string {
+		cmd := exec.Command(w.pl.Bin, args...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "PULUMI_HOME=" + t.TempDir(), "PULUMI_SKIP_UPDATE_CHECK=true",
+			"PULUMI_BACKEND_URL=file://" + backendDir(state) + "?no_tmp_dir=true", "PULUMI_CONFIG_PASSPHRASE=" + w.pl.Passphrase}
+		cmd.Dir = t.TempDir()
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("pulumi %s: %v", strings.Join(args, " "), err)
+		}
+		return string(out)
+	}
+	var list []struct {
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal([]byte(run("stack", "ls", "--all", "--json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	outs := run("stack", "output", "--json", "--show-secrets", "--stack", "organization/"+project+"/dev")
+	if !strings.Contains(outs, `"connection"`) || !strings.Contains(outs, "local_"+project+"_dev") {
+		t.Errorf("the CLI's outputs of the copy %s: %.300s", project, outs)
+	}
+	return len(list)
+}
+
+// benchWorkers: twelve creates with 1 and with 4 workers, hcloudsim's actions taking 10 s each as
+// a server's creation does at Hetzner.
+func benchWorkers(t *testing.T, bin string, res *results) {
+	took := map[int]time.Duration{}
+	for _, workers := range []int{1, 4} {
+		h := testenv.StartHetzner(t, "bench-token", hcloudsim.WithActionDelay(10*time.Second))
+		w := newWorld(t, bin, h)
+		files := baseFiles(t)
+		for i := range 12 {
+			files[standPath(project(i))] = benchStand(project(i), 6300+i)
+		}
+		w.repo.Change("twelve stands", files)
+		d := w.daemon("--poll-interval", "1s", "--workers", strconv.Itoa(workers))
+		d.start()
+		d.waitFor("twelve stands Ready", 30*time.Minute, func() bool {
+			st := w.statuses()
+			for i := range 12 {
+				if st["local_"+project(i)+"_dev"].Phase != reason.Ready {
+					return false
+				}
+			}
+			return true
+		})
+		took[workers] = time.Since(d.started)
+		d.stop()
+	}
+	res.add("12 creates, 4 workers vs 1", "hcloudsim actions 10 s", fmt.Sprintf("%.0f s", took[4].Seconds()), fmt.Sprintf("%.0f s", took[1].Seconds()),
+		fmt.Sprintf("%.1f× faster", took[1].Seconds()/took[4].Seconds()), "from the daemon's start to the twelfth Ready status")
+}
+
+// benchForge: how soon a commit starts an apply with Gitea's push webhook and with polling alone
+// (the default 30 s poll), and how long pull request plans take with 20 open while the tracked
+// branch keeps changing, against the same applies with no pull request open.
+func benchForge(t *testing.T, bin string, res *results) {
+	h := testenv.StartHetzner(t, "bench-token")
+	w := newWorld(t, bin, h)
+	files := baseFiles(t)
+	for i := range 4 {
+		files[standPath(project(i))] = benchStand(project(i), 6300)
+	}
+	w.repo.Change("four stands", files)
+	const hookKey = "bench-webhook-secret"
+	d := w.daemon("--poll-interval", "30s")
+	d.env = append(d.env, "STANDS_WEBHOOK_SECRET_FILE="+w.secretFile("webhook-secret", hookKey))
+	d.start()
+	d.waitFor("four stands Ready", 5*time.Minute, func() bool { return w.allReady(4) })
+	api := w.gitea.API(t)
+	owner, name := w.repo.Info.Owner.UserName, w.repo.Info.Name
+	hook, _, err := api.CreateRepoHook(owner, name, gitea.CreateHookOption{Type: gitea.HookTypeGitea, Active: true, Events: []string{"push"},
+		Config: map[string]string{"url": "http://" + d.listen + "/webhook", "content_type": "json", "secret": hookKey}})
+	if err != nil {
+		t.Fatalf("create the webhook: %v", err)
+	}
+	port := 7000
+	// applyLatency pushes a change of b0000 and returns how long until its apply started, and until
+	// it was Ready.
+	applyLatency := func() (start, ready time.Duration) {
+		port++
+		pushed := time.Now()
+		commit := w.repo.Change("b0000: port", map[string]string{standPath("b0000"): benchStand("b0000", port)})
+		// The cycle that started the apply: the reconciler's decision, before Pulumi's own start-up.
+		d.waitFor("b0000's apply started", 2*time.Minute, func() bool {
+			return d.logSince(pushed, `"msg":"cycle planned"`, `"update":1`)
+		})
+		start = time.Since(pushed)
+		d.waitFor("b0000 Ready", 5*time.Minute, func() bool {
+			s := w.statuses()["local_b0000_dev"]
+			return s.Phase == reason.Ready && s.LastSuccessfulCommit == commit
+		})
+		return start, time.Since(pushed)
+	}
+	mean := func(f func() time.Duration, k int) time.Duration {
+		var sum time.Duration
+		for range k {
+			sum += f()
+		}
+		return sum / time.Duration(k)
+	}
+	hooked := mean(func() time.Duration { s, _ := applyLatency(); return s }, 3)
+	if _, err := api.EditRepoHook(owner, name, hook.ID, gitea.EditHookOption{Active: gitea.OptionalBool(false)}); err != nil {
+		t.Fatal(err)
+	}
+	polled := mean(func() time.Duration { s, _ := applyLatency(); return s }, 3)
+	res.add("commit → apply start", "webhook vs 30 s poll", fmt.Sprintf("%.1f s", hooked.Seconds()), fmt.Sprintf("%.1f s", polled.Seconds()),
+		fmt.Sprintf("%.0f× sooner", polled.Seconds()/hooked.Seconds()), "mean of 3 pushes each: from the push to the cycle that starts the apply (`cycle planned`, update 1)")
+
+	// Pull request plans under load: 20 open, each changing a stand, while main keeps changing.
+	if _, err := api.EditRepoHook(owner, name, hook.ID, gitea.EditHookOption{Active: gitea.OptionalBool(true)}); err != nil {
+		t.Fatal(err)
+	}
+	quietStart, quiet := applyLatency()
+	type pr struct {
+		head   string
+		opened time.Time
+	}
+	var prs []pr
+	for i := range 20 {
+		branch := fmt.Sprintf("pr-%02d", i)
+		head := w.repo.ChangeOn(branch, "a new stand", map[string]string{standPath(fmt.Sprintf("p%02d", i)): benchStand(fmt.Sprintf("p%02d", i), 6300)})
+		w.repo.Open(api, branch, branch)
+		prs = append(prs, pr{head: head, opened: time.Now()})
+	}
+	busyStart, busy := applyLatency()
+	var latencies []float64
+	for _, p := range prs {
+		st := w.planStatus(t, p.head, 20*time.Minute)
+		if st.State != gitea.StatusSuccess {
+			t.Errorf("the plan of %s: %s %q", p.head[:12], st.State, st.Description)
+		}
+		latencies = append(latencies, st.Updated.Sub(p.opened).Seconds())
+	}
+	slices.Sort(latencies)
+	res.add("pull request plans", "20 open, main changing", fmt.Sprintf("median %.0f s, slowest %.0f s", latencies[len(latencies)/2], latencies[len(latencies)-1]), "", "",
+		"from each pull request's opening to its stands/plan status")
+	res.add("an apply while 20 plans run", "commit → apply start; → Ready", fmt.Sprintf("%.1f s; %.1f s", busyStart.Seconds(), busy.Seconds()),
+		fmt.Sprintf("%.1f s; %.1f s with no pull request open", quietStart.Seconds(), quiet.Seconds()), fmt.Sprintf("%.2f× to Ready", busy.Seconds()/quiet.Seconds()),
+		"plans run on their own worker, so an apply does not wait for them to start; on 2 cores they share the CPU with it")
+	d.stop()
+}
+
+// allReady says whether the stands b0000… (n of them) are Ready.
+func (w *world) allReady(n int) bool {
+	st := w.statuses()
+	for i := range n {
+		if st["local_"+project(i)+"_dev"].Phase != reason.Ready {
+			return false
+		}
+	}
+	return true
+}
+
+// planStatus waits for the final stands/plan status of a commit.
+func (w *world) planStatus(t *testing.T, sha string, timeout time.Duration) *gitea.Status {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		statuses, _, err := w.gitea.API(t).ListStatuses(w.repo.Info.Owner.UserName, w.repo.Info.Name, sha, gitea.ListStatusesOption{})
+		var newest *gitea.Status
+		for _, s := range statuses {
+			if s.Context == reconcile.PlanContext && (newest == nil || s.ID > newest.ID) {
+				newest = s
+			}
+		}
+		if err == nil && newest != nil && newest.State != gitea.StatusPending {
+			return newest
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no final stands/plan on %s within %s", sha[:12], timeout)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// leaves names the differing values by their last path element, each once.
+func leaves(paths []string) string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range paths {
+		leaf := p[strings.LastIndex(p, ".")+1:]
+		if !seen[leaf] {
+			seen[leaf] = true
+			out = append(out, leaf)
+		}
+	}
+	return strings.Join(out, ", ")
+}
