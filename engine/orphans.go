@@ -2,17 +2,13 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optlist"
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
-	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // Orphan is a server carrying the reconciler's labels that no stack of the backend holds. Orphans are
@@ -24,42 +20,13 @@ type Orphan struct {
 	Created  string `json:"created"`
 }
 
-// Orphans lists the owned servers absent from every stack of the backend.
+// Orphans lists the owned servers absent from every stack of the backend. The stacks are read from
+// the backend's storage, as the inventory reads them: no Pulumi process, whatever their number.
 func (e *Engine) Orphans(ctx context.Context) (_ []Orphan, err error) {
 	defer classify(&err)
-	ctx, done := e.scoped(ctx)
-	defer done()
-	_, opts, err := e.workspace(ctx)
+	known, err := e.stackServers(ctx)
 	if err != nil {
 		return nil, err
-	}
-	ws, err := auto.NewLocalWorkspace(ctx, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("open workspace: %w", err)
-	}
-	stacks, err := ws.ListStacks(ctx, optlist.All())
-	if err != nil {
-		return nil, fmt.Errorf("list stacks: %w", err)
-	}
-	known := map[int64]bool{}
-	for _, s := range stacks {
-		parts := strings.Split(s.Name, "/")
-		if len(parts) != 3 {
-			continue
-		}
-		st, err := e.stack(ctx, stands.StackRef{Project: parts[1], Env: parts[2]}, func(*pulumi.Context) error { return nil }, false)
-		if err != nil {
-			return nil, fmt.Errorf("open stack %s: %w", s.Name, err)
-		}
-		dep, err := exportDeployment(ctx, st)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range dep.Resources {
-			if f, ok := r.Outputs["serverId"].(float64); ok && r.Type == provider.ServerType {
-				known[int64(f)] = true
-			}
-		}
 	}
 	hc, err := e.hcloud()
 	if err != nil {
@@ -77,4 +44,40 @@ func (e *Engine) Orphans(ctx context.Context) (_ []Orphan, err error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ServerID < out[j].ServerID })
 	return out, nil
+}
+
+// stackServers is the id of every server some stack of the backend records.
+func (e *Engine) stackServers(ctx context.Context) (map[int64]bool, error) {
+	b, err := e.backendBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	objs, err := listObjects(ctx, b, stacksPrefix)
+	if err != nil {
+		return nil, err
+	}
+	known := map[int64]bool{}
+	for _, o := range objs {
+		if _, _, ok := stackFileName(o.Key); !ok {
+			continue
+		}
+		data, err := readStackBytes(ctx, b, o.Key)
+		if err != nil || data == nil {
+			return nil, err
+		}
+		var cp stackFile
+		if err := json.Unmarshal(data, &cp); err != nil {
+			return nil, fmt.Errorf("parse stack file %s: %w", o.Key, err)
+		}
+		if cp.Checkpoint.Latest == nil {
+			continue
+		}
+		for _, r := range cp.Checkpoint.Latest.Resources {
+			if f, ok := r.Outputs["serverId"].(float64); ok && r.Type == provider.ServerType {
+				known[int64(f)] = true
+			}
+		}
+	}
+	return known, nil
 }
