@@ -189,6 +189,36 @@ func (e *Engine) hcloud() (*hcloud.Client, error) {
 	return hcloud.NewClient(opts...), nil
 }
 
+// sweep deletes what Hetzner still holds with the destroyed stand's labels. A create interrupted
+// before the provider recorded its server (a kill, a timeout, a request Hetzner finished after its
+// caller gave up) leaves a server outside the stack: an apply adopts it by name, but a destroy
+// never sees it, and nothing else would ever delete it. The labels name this stand alone.
+func (e *Engine) sweep(ctx context.Context, standID string, log *slog.Logger) error {
+	if standID == "" {
+		return nil
+	}
+	hc, err := e.hcloud()
+	if err != nil {
+		return err
+	}
+	left, err := hc.Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{
+		LabelSelector: provider.LabelManagedBy + "=" + provider.ManagedByValue + "," + provider.LabelStand + "=" + standID}})
+	if err != nil {
+		return fmt.Errorf("list the servers left of %s: %w", standID, err)
+	}
+	for _, srv := range left {
+		res, _, err := hc.Server.DeleteWithResult(ctx, srv)
+		if err != nil {
+			return fmt.Errorf("delete server %s left outside the stack of %s: %w", srv.Name, standID, err)
+		}
+		if err := hc.Action.WaitFor(ctx, res.Action); err != nil {
+			return fmt.Errorf("delete server %s left outside the stack of %s: %w", srv.Name, standID, err)
+		}
+		log.Warn("deleted a server an interrupted create had left outside the stack", "server", srv.Name, "id", srv.ID)
+	}
+	return nil
+}
+
 // prepare opens the stand's stack (creating it when create is set), checks ownership, and fills the
 // plan.
 func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly bool) (auto.Stack, *plan, auto.OutputMap, error) {
@@ -541,6 +571,9 @@ func (e *Engine) Destroy(ctx context.Context, ref stands.StackRef) (_ *stands.Re
 	changes := wait()
 	if err != nil {
 		return nil, e.savedElsewhere(ctx, ref, fmt.Errorf("pulumi destroy %s: %w", id, err))
+	}
+	if err := e.sweep(ctx, cmp.Or(standID, ref.StandID), log); err != nil {
+		return nil, err
 	}
 	if err := st.Workspace().RemoveStack(ctx, st.Name()); err != nil {
 		return nil, fmt.Errorf("remove stack %s: %w", id, err)

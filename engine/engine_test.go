@@ -287,14 +287,26 @@ apps:
 		t.Errorf("web server %+v", w)
 	}
 
-	// 4. Destroy: no servers, no stack; again: nothing to do.
+	// 4. Destroy: no servers, no stack; again: nothing to do. A server with the stand's labels
+	// that no stack holds — what a create interrupted before the provider recorded it leaves — goes
+	// too; another stand's does not.
+	for name, standID := range map[string]string{"demo-demo-two-node-extra": "demo_demo_two-node", "demo-demo-other-main": "demo_demo_other"} {
+		if _, _, err := f.Client.Server.Create(ctx, hcloud.ServerCreateOpts{Name: name, ServerType: &hcloud.ServerType{Name: "cx22"},
+			Image: &hcloud.Image{Name: "debian-12"}, Location: &hcloud.Location{Name: "hel1"},
+			Labels: map[string]string{provider.LabelManagedBy: provider.ManagedByValue, provider.LabelStand: standID}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ref := stands.StackRef{Project: "demo", Env: "two-node"}
 	res, err = f.eng.Destroy(ctx, ref)
 	if err != nil || res.StandID != "demo_demo_two-node" || res.Changes["delete"] != 2 {
 		t.Fatalf("destroy: %v %+v", err, res)
 	}
-	if n := len(f.Servers(t)); n != 0 {
-		t.Errorf("%d servers left after destroy", n)
+	if left := f.Servers(t); len(left) != 1 || left["demo-demo-other-main"] == nil {
+		t.Errorf("servers left after destroy: %v, want only another stand's", left)
+	}
+	if !strings.Contains(f.logs.String(), "deleted a server an interrupted create had left outside the stack") {
+		t.Error("the swept server is not logged")
 	}
 	if _, err := os.Stat(filepath.Join(f.backend, ".pulumi", "stacks", "demo", "two-node.json")); !os.IsNotExist(err) {
 		t.Errorf("stack file still there: %v", err)
