@@ -10,7 +10,7 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools screenshots render demo-apply clean tools deps vm-image e2e bench
+.PHONY: deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools screenshots render demo-apply clean tools deps vm-image e2e bench faults faults-short
 
 # Tools the tests run for real, each built from the Go module proxy in a module of its own under
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
@@ -81,6 +81,15 @@ e2e: vm-image
 bench: tools
 	$(GO) test -tags bench -count=1 -timeout 120m -v -run '^TestBench$$' ./bench/
 
+# The fault suite (bench/faults_test.go, tag faults): each fault brought into one running daemon and
+# taken away, the recovery time printed, and after each: no orphan, no stale lock, no wrong destroy,
+# no secret in logs or the repository. faults-short is the subset .ci/run runs (~6 min).
+faults: tools
+	$(GO) test -tags faults -count=1 -timeout 60m -v -run '^TestFaults$$' ./bench/
+
+faults-short: tools
+	FAULTS=short $(GO) test -tags faults -count=1 -timeout 30m -v -run '^TestFaults$$' ./bench/
+
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPreflight$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./manifest
 
@@ -89,8 +98,9 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags e2e ./...
 	$(GO) vet -tags bench ./bench/
+	$(GO) vet -tags faults ./bench/
 	$(GO) run $(STATICCHECK) -tags e2e ./...
-	$(GO) run $(STATICCHECK) -tags bench ./bench/
+	$(GO) run $(STATICCHECK) -tags bench,faults ./bench/
 	$(MAKE) --no-print-directory deploy-check
 
 # The unit (systemd-analyze verify, any warning an error: ExecStart stands in for the binary, which the

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,20 +45,8 @@ func TestBench(t *testing.T) {
 	forge := t.Run("forge", func(t *testing.T) { benchForge(t, bin, res) })
 	// Only a whole run at the documented size replaces the results (-run can pick one part).
 	if large && workers && forge && n == 1000 && len(res.rows) >= 10 {
-		res.write(t)
+		res.write(t, benchReport)
 	}
-}
-
-// buildReconciler builds stands-reconciler once for the run.
-func buildReconciler(t *testing.T) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "stands-reconciler")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/stands-reconciler")
-	cmd.Dir = testenv.RepoRoot()
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, msg)
-	}
-	return out
 }
 
 func project(i int) string { return fmt.Sprintf("b%04d", i) }
@@ -246,17 +233,6 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 	oneRow(w.naive(t, eng, files, hashes, n))
 }
 
-// engine is an engine on the daemon's backend, for the bench's own reads and the baseline's applies.
-func (w *world) engine(t *testing.T, state string) *engine.Engine {
-	t.Helper()
-	eng, err := engine.New(engine.Config{PulumiBin: w.wrapper, BackendURL: "file://" + backendDir(state), Passphrase: w.pl.Passphrase,
-		HcloudToken: w.hetzner.Token, HcloudEndpoint: w.hetzner.Endpoint, ProviderBin: w.bin, WorkDir: t.TempDir(), SkipNodes: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return eng
-}
-
 // naive is the baseline rule: `pulumi up` of every stack whose commit moved, i.e. all n. It is
 // measured on 10 copied stacks (forced applies with nothing to change) and scaled to n stacks on 4
 // workers.
@@ -283,16 +259,6 @@ func ratio(baseline, ours float64) string {
 		return "∞"
 	}
 	return fmt.Sprintf("%.0f×", baseline/ours)
-}
-
-// head is main's commit now.
-func (w *world) head(t *testing.T) string {
-	t.Helper()
-	snap, err := w.reader().Fetch(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap.Commit
 }
 
 // commitsSince counts main's commits after from.

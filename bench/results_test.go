@@ -1,4 +1,4 @@
-//go:build bench
+//go:build bench || faults
 
 package bench
 
@@ -16,20 +16,39 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 )
 
-// results are the rows of bench/results.md, printed as they come.
+// results are the rows of a results file (bench/results.md, bench/faults.md), printed as they come.
 type results struct {
-	t    *testing.T
-	rows [][]string
-	rss  []string
+	t      *testing.T
+	header []string
+	rows   [][]string
+	rss    []string
 }
 
-func newResults(t *testing.T) *results { return &results{t: t} }
+func newResults(t *testing.T) *results {
+	return &results{t: t, header: []string{"measurement", "size", "this version", "baseline", "ratio", "how"}}
+}
+
+// report is where a results table goes: a file of its own under bench/ and a generated section
+// of a page under docs/.
+type report struct {
+	file, title, intro string // bench/<file>
+	doc, begin, end    string // docs/<doc> between the markers
+}
+
+var benchReport = report{"results.md", "Benchmark results",
+	"Written by `make bench` (bench/); how each number is measured is in [docs/performance.md](../docs/performance.md).",
+	"performance.md", beginMark, endMark}
 
 // add records a measurement: what, at what size, this version's number, the baseline's, their
 // ratio, and how it was measured.
 func (r *results) add(what, size, ours, baseline, ratio, how string) {
-	r.t.Logf("%s (%s): %s | baseline %s | %s | %s", what, size, ours, baseline, ratio, how)
-	r.rows = append(r.rows, []string{what, size, ours, baseline, ratio, how})
+	r.row(what, size, ours, baseline, ratio, how)
+}
+
+// row records a row of the header's cells.
+func (r *results) row(cells ...string) {
+	r.t.Logf("%s", strings.Join(cells, " | "))
+	r.rows = append(r.rows, cells)
 }
 
 // Markers of the generated section in docs/performance.md.
@@ -41,7 +60,7 @@ const (
 func (r *results) table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s at commit %s on %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), commit(), machine())
-	b.WriteString("| measurement | size | this version | baseline | ratio | how |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| " + strings.Join(r.header, " | ") + " |\n|" + strings.Repeat("---|", len(r.header)) + "\n")
 	for _, row := range r.rows {
 		for i := range row {
 			row[i] = strings.ReplaceAll(row[i], "|", `\|`)
@@ -51,8 +70,8 @@ func (r *results) table() string {
 	return b.String()
 }
 
-// write puts the table into bench/results.md and docs/performance.md's generated section.
-func (r *results) write(t *testing.T) {
+// write puts the table into the report's file and its page's generated section.
+func (r *results) write(t *testing.T, rep report) {
 	t.Helper()
 	if t.Failed() {
 		t.Log("a measurement failed: the results files are left as they were")
@@ -60,21 +79,21 @@ func (r *results) write(t *testing.T) {
 	}
 	root := testenv.RepoRoot()
 	table := r.table()
-	doc := "# Benchmark results\n\nWritten by `make bench` (bench/); how each number is measured is in [docs/performance.md](../docs/performance.md).\n\n" + table
-	if err := os.WriteFile(filepath.Join(root, "bench", "results.md"), []byte(doc), 0o644); err != nil {
+	doc := "# " + rep.title + "\n\n" + rep.intro + "\n\n" + table
+	if err := os.WriteFile(filepath.Join(root, "bench", rep.file), []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	perf := filepath.Join(root, "docs", "performance.md")
+	perf := filepath.Join(root, "docs", rep.doc)
 	data, err := os.ReadFile(perf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, rest, ok1 := bytes.Cut(data, []byte(beginMark))
-	_, after, ok2 := bytes.Cut(rest, []byte(endMark))
+	before, rest, ok1 := bytes.Cut(data, []byte(rep.begin))
+	_, after, ok2 := bytes.Cut(rest, []byte(rep.end))
 	if !ok1 || !ok2 {
-		t.Fatalf("%s lacks the markers %q and %q", perf, beginMark, endMark)
+		t.Fatalf("%s lacks the markers %q and %q", perf, rep.begin, rep.end)
 	}
-	out := string(before) + beginMark + "\n" + table + endMark + string(after)
+	out := string(before) + rep.begin + "\n" + table + rep.end + string(after)
 	if err := os.WriteFile(perf, []byte(out), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -93,9 +93,6 @@ func renamer(from, to, fromHash, toHash string) *strings.Replacer {
 		fromHash, toHash)
 }
 
-// backendDir is the daemon's file:// backend.
-func backendDir(state string) string { return filepath.Join(state, "pulumi", "local") }
-
 func stackFile(state, project string) string {
 	return filepath.Join(backendDir(state), ".pulumi", "stacks", project, "dev.json")
 }
@@ -289,13 +286,6 @@ func checkClones(t *testing.T, state, tmpl, other string, hashes map[string]stri
 		}
 	}
 	return stackDiffs, statusDiffs
-}
-
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }
 
 // inventoryOf lists the backend as the engine does (no Pulumi process).

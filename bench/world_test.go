@@ -1,4 +1,4 @@
-//go:build bench
+//go:build bench || faults
 
 package bench
 
@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
@@ -292,3 +293,46 @@ lines:
 
 // rss is the daemon's resident memory in MiB.
 func (d *daemon) rss() float64 { return d.metric("process_resident_memory_bytes") / (1 << 20) }
+
+// buildReconciler builds stands-reconciler once for the run.
+func buildReconciler(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "stands-reconciler")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/stands-reconciler")
+	cmd.Dir = testenv.RepoRoot()
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, msg)
+	}
+	return out
+}
+
+// engine is an engine on the daemon's backend, for the bench's own reads and the baseline's applies.
+func (w *world) engine(t *testing.T, state string) *engine.Engine {
+	t.Helper()
+	eng, err := engine.New(engine.Config{PulumiBin: w.wrapper, BackendURL: "file://" + backendDir(state), Passphrase: w.pl.Passphrase,
+		HcloudToken: w.hetzner.Token, HcloudEndpoint: w.hetzner.Endpoint, ProviderBin: w.bin, WorkDir: t.TempDir(), SkipNodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// head is main's commit now.
+func (w *world) head(t *testing.T) string {
+	t.Helper()
+	snap, err := w.reader().Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.Commit
+}
+
+// backendDir is the daemon's file:// backend.
+func backendDir(state string) string { return filepath.Join(state, "pulumi", "local") }
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

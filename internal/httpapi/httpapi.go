@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,10 +32,18 @@ type Loop interface {
 // repository, the secret store or the Pulumi backend is unreachable.
 func Handler(l Loop, secret func() []byte, log *slog.Logger, collectors ...prometheus.Collector) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /webhook", gitsource.WebhookHandler(secret, func() {
+	hook := gitsource.WebhookHandler(secret, func() {
 		log.Info("webhook: polling now")
 		l.Trigger()
-	}))
+	})
+	refused := &refusals{log: log, every: time.Minute}
+	mux.HandleFunc("POST /webhook", func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w}
+		hook.ServeHTTP(rec, r)
+		if rec.code == http.StatusUnauthorized {
+			refused.add(r.RemoteAddr, time.Now())
+		}
+	})
 	if len(collectors) > 0 {
 		// Unauthenticated, like /healthz: the listener is 127.0.0.1 by default.
 		reg := prometheus.NewRegistry()
@@ -98,4 +107,40 @@ func (s *Server) Close() error {
 	err := s.srv.Shutdown(ctx)
 	<-s.done
 	return err
+}
+
+// refusals logs webhooks refused for their signature: the first at once, then at most one record
+// per interval counting those since, so a caller guessing signatures cannot flood the log.
+type refusals struct {
+	log   *slog.Logger
+	every time.Duration
+
+	mu     sync.Mutex
+	last   time.Time
+	since  int
+	logged bool
+}
+
+func (f *refusals) add(remote string, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.since++
+	if f.logged && now.Sub(f.last) < f.every {
+		return
+	}
+	f.log.Warn("webhook refused: bad or missing signature, no poll started", "remote", remote, "refused", f.since)
+	f.last, f.since, f.logged = now, 0, true
+}
+
+// statusRecorder keeps the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+	r.ResponseWriter.WriteHeader(code)
 }

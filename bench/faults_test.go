@@ -1,0 +1,757 @@
+//go:build faults
+
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/memory"
+
+	"github.com/stands-engine/stands-reconciler/engine"
+	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/hcloudsim"
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/reconcile"
+)
+
+// TestFaults is the fault suite (make faults; FAULTS=short runs the subset .ci/run runs). One
+// world — Gitea, Vault, hcloudsim with actions lasting seconds, the real Pulumi CLI — and one
+// daemon, into which each case brings one fault, takes it away and measures how long the daemon
+// took to recover. Whatever a case did, after it: no server outside every stack (read from the
+// backend), no stack lock left, no server deleted that the case did not remove, every stand that
+// should exist Ready with its server, and no secret in any daemon log or anywhere in the
+// repository's history.
+func TestFaults(t *testing.T) {
+	short := os.Getenv("FAULTS") == "short"
+	h := testenv.StartHetzner(t, "faults-token", hcloudsim.WithActionDelay(2*time.Second))
+	s := newSuite(t, newWorld(t, buildReconciler(t), h))
+	for _, c := range faultCases {
+		if short && !c.short {
+			continue
+		}
+		s.run(c)
+	}
+	s.report(short)
+}
+
+// faultCase brings one fault and takes it away; recover is how long the daemon took, from the fault
+// gone to the state the case waits for, and cause where the daemon named the fault.
+type faultCase struct {
+	name  string
+	short bool // in .ci/run's subset
+	run   func(s *suite, c *caseRun)
+}
+
+type caseRun struct {
+	name     string
+	started  time.Time
+	deletes  int           // servers the case removes on purpose
+	recovery time.Duration // set by the case
+	cause    string        // where and how the daemon named the fault
+	failed   bool
+}
+
+// suite is the world, the daemon and what the cases committed.
+type suite struct {
+	t        *testing.T
+	w        *world
+	d        *daemon
+	eng      *engine.Engine
+	logs     []string          // every daemon log, across restarts
+	live     map[string]string // stands that must exist: id → stand.yml path
+	files    map[string]string // the stands' manifests as committed
+	port     int
+	hookKey  string
+	rows     []*caseRun
+	secrets  []string
+	tmpfsDir string
+}
+
+const faultOpTimeout = 60 * time.Second
+
+func newSuite(t *testing.T, w *world) *suite {
+	s := &suite{t: t, w: w, live: map[string]string{}, files: map[string]string{}, port: 7100, hookKey: "faults-webhook-" + testenv.RandomHex(8)}
+	s.secrets = []string{w.hetzner.Token, w.pl.Passphrase, w.gitea.Token, w.secretID, s.hookKey}
+	for _, v := range secretValues {
+		s.secrets = append(s.secrets, v)
+	}
+	files := baseFiles(t)
+	files["stands/fbase/stand.yml"] = s.manifest("fbase")
+	files["stands/fother/stand.yml"] = s.manifest("fother")
+	w.repo.Change("bases and two stands", files)
+	s.d = w.daemon("--poll-interval", "2s", "--status-delay", "1s", "--operation-timeout", faultOpTimeout.String(), "--workers", "4")
+	s.d.state = s.stateDir(t)
+	s.d.env = append(s.d.env, "STANDS_WEBHOOK_SECRET_FILE="+w.secretFile("webhook-secret", s.hookKey))
+	s.start()
+	s.eng = w.engine(t, s.d.state)
+	for _, p := range []string{"fbase", "fother"} {
+		s.live[id(p)] = standPath(p)
+	}
+	if !s.waitReady(nil, 5*time.Minute, id("fbase"), id("fother")) {
+		t.Fatal("the suite's two stands did not become Ready")
+	}
+	return s
+}
+
+// stateDir is the daemon's state folder: a tmpfs of its own when we may mount one, so the disk-full
+// case fills it and nothing else.
+func (s *suite) stateDir(t *testing.T) string {
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=256m,mode=0700"); err != nil {
+		t.Logf("state folder on the test's disk (tmpfs: %v): the disk-full case needs root", err)
+		return dir
+	}
+	s.tmpfsDir = dir
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+func (s *suite) start() {
+	s.d.start()
+	s.logs = append(s.logs, s.d.logFile)
+}
+
+func id(project string) string { return "local_" + project + "_dev" }
+
+// manifest is a new one-node kv stand (it reads both secrets from Vault); every call a new port,
+// so committing it again is a change.
+func (s *suite) manifest(project string) string {
+	s.port++
+	m := benchStand(project, s.port)
+	s.files[standPath(project)] = m
+	return m
+}
+
+// run runs one case and the checks every case ends with.
+func (s *suite) run(fc faultCase) {
+	c := &caseRun{name: fc.name, started: time.Now()}
+	s.rows = append(s.rows, c)
+	s.t.Logf("fault: %s", fc.name)
+	fc.run(s, c)
+	if !c.failed {
+		s.invariants(c)
+	}
+	if c.failed {
+		s.t.Logf("%s: the daemon's log since the case began:\n%s", c.name, s.logSince(c.started))
+	}
+	s.t.Logf("fault: %s: recovered in %s (%s)", fc.name, roundDuration(c.recovery), c.cause)
+}
+
+// logSince is the daemon's log records since t, but those of unchanged stands, at most 80.
+func (s *suite) logSince(t time.Time) string {
+	data, _ := os.ReadFile(s.d.logFile)
+	var out []string
+	for line := range strings.Lines(string(data)) {
+		var rec struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && !rec.Time.Before(t) && rec.Msg != "stand is up to date" {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-80):], "")
+}
+
+// roundDuration keeps two significant figures or so: 45ms, 8.1s, 1m12s.
+func roundDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func (c *caseRun) fail(s *suite, format string, args ...any) {
+	c.failed = true
+	s.t.Errorf("%s: %s", c.name, fmt.Sprintf(format, args...))
+}
+
+// wait polls cond until it holds or timeout passes; false (and the case failed) then.
+func (s *suite) wait(c *caseRun, what string, timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		select {
+		case err := <-s.d.exited:
+			s.d.cmd = nil
+			s.t.Fatalf("%s: the daemon exited (%v) while waiting for %s", c.name, err, what)
+		default:
+		}
+		if time.Now().After(deadline) {
+			c.fail(s, "timed out after %s waiting for %s", timeout, what)
+			return false
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return true
+}
+
+// status is one stand's status on main; ok false while it has none.
+func (s *suite) status(standID string) (reconcile.Status, bool) {
+	st, ok := s.w.statuses()[standID]
+	return st, ok
+}
+
+// waitReady waits until each stand is Ready on a commit at or after commit (any when "").
+func (s *suite) waitReady(c *caseRun, timeout time.Duration, ids ...string) bool {
+	return s.waitPhase(c, timeout, reason.Ready, "", ids...)
+}
+
+func (s *suite) waitPhase(c *caseRun, timeout time.Duration, phase reason.Phase, commit string, ids ...string) bool {
+	if c == nil {
+		c = &caseRun{name: "setup"}
+	}
+	var all map[string]reconcile.Status
+	defer func() {
+		if c.failed {
+			for _, i := range ids {
+				st := all[i]
+				s.t.Logf("%s: %s is %s %s %q at %.12s", c.name, i, st.Phase, st.Reason, st.Message, st.LastAttemptedCommit)
+			}
+		}
+	}()
+	return s.wait(c, fmt.Sprintf("%v %s", ids, phase), timeout, func() bool {
+		all = s.w.statuses()
+		for _, i := range ids {
+			st, ok := all[i]
+			if !ok || st.Phase != phase || (commit != "" && st.LastAttemptedCommit != commit) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// history is every version of a stand's status on main, oldest first.
+func (s *suite) history(standID string) []reconcile.Status {
+	s.t.Helper()
+	repo := s.clone()
+	iter, err := repo.Log(&git.LogOptions{FileName: ptr(statusFile(standID))})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []reconcile.Status
+	_ = iter.ForEach(func(c *object.Commit) error {
+		f, err := c.File(statusFile(standID))
+		if err != nil {
+			return nil
+		}
+		var st reconcile.Status
+		if json.Unmarshal([]byte(must(f.Contents())), &st) == nil {
+			out = append(out, st)
+		}
+		return nil
+	})
+	slices.Reverse(out)
+	return out
+}
+
+func statusFile(standID string) string { return "status/" + standID + ".json" }
+
+func ptr[T any](v T) *T { return &v }
+
+func (s *suite) clone() *git.Repository {
+	s.t.Helper()
+	repo, err := git.Clone(memory.NewStorage(), nil, &git.CloneOptions{URL: s.w.repo.Info.CloneURL, Auth: s.w.gitea.HTTPAuth()})
+	if err != nil {
+		s.t.Fatalf("clone: %v", err)
+	}
+	return repo
+}
+
+// readyz is the daemon's /readyz: ready, and its problems by name.
+func (s *suite) readyz() (bool, map[string]string) {
+	var r struct {
+		Ready    bool              `json:"ready"`
+		Problems map[string]string `json:"problems"`
+	}
+	_ = json.Unmarshal([]byte(s.d.get("/readyz")), &r)
+	return r.Ready, r.Problems
+}
+
+// deletesSince counts hcloudsim's server deletes since t.
+func (s *suite) deletesSince(t time.Time) int {
+	n := 0
+	for _, c := range s.w.hetzner.Sim.Calls() {
+		if c.Method == http.MethodDelete && strings.HasPrefix(c.Path, "/servers/") && !c.Time.Before(t) && c.Status < 300 {
+			n++
+		}
+	}
+	return n
+}
+
+// createsSince counts the server creates that reached hcloudsim since t.
+func (s *suite) createsSince(t time.Time) int {
+	n := 0
+	for _, c := range s.w.hetzner.Sim.Calls() {
+		if c.Method == http.MethodPost && c.Path == "/servers" && !c.Time.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// invariants are the checks every case ends with.
+func (s *suite) invariants(c *caseRun) {
+	ctx := context.Background()
+	if orphans, err := s.eng.Orphans(ctx); err != nil || len(orphans) > 0 {
+		c.fail(s, "orphaned servers %+v (%v)", orphans, err)
+	}
+	locks := func() []string {
+		l, _ := filepath.Glob(filepath.Join(backendDir(s.d.state), ".pulumi", "locks", "*", "*", "*", "*.json"))
+		return l
+	}
+	// An operation just finished may still be releasing its lock.
+	if !s.wait(c, "no stack lock", 30*time.Second, func() bool { return len(locks()) == 0 }) {
+		s.t.Errorf("%s: locks left: %v", c.name, locks())
+	}
+	if n := s.deletesSince(c.started); n != c.deletes {
+		c.fail(s, "%d servers deleted, want %d", n, c.deletes)
+	}
+	servers := map[string]int{}
+	for _, srv := range s.w.hetzner.Servers(s.t) {
+		servers[srv.Labels[provider.LabelStand]]++
+	}
+	statuses := s.w.statuses()
+	for standID := range s.live {
+		if servers[standID] != 1 {
+			c.fail(s, "%s has %d servers, want 1", standID, servers[standID])
+		}
+		if st := statuses[standID]; st.Phase != reason.Ready {
+			c.fail(s, "%s is %s (%s: %s), want Ready", standID, st.Phase, st.Reason, st.Message)
+		}
+	}
+	s.noSecret(c)
+}
+
+// noSecret looks for every secret the world holds in every daemon log and in every blob and commit
+// message of the repository.
+func (s *suite) noSecret(c *caseRun) {
+	var hay [][]byte
+	for _, l := range s.logs {
+		data, _ := os.ReadFile(l)
+		hay = append(hay, data)
+	}
+	repo := s.clone()
+	blobs, _ := repo.BlobObjects()
+	_ = blobs.ForEach(func(b *object.Blob) error {
+		r, err := b.Reader()
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		var buf bytes.Buffer
+		_, _ = buf.ReadFrom(r)
+		hay = append(hay, buf.Bytes())
+		return nil
+	})
+	commits, _ := repo.CommitObjects()
+	_ = commits.ForEach(func(cm *object.Commit) error { hay = append(hay, []byte(cm.Message)); return nil })
+	for _, h := range hay {
+		for _, secret := range s.secrets {
+			if bytes.Contains(h, []byte(secret)) {
+				c.fail(s, "a secret (%d bytes) is in a daemon log or the repository", len(secret))
+				return
+			}
+		}
+	}
+}
+
+// change commits a new manifest of the stand (a new port) and returns the commit.
+func (s *suite) change(project, msg string) string {
+	return s.w.repo.Change(msg, map[string]string{standPath(project): s.manifest(project)})
+}
+
+// add commits a new stand that must exist from now on.
+func (s *suite) add(project string) string {
+	s.live[id(project)] = standPath(project)
+	return s.change(project, "add "+project)
+}
+
+// report prints every case's recovery time and, after a whole run, writes bench/faults.md and the
+// table in docs/faults.md.
+func (s *suite) report(short bool) {
+	res := &results{t: s.t, header: []string{"fault", "recovery", "how the daemon named it", "after it"}}
+	for _, r := range s.rows {
+		rec, after := roundDuration(r.recovery), "no orphan, no lock, no wrong destroy, no secret"
+		if r.failed {
+			rec, after = "FAILED", "see the test log"
+		}
+		res.row(r.name, rec, r.cause, after)
+	}
+	if !short && !s.t.Failed() && len(s.rows) == len(faultCases) {
+		res.write(s.t, faultsReport)
+	}
+}
+
+var faultsReport = report{"faults.md", "Fault suite results",
+	"Written by `make faults` (bench/faults_test.go); what each case does and checks is in [docs/faults.md](../docs/faults.md).",
+	"faults.md", "<!-- fault results: written by make faults -->", "<!-- end of fault results -->"}
+
+var statusLine = regexp.MustCompile(`stand\.yml:\d+`)
+
+var faultCases = []faultCase{
+	{"malformed stand.yml", true, faultMalformed},
+	{"webhook with a bad signature", true, faultWebhook},
+	{"Vault down and back", true, faultVault},
+	{"kill -9 of the daemon mid-apply", true, faultKill},
+	{"hcloud action ending in error", true, faultActionError},
+	{"repository emptied in one commit", true, faultEmptied},
+	{"Gitea down and back", false, faultGitea},
+	{"hcloud rate limits", false, faultRateLimit},
+	{"hcloud 5xx burst", false, faultServerErrors},
+	{"hcloud request hanging", false, faultHanging},
+	{"stand removed while its apply runs", false, faultRemovedMidApply},
+	{"state folder's disk full", false, faultDiskFull},
+}
+
+// faultMalformed: an applied stand's manifest broken, first so YAML cannot read it (the stand is
+// held: without its manifest nothing may be destroyed), then with a profile that does not exist
+// (the stand fails); both name file and line, the other stand goes on and nothing is destroyed;
+// fixed, the stand is applied.
+func faultMalformed(s *suite, c *caseRun) {
+	p := standPath("fbase")
+	good := s.files[p]
+	var causes []string
+	for _, bad := range []struct {
+		replace string
+		phase   reason.Phase
+		reason  reason.Reason
+		judged  bool // the status names the broken commit: an unreadable stand's does not
+	}{
+		{"profile: [small", reason.Blocked, reason.SourceUnavailable, false},
+		{"profile: no-such-profile", reason.Failed, reason.Invalid, true},
+	} {
+		commit := s.w.repo.Change("break fbase", map[string]string{p: strings.Replace(good, "profile: small", bad.replace, 1)})
+		if !bad.judged {
+			commit = ""
+		}
+		if !s.waitPhase(c, 2*time.Minute, bad.phase, commit, id("fbase")) {
+			return
+		}
+		st, _ := s.status(id("fbase"))
+		if st.Reason != bad.reason || !strings.Contains(st.Message, p+":") || !statusLine.MatchString(st.Message) {
+			c.fail(s, "status %s/%s %q: want %s naming %s:<line>", st.Phase, st.Reason, st.Message, bad.reason, p)
+		}
+		causes = append(causes, fmt.Sprintf("%s %s %s", st.Phase, st.Reason, statusLine.FindString(st.Message)))
+		if other, _ := s.status(id("fother")); other.Phase != reason.Ready {
+			c.fail(s, "the other stand is %s", other.Phase)
+		}
+	}
+	c.cause = "status " + strings.Join(causes, "; ")
+	fixed := time.Now()
+	commit := s.change("fbase", "fix fbase")
+	if s.waitPhase(c, 3*time.Minute, reason.Ready, commit, id("fbase")) {
+		c.recovery = time.Since(fixed)
+	}
+}
+
+// faultWebhook: a webhook signed with another key, or not at all, is refused and logged, and starts
+// no poll; one signed right does.
+func faultWebhook(s *suite, c *caseRun) {
+	body := []byte(`{"ref":"refs/heads/main","after":"0000000000000000000000000000000000000000"}`)
+	post := func(sig string) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+s.d.listen+"/webhook", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Gitea-Event", "push")
+		if sig != "" {
+			req.Header.Set("X-Gitea-Signature", sig)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			c.fail(s, "post the webhook: %v", err)
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	sign := func(key string) string {
+		m := hmac.New(sha256.New, []byte(key))
+		m.Write(body)
+		return hex.EncodeToString(m.Sum(nil))
+	}
+	since := time.Now()
+	for _, sig := range []string{sign("not-the-key"), "", strings.Repeat("0", 64), "zz"} {
+		if code := post(sig); code != http.StatusUnauthorized {
+			c.fail(s, "a webhook signed %q: HTTP %d, want 401", sig, code)
+		}
+	}
+	time.Sleep(time.Second)
+	if s.d.logSince(since, "webhook: polling now") {
+		c.fail(s, "a refused webhook started a poll")
+	}
+	if !s.d.logSince(since, "webhook refused") {
+		c.fail(s, "no log record of the refused webhooks")
+	}
+	c.cause = "HTTP 401, logged \"webhook refused\""
+	good := time.Now()
+	if code := post(sign(s.hookKey)); code != http.StatusAccepted {
+		c.fail(s, "a webhook signed right: HTTP %d, want 202", code)
+	}
+	if s.wait(c, "the signed webhook's poll", 10*time.Second, func() bool { return s.d.logSince(good, "webhook: polling now") }) {
+		c.recovery = time.Since(good)
+	}
+}
+
+// faultVault: with Vault down, a changed stand fails with VaultUnavailable and nothing else moves;
+// Vault back (sealed, then unsealed), the change is applied.
+func faultVault(s *suite, c *caseRun) {
+	s.w.vault.Stop(s.t)
+	commit := s.change("fbase", "change fbase while Vault is down")
+	// Nothing is applied or destroyed while Vault is away; the stand is applied as soon as it
+	// answers, with no backoff. /readyz names the secret store at once.
+	if s.wait(c, "/readyz naming the secrets", time.Minute, func() bool { _, p := s.readyz(); return p["secrets"] != "" }) {
+		_, problems := s.readyz()
+		c.cause = fmt.Sprintf("/readyz secrets: %.60q", problems["secrets"])
+	}
+	time.Sleep(4 * time.Second) // two polls
+	if st, _ := s.status(id("fbase")); st.LastAttemptedCommit == commit {
+		if st.Reason != reason.VaultUnavailable {
+			c.fail(s, "status %s %s %q, want VaultUnavailable", st.Phase, st.Reason, st.Message)
+		}
+		c.cause += "; status " + string(st.Reason)
+	}
+	if n := s.createsSince(c.started) + s.deletesSince(c.started); n > 0 {
+		c.fail(s, "%d servers created or deleted while Vault was down", n)
+	}
+	s.w.vault.Start(s.t)
+	s.w.vault.Unseal(s.t)
+	back := time.Now()
+	if s.waitPhase(c, 3*time.Minute, reason.Ready, commit, id("fbase")) {
+		c.recovery = time.Since(back)
+	}
+}
+
+// faultKill: the daemon is killed with SIGKILL while a server create is in flight; its Pulumi
+// process group lives on, as under a unit whose KillMode spared it. Restarted, the daemon finishes
+// the stand: one server, no lock, no orphan.
+func faultKill(s *suite, c *caseRun) {
+	s.add("fkill")
+	if !s.wait(c, "the server create", 2*time.Minute, func() bool { return s.createsSince(c.started) > 0 }) {
+		return
+	}
+	if err := s.d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		s.t.Fatal(err)
+	}
+	<-s.d.exited
+	s.d.cmd = nil
+	restarted := time.Now()
+	s.start()
+	if s.waitReady(c, 5*time.Minute, id("fkill")) {
+		c.recovery = time.Since(restarted)
+	}
+	for _, sign := range []string{"removed a stale stack lock", "pending operation", "in progress"} {
+		if s.d.logSince(restarted, sign) {
+			c.cause = "log: " + sign
+			return
+		}
+	}
+	c.cause = "the restarted daemon found the stand done"
+}
+
+// faultActionError: Hetzner's create_server action ends in error; the stand fails naming it, and
+// the retry after the backoff creates it, leaving no server outside the stack.
+func faultActionError(s *suite, c *caseRun) {
+	const msg = "injected: the host of this server failed"
+	s.w.hetzner.Sim.FailNextAction("create_server", "server_error", msg)
+	s.add("faction")
+	var failedAt time.Time
+	if !s.wait(c, "the failure in the status", 2*time.Minute, func() bool {
+		st, _ := s.status(id("faction"))
+		failedAt = time.Now()
+		return st.Phase == reason.Failed && strings.Contains(st.Message, "host of this server failed")
+	}) {
+		st, _ := s.status(id("faction"))
+		c.fail(s, "status %s %s %q", st.Phase, st.Reason, st.Message)
+		return
+	}
+	st, _ := s.status(id("faction"))
+	c.cause = fmt.Sprintf("status %s %s %q", st.Phase, st.Reason, msg)
+	if s.waitReady(c, 3*time.Minute, id("faction")) {
+		c.recovery = time.Since(failedAt)
+	}
+}
+
+// faultEmptied: one commit removes every stand; the guard destroys none and says so; the next
+// commit restores them.
+func faultEmptied(s *suite, c *caseRun) {
+	var paths []string
+	for _, p := range s.live {
+		paths = append(paths, p)
+	}
+	s.w.repo.Change("remove every stand", nil, paths...)
+	ids := slices.Collect(maps.Keys(s.live))
+	if !s.waitPhase(c, 2*time.Minute, reason.Blocked, "", ids...) {
+		return
+	}
+	st, _ := s.status(ids[0])
+	if st.Reason != reason.LastStand && st.Reason != reason.MassDeletion {
+		c.fail(s, "status %s %q, want a destroy guard", st.Reason, st.Message)
+	}
+	c.cause = "status " + string(st.Reason)
+	restore := map[string]string{}
+	for _, p := range paths {
+		restore[p] = s.files[p]
+	}
+	back := time.Now()
+	s.w.repo.Change("restore every stand", restore)
+	if s.waitReady(c, 3*time.Minute, ids...) {
+		c.recovery = time.Since(back)
+	}
+}
+
+// faultGitea: Gitea stopped; the daemon reports the source unreachable and destroys nothing; back,
+// the next change is applied.
+func faultGitea(s *suite, c *caseRun) {
+	s.w.gitea.Stop(s.t)
+	down := time.Now()
+	var problem string
+	s.wait(c, "/readyz naming the source", time.Minute, func() bool {
+		_, p := s.readyz()
+		problem = p["source"]
+		return problem != ""
+	})
+	time.Sleep(6 * time.Second) // three polls against a Gitea that is gone
+	c.cause = fmt.Sprintf("/readyz source: %.80q", problem)
+	if n := s.deletesSince(down); n > 0 {
+		c.fail(s, "%d servers deleted while Gitea was down", n)
+	}
+	s.w.gitea.Start(s.t)
+	back := time.Now()
+	if !s.wait(c, "/readyz ready", 2*time.Minute, func() bool { ok, _ := s.readyz(); return ok }) {
+		return
+	}
+	c.recovery = time.Since(back)
+	commit := s.change("fother", "change fother after Gitea came back")
+	s.waitPhase(c, 3*time.Minute, reason.Ready, commit, id("fother"))
+}
+
+// hetznerFault: a stand created through a fault on hcloudsim's server creates; it becomes Ready,
+// and any failure on the way names the cause.
+func hetznerFault(s *suite, c *caseRun, project string, f hcloudsim.Fault, want []reason.Reason) {
+	s.w.hetzner.Sim.Inject(f)
+	s.add(project)
+	if s.waitReady(c, 5*time.Minute, id(project)) {
+		c.recovery = time.Since(c.started)
+	}
+	c.cause = "retried inside the operation (no failed status)"
+	for _, st := range s.history(id(project)) {
+		if st.Phase == reason.Failed {
+			if !slices.Contains(want, st.Reason) {
+				c.fail(s, "a failure named %s %q, want one of %v", st.Reason, st.Message, want)
+			}
+			c.cause = "status " + string(st.Reason)
+		}
+	}
+}
+
+func faultRateLimit(s *suite, c *caseRun) {
+	hetznerFault(s, c, "frate", hcloudsim.Fault{Method: http.MethodPost, Path: "/servers", Times: 5, Code: "rate_limit_exceeded"}, []reason.Reason{reason.RateLimited})
+}
+
+func faultServerErrors(s *suite, c *caseRun) {
+	hetznerFault(s, c, "f5xx", hcloudsim.Fault{Path: "/servers", Times: 3, Code: "server_error"}, []reason.Reason{reason.HetznerUnavailable})
+}
+
+// faultHanging: the server create hangs past the operation timeout; the stand fails with Timeout,
+// and the retry takes over the server Hetzner made meanwhile rather than leaving it orphaned.
+func faultHanging(s *suite, c *caseRun) {
+	s.w.hetzner.Sim.Inject(hcloudsim.Fault{Method: http.MethodPost, Path: "/servers", Delay: faultOpTimeout + 30*time.Second})
+	s.add("fhang")
+	var st reconcile.Status
+	if !s.wait(c, "a failure naming the timeout", faultOpTimeout+2*time.Minute, func() bool {
+		st, _ = s.status(id("fhang"))
+		return st.Phase == reason.Failed && (st.Reason == reason.Timeout || strings.Contains(st.Message, "Timeout") || strings.Contains(st.Message, "deadline"))
+	}) {
+		return
+	}
+	c.cause = fmt.Sprintf("status %s %s", st.Phase, st.Reason)
+	failed := time.Now()
+	if s.waitReady(c, 5*time.Minute, id("fhang")) {
+		c.recovery = time.Since(failed)
+	}
+}
+
+// faultRemovedMidApply: a stand is removed while its create runs; the create ends, then the stand
+// is destroyed: its one server deleted, nothing left over.
+func faultRemovedMidApply(s *suite, c *caseRun) {
+	s.add("fgone")
+	if !s.wait(c, "the server create", 2*time.Minute, func() bool { return s.createsSince(c.started) > 0 }) {
+		return
+	}
+	delete(s.live, id("fgone"))
+	removed := time.Now()
+	s.w.repo.Change("remove fgone", nil, standPath("fgone"))
+	c.deletes = 1
+	if s.waitPhase(c, 5*time.Minute, reason.Destroyed, "", id("fgone")) {
+		c.recovery = time.Since(removed)
+	}
+	c.cause = "status Destroyed " + string(reason.Removed)
+}
+
+// faultDiskFull: the state folder fills up while a change is applied; the stand fails naming it,
+// the stack's state survives, and once space is free the change is applied.
+func faultDiskFull(s *suite, c *caseRun) {
+	if s.tmpfsDir == "" {
+		testenv.Missing(s.t, "the disk-full case mounts a tmpfs as the state folder: run as root")
+		return
+	}
+	fill := filepath.Join(s.tmpfsDir, "fill")
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(s.tmpfsDir, &fs); err != nil {
+		s.t.Fatal(err)
+	}
+	f, err := os.Create(fill)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break
+		}
+	}
+	f.Close()
+	commit := s.change("fother", "change fother on a full disk")
+	if s.wait(c, "a failure naming the full disk", 3*time.Minute, func() bool {
+		st, _ := s.status(id("fother"))
+		return st.LastAttemptedCommit == commit && st.Phase == reason.Failed
+	}) {
+		st, _ := s.status(id("fother"))
+		if !strings.Contains(st.Message, "no space left on device") {
+			c.fail(s, "status %s %q: want it to name the full disk", st.Reason, st.Message)
+		}
+		c.cause = fmt.Sprintf("status %s \"no space left on device\"", st.Reason)
+	}
+	if err := os.Remove(fill); err != nil {
+		s.t.Fatal(err)
+	}
+	freed := time.Now()
+	if s.waitPhase(c, 3*time.Minute, reason.Ready, commit, id("fother")) {
+		c.recovery = time.Since(freed)
+	}
+}
