@@ -16,7 +16,7 @@ DEMO_OUT     ?= _render
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
 PULUMI_VERSION := $(shell awk '$$1 == "github.com/pulumi/pulumi/sdk/v3" {print $$2}' tools/pulumi/go.mod)
 GITEA_VERSION  := $(shell awk '$$1 == "code.gitea.io/gitea" {print $$2}' tools/gitea/go.mod)
-TOOLS          := $(BIN)/pulumi $(BIN)/gitea $(BIN)/vault
+TOOLS          := $(BIN)/pulumi $(BIN)/gitea $(BIN)/vault $(BIN)/versitygw
 
 all: lint test build
 
@@ -47,6 +47,10 @@ $(BIN)/gitea: tools/gitea/go.mod tools/gitea/go.sum
 # Vault's version comes from its embedded VERSION file: `bin/vault version` says v1.21.0 unstamped.
 $(BIN)/vault: tools/vault/go.mod tools/vault/go.sum
 	cd tools/vault && $(GO) build -trimpath -o ../../$@ github.com/hashicorp/vault
+
+# versitygw: a real S3-compatible server over a folder, for the S3 contract run and the fault suite.
+$(BIN)/versitygw: tools/versitygw/go.mod tools/versitygw/go.sum
+	cd tools/versitygw && $(GO) build -trimpath -o ../../$@ github.com/versity/versitygw/cmd/versitygw
 
 # Debian packages the tests need (idempotent; installs only what is missing).
 deps:

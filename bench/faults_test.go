@@ -11,12 +11,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,7 +35,8 @@ import (
 	"github.com/stands-engine/stands-reconciler/reconcile"
 )
 
-// TestFaults is the fault suite (make faults; FAULTS=short runs the subset .ci/run runs). One
+// TestFaults is the fault suite (make faults; FAULTS=short runs the subset .ci/run runs,
+// FAULTS_RUN=<regexp> the cases whose name matches). One
 // world — Gitea, Vault, hcloudsim with actions lasting seconds, the real Pulumi CLI — and one
 // daemon, into which each case brings one fault, takes it away and measures how long the daemon
 // took to recover. Whatever a case did, after it: no server outside every stack (read from the
@@ -42,15 +45,54 @@ import (
 // repository's history.
 func TestFaults(t *testing.T) {
 	short := os.Getenv("FAULTS") == "short"
-	h := testenv.StartHetzner(t, "faults-token", hcloudsim.WithActionDelay(2*time.Second))
-	s := newSuite(t, newWorld(t, buildReconciler(t), h))
-	for _, c := range faultCases {
-		if short && !c.short {
-			continue
-		}
+	only := regexp.MustCompile(os.Getenv("FAULTS_RUN")) // a developer's choice of cases
+	pick := func(cases []faultCase) []faultCase {
+		return slices.DeleteFunc(slices.Clone(cases), func(c faultCase) bool { return (short && !c.short) || !only.MatchString(c.name) })
+	}
+	w := newWorld(t, buildReconciler(t), startHetzner(t))
+	var rows []*caseRun
+	if cases := pick(faultCases); len(cases) > 0 {
+		rows = append(rows, newSuite(t, w, suiteOpts{}).runAll(cases)...)
+	}
+	// Nodes set up over SSH, on servers whose addresses are on the loopback network, port 22 closed.
+	if cases := pick(sshCases); len(cases) > 0 {
+		h := testenv.StartHetzner(t, "faults-token", hcloudsim.WithActionDelay(2*time.Second), hcloudsim.WithMachine(&loopbackMachine{RecordMachine: &hcloudsim.RecordMachine{}}))
+		rows = append(rows, newSuite(t, w.sibling(t, "stands-ssh", h), suiteOpts{full: true}).runAll(cases)...)
+	}
+	cases := pick(s3Cases)
+	if len(cases) == 0 {
+		reportFaults(t, rows, short)
+		return
+	}
+	// The same daemon on an S3 backend (versitygw, a real S3 server over a folder), with a repository
+	// and a Hetzner of its own: what only an S3 backend can do wrong.
+	bucket := testenv.StartVersityGW(t, "stands-state")
+	for _, kv := range bucket.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v) // for the suite's own engine
+	}
+	s3 := newSuite(t, w.sibling(t, "stands-s3", startHetzner(t)), suiteOpts{bucket: bucket})
+	rows = append(rows, s3.runAll(cases)...)
+	reportFaults(t, rows, short)
+}
+
+func startHetzner(t *testing.T) *testenv.Hetzner {
+	return testenv.StartHetzner(t, "faults-token", hcloudsim.WithActionDelay(2*time.Second))
+}
+
+// sibling is a world sharing this one's Gitea, Vault and Pulumi, with a repository and a Hetzner of
+// its own.
+func (w *world) sibling(t *testing.T, repo string, h *testenv.Hetzner) *world {
+	o := *w
+	o.repo, o.hetzner, o.dir = w.gitea.CreateRepo(t, repo), h, t.TempDir()
+	return &o
+}
+
+func (s *suite) runAll(cases []faultCase) []*caseRun {
+	for _, c := range cases {
 		s.run(c)
 	}
-	s.report(short)
+	return s.rows
 }
 
 // faultCase brings one fault and takes it away; recover is how long the daemon took, from the fault
@@ -84,25 +126,50 @@ type suite struct {
 	rows     []*caseRun
 	secrets  []string
 	tmpfsDir string
+	s3       *testenv.S3 // the backend, when not the state folder
 }
 
 const faultOpTimeout = 60 * time.Second
 
-func newSuite(t *testing.T, w *world) *suite {
-	s := &suite{t: t, w: w, live: map[string]string{}, files: map[string]string{}, port: 7100, hookKey: "faults-webhook-" + testenv.RandomHex(8)}
+// suiteOpts: the backend, when not the state folder; nodes set up over SSH (full) and no stands to
+// begin with, rather than servers only and two stands.
+type suiteOpts struct {
+	bucket *testenv.S3
+	full   bool
+}
+
+func newSuite(t *testing.T, w *world, o suiteOpts) *suite {
+	bucket := o.bucket
+	s := &suite{t: t, w: w, s3: bucket, live: map[string]string{}, files: map[string]string{}, port: 7100, hookKey: "faults-webhook-" + testenv.RandomHex(8)}
 	s.secrets = []string{w.hetzner.Token, w.pl.Passphrase, w.gitea.Token, w.secretID, s.hookKey}
 	for _, v := range secretValues {
 		s.secrets = append(s.secrets, v)
 	}
+	if bucket != nil {
+		s.secrets = append(s.secrets, testenv.S3SecretKey)
+	}
 	files := baseFiles(t)
-	files["stands/fbase/stand.yml"] = s.manifest("fbase")
-	files["stands/fother/stand.yml"] = s.manifest("fother")
-	w.repo.Change("bases and two stands", files)
+	if !o.full {
+		files["stands/fbase/stand.yml"] = s.manifest("fbase")
+		files["stands/fother/stand.yml"] = s.manifest("fother")
+	}
+	w.repo.Change("bases and the suite's stands", files)
 	s.d = w.daemon("--poll-interval", "2s", "--status-delay", "1s", "--operation-timeout", faultOpTimeout.String(), "--workers", "4")
 	s.d.state = s.stateDir(t)
 	s.d.env = append(s.d.env, "STANDS_WEBHOOK_SECRET_FILE="+w.secretFile("webhook-secret", s.hookKey))
+	backend := "file://" + backendDir(s.d.state)
+	if bucket != nil {
+		backend = bucket.Backend("local")
+		s.d.env = append(append(s.d.env, bucket.Env()...), "STANDS_BACKEND_URL="+backend)
+	}
+	if o.full {
+		s.d.env = append(s.d.env, "STANDS_NODES=full")
+	}
 	s.start()
-	s.eng = w.engine(t, s.d.state)
+	s.eng = w.engineOn(t, backend)
+	if o.full {
+		return s
+	}
 	for _, p := range []string{"fbase", "fother"} {
 		s.live[id(p)] = standPath(p)
 	}
@@ -322,6 +389,15 @@ func (s *suite) invariants(c *caseRun) {
 		c.fail(s, "orphaned servers %+v (%v)", orphans, err)
 	}
 	locks := func() []string {
+		if s.s3 != nil {
+			var l []string
+			for _, k := range s.s3.Keys(s.t) {
+				if strings.HasPrefix(k, "local/.pulumi/locks/") && strings.HasSuffix(k, ".json") {
+					l = append(l, k)
+				}
+			}
+			return l
+		}
 		l, _ := filepath.Glob(filepath.Join(backendDir(s.d.state), ".pulumi", "locks", "*", "*", "*", "*.json"))
 		return l
 	}
@@ -394,17 +470,17 @@ func (s *suite) add(project string) string {
 
 // report prints every case's recovery time and, after a whole run, writes bench/faults.md and the
 // table in docs/faults.md.
-func (s *suite) report(short bool) {
-	res := &results{t: s.t, header: []string{"fault", "recovery", "how the daemon named it", "after it"}}
-	for _, r := range s.rows {
+func reportFaults(t *testing.T, rows []*caseRun, short bool) {
+	res := &results{t: t, header: []string{"fault", "recovery", "how the daemon named it", "after it"}}
+	for _, r := range rows {
 		rec, after := roundDuration(r.recovery), "no orphan, no lock, no wrong destroy, no secret"
 		if r.failed {
 			rec, after = "FAILED", "see the test log"
 		}
 		res.row(r.name, rec, r.cause, after)
 	}
-	if !short && !s.t.Failed() && len(s.rows) == len(faultCases) {
-		res.write(s.t, faultsReport)
+	if !short && !t.Failed() && len(rows) == len(faultCases)+len(sshCases)+len(s3Cases) {
+		res.write(t, faultsReport)
 	}
 }
 
@@ -427,6 +503,17 @@ var faultCases = []faultCase{
 	{"hcloud request hanging", false, faultHanging},
 	{"stand removed while its apply runs", false, faultRemovedMidApply},
 	{"state folder's disk full", false, faultDiskFull},
+}
+
+// sshCases run on a daemon that sets nodes up over SSH (--nodes full).
+var sshCases = []faultCase{
+	{"node unreachable over SSH", false, faultSSH},
+}
+
+// s3Cases run on the daemon whose backend is S3.
+var s3Cases = []faultCase{
+	{"S3 backend down and back", true, faultBackend},
+	{"kill -9 mid-apply, S3 backend", false, faultKill},
 }
 
 // faultMalformed: an applied stand's manifest broken, first so YAML cannot read it (the stand is
@@ -528,12 +615,13 @@ func faultVault(s *suite, c *caseRun) {
 		_, problems := s.readyz()
 		c.cause = fmt.Sprintf("/readyz secrets: %.60q", problems["secrets"])
 	}
-	time.Sleep(4 * time.Second) // two polls
-	if st, _ := s.status(id("fbase")); st.LastAttemptedCommit == commit {
-		if st.Reason != reason.VaultUnavailable {
-			c.fail(s, "status %s %s %q, want VaultUnavailable", st.Phase, st.Reason, st.Message)
-		}
-		c.cause += "; status " + string(st.Reason)
+	// Held, not attempted: the status says why and keeps the commit last attempted.
+	if s.wait(c, "the status naming Vault", time.Minute, func() bool {
+		st, _ := s.status(id("fbase"))
+		return st.Reason == reason.VaultUnavailable
+	}) {
+		st, _ := s.status(id("fbase"))
+		c.cause += fmt.Sprintf("; status %s %s", st.Phase, st.Reason)
 	}
 	if n := s.createsSince(c.started) + s.deletesSince(c.started); n > 0 {
 		c.fail(s, "%d servers created or deleted while Vault was down", n)
@@ -754,4 +842,80 @@ func faultDiskFull(s *suite, c *caseRun) {
 	if s.waitPhase(c, 3*time.Minute, reason.Ready, commit, id("fother")) {
 		c.recovery = time.Since(freed)
 	}
+}
+
+// faultBackend: the S3 server stopped while a stand changes; the daemon names the backend, applies
+// and destroys nothing; back, the change is applied.
+func faultBackend(s *suite, c *caseRun) {
+	s.s3.Stop(s.t)
+	commit := s.change("fbase", "change fbase while the backend is down")
+	if s.wait(c, "/readyz naming the backend", time.Minute, func() bool { _, p := s.readyz(); return p["backend"] != "" }) {
+		_, problems := s.readyz()
+		c.cause = fmt.Sprintf("/readyz backend: %.70q", problems["backend"])
+	}
+	time.Sleep(6 * time.Second) // three polls
+	if n := s.createsSince(c.started) + s.deletesSince(c.started); n > 0 {
+		c.fail(s, "%d servers created or deleted while the backend was down", n)
+	}
+	s.s3.Start(s.t)
+	back := time.Now()
+	if s.waitPhase(c, 3*time.Minute, reason.Ready, commit, id("fbase")) {
+		c.recovery = time.Since(back)
+	}
+}
+
+// loopbackMachine gives servers addresses on the loopback network, where nothing listens on port
+// 22: every node refuses SSH, and no packet leaves the machine.
+type loopbackMachine struct {
+	*hcloudsim.RecordMachine
+	mu sync.Mutex
+	n  int
+}
+
+func (m *loopbackMachine) Create(ctx context.Context, spec hcloudsim.MachineSpec) (string, error) {
+	if _, err := m.RecordMachine.Create(ctx, spec); err != nil || !spec.WantIPv4 {
+		return "", err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n++
+	return fmt.Sprintf("127.0.%d.%d", 100+m.n/250, 1+m.n%250), nil
+}
+
+// faultSSH: a new stand's node cannot be reached over SSH. The apply fails naming what it waited
+// for, the server is neither destroyed nor made again by the retry, and removing the stand destroys
+// it without connecting. Its recovery is how long the daemon took to name the fault.
+func faultSSH(s *suite, c *caseRun) {
+	if conn, err := net.DialTimeout("tcp", "127.0.100.2:22", time.Second); err == nil {
+		conn.Close()
+		s.t.Fatal("something listens on 127.0.100.2:22: the SSH case needs port 22 of the loopback network closed")
+	}
+	s.add("fssh")
+	var st reconcile.Status
+	if !s.wait(c, "the stand failing on SSH", faultOpTimeout+2*time.Minute, func() bool {
+		st, _ = s.status(id("fssh"))
+		return st.Phase == reason.Failed
+	}) {
+		return
+	}
+	c.recovery = time.Since(c.started)
+	c.cause = fmt.Sprintf("status %s %s naming \"ssh <address>\" and \"connection refused\"", st.Phase, st.Reason)
+	if !strings.Contains(st.Message, "ssh 127.0.") || !strings.Contains(st.Message, "connection refused") {
+		c.fail(s, "status %s %q does not say the node could not be reached over SSH", st.Reason, st.Message)
+	}
+	// The retry after the backoff: the same server, still unreachable, nothing made again.
+	if !s.wait(c, "the retry", 3*time.Minute, func() bool {
+		next, _ := s.status(id("fssh"))
+		return next.Phase == reason.Failed && next.Timings != nil && st.Timings != nil && next.Timings.Started.After(st.Timings.Started)
+	}) {
+		return
+	}
+	if n := s.createsSince(c.started); n != 1 {
+		c.fail(s, "%d server creates for one node", n)
+	}
+	delete(s.live, id("fssh"))
+	// The repository's last stand: its removal is approved, or the guard holds it.
+	s.w.repo.Change("remove fssh", map[string]string{reconcile.AllowDestroyFile: id("fssh") + "\n"}, standPath("fssh"))
+	c.deletes = 1
+	s.waitPhase(c, 3*time.Minute, reason.Destroyed, "", id("fssh"))
 }

@@ -308,8 +308,13 @@ func buildReconciler(t *testing.T) string {
 
 // engine is an engine on the daemon's backend, for the bench's own reads and the baseline's applies.
 func (w *world) engine(t *testing.T, state string) *engine.Engine {
+	return w.engineOn(t, "file://"+backendDir(state))
+}
+
+// engineOn is an engine on the backend at url.
+func (w *world) engineOn(t *testing.T, url string) *engine.Engine {
 	t.Helper()
-	eng, err := engine.New(engine.Config{PulumiBin: w.wrapper, BackendURL: "file://" + backendDir(state), Passphrase: w.pl.Passphrase,
+	eng, err := engine.New(engine.Config{PulumiBin: w.wrapper, BackendURL: url, Passphrase: w.pl.Passphrase,
 		HcloudToken: w.hetzner.Token, HcloudEndpoint: w.hetzner.Endpoint, ProviderBin: w.bin, WorkDir: t.TempDir(), SkipNodes: true})
 	if err != nil {
 		t.Fatal(err)

@@ -14,10 +14,15 @@ import (
 )
 
 // TestS3Backend runs a stand against the seed's production backend form (s3://<bucket>/<owner>?
-// region=..&endpoint=..&s3ForcePathStyle=true) on an S3-compatible server started in the test.
+// region=..&endpoint=..&s3ForcePathStyle=true) on each S3-compatible server started in the test: the
+// in-memory fake the other tests use, and versitygw, a real server, which keeps the fake honest.
 func TestS3Backend(t *testing.T) {
-	s3 := testenv.StartS3(t, "stands-state")
-	mem := s3.Mem
+	for _, kind := range []string{"gofakes3", "versitygw"} {
+		t.Run(kind, func(t *testing.T) { testS3Backend(t, testenv.S3Servers[kind](t, "stands-state")) })
+	}
+}
+
+func testS3Backend(t *testing.T, s3 *testenv.S3) {
 	pl := testenv.NewPulumi(t)
 	h := testenv.StartHetzner(t, hcloudToken)
 	exe, err := os.Executable()
@@ -25,11 +30,12 @@ func TestS3Backend(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	backend := "s3://stands-state/demo?region=us-east-1&endpoint=" + s3.URL + "&s3ForcePathStyle=true"
+	backend := s3.Backend("demo")
 	// Credentials come from the environment, for the CLI and for the engine's own reads alike.
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
-	t.Setenv("AWS_REGION", "us-east-1")
+	for _, kv := range s3.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
 	eng, err := New(Config{PulumiBin: pl.Bin, BackendURL: backend, Passphrase: pl.Passphrase, HcloudToken: hcloudToken,
 		HcloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil)), SkipNodes: true})
 	if err != nil {
@@ -54,14 +60,12 @@ func TestS3Backend(t *testing.T) {
 	host, _ := os.Hostname()
 	lock := fmt.Sprintf(`{"pid":%d,"username":"root","hostname":%q,"timestamp":"2026-01-01T00:00:00Z"}`, dead.Process.Pid, host)
 	key := "demo/.pulumi/locks/organization/demo/single/0b5e1f3c-dead-lock.json"
-	if _, err := mem.PutObject("stands-state", key, map[string]string{}, strings.NewReader(lock), int64(len(lock)), nil); err != nil {
-		t.Fatal(err)
-	}
+	s3.Put(t, key, []byte(lock))
 	if _, err := eng.Apply(ctx, stand, true); err != nil {
 		t.Fatalf("apply over a stale lock on s3: %v\n%s", err, logs)
 	}
-	if _, err := mem.HeadObject("stands-state", key); err == nil || !strings.Contains(logs.String(), "removed a stale stack lock") {
-		t.Errorf("stale lock not removed (%v)", err)
+	if s3.Has(t, key) || !strings.Contains(logs.String(), "removed a stale stack lock") {
+		t.Error("stale lock not removed")
 	}
 	inv, err := eng.Inventory(ctx)
 	if err != nil || len(inv) != 1 || !inv[0].Owned || !inv[0].Known || inv[0].SpecHash != stand.SpecHash {

@@ -88,7 +88,8 @@ func Dial(ctx context.Context, addr string, o DialOptions) (*Conn, ssh.PublicKey
 			return nil, nil, fmt.Errorf("ssh %s: %w", addr, err)
 		}
 		if ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("ssh %s: %w", addr, ctx.Err())
+			// Cancelled while waiting: say what the waiting was for, not only that it ended.
+			return nil, nil, fmt.Errorf("ssh %s: %w after %d attempts, the last: %v", addr, ctx.Err(), attempt, err)
 		}
 		if time.Now().After(deadline) {
 			return nil, nil, fmt.Errorf("ssh %s: no connection after %v (%d attempts): %w", addr, o.Wait, attempt, err)
