@@ -851,7 +851,10 @@ func faultBackend(s *suite, c *caseRun) {
 	commit := s.change("fbase", "change fbase while the backend is down")
 	if s.wait(c, "/readyz naming the backend", time.Minute, func() bool { _, p := s.readyz(); return p["backend"] != "" }) {
 		_, problems := s.readyz()
-		c.cause = fmt.Sprintf("/readyz backend: %.70q", problems["backend"])
+		if !strings.HasPrefix(problems["backend"], "the Pulumi backend is unavailable: ") {
+			c.fail(s, "/readyz backend: %q, want it to say the backend is unavailable", problems["backend"])
+		}
+		c.cause = fmt.Sprintf("/readyz backend: %.60q", problems["backend"])
 	}
 	time.Sleep(6 * time.Second) // three polls
 	if n := s.createsSince(c.started) + s.deletesSince(c.started); n > 0 {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,23 +49,8 @@ var exampleSecrets = map[string]string{
 	"SECRET_KV_PASSWORD":       "kv-SENTINEL-pass",
 }
 
-// syncBuffer is a log sink shared by the engine's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects the engine's log records across its goroutines.
+type syncBuffer = testenv.Buffer
 
 type fixture struct {
 	*testenv.Hetzner

@@ -144,6 +144,7 @@ type Reconciler struct {
 	declaredIDs map[string]bool // stands the last evaluated snapshot declares
 	lastEval    *keptEvaluation // used by cycles only, which never overlap
 	warned      map[manifest.Diagnostic]bool
+	secretsDown int // consecutive cycles the secret store did not answer (cycles are sequential)
 }
 
 type stand struct {
@@ -314,19 +315,29 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 	ictx, cancel := context.WithTimeout(ctx, r.cfg.InventoryTimeout)
 	stacks, err := r.eng.Inventory(ictx)
 	cancel()
+	if err != nil {
+		err = fmt.Errorf("the Pulumi backend is unavailable: %w", err)
+	}
 	r.mu.Lock()
 	r.health.Source, r.health.Secrets, r.health.Backend = nil, d.secretsErr, err
 	r.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("read inventory: %w", err)
+		return fmt.Errorf("read inventory: %w", err) // nothing is decided without the stacks
 	}
 	actual, found := r.actual(stacks)
 	in := diff.Input{Desired: append(d.desired, d.ev.ownerChanges(actual, r.cfg.Owner)...), Actual: actual, SourceOK: len(d.unreadable) == 0, MaxDestroyShare: r.cfg.MaxDestroyShare,
 		AllowDestroy: d.allow, AllowMassDestroy: r.cfg.AllowMassDestroy}
-	if d.secretsErr != nil {
+	switch {
+	case d.secretsErr != nil:
 		r.metrics.secretErrs.WithLabelValues("read").Inc()
 		in.Hold = reason.VaultUnavailable
-		log.Warn("secret store unavailable: nothing is applied or destroyed this cycle", "err", d.secretsErr)
+		// An outage is logged at its start and then every tenth cycle, as a failed cycle is.
+		if r.secretsDown++; r.secretsDown <= 3 || r.secretsDown%10 == 0 {
+			log.Warn("secret store unavailable: nothing is applied or destroyed this cycle", "err", d.secretsErr, "consecutive_cycles", r.secretsDown)
+		}
+	case r.secretsDown > 0:
+		log.Info("secret store answers again", "after_cycles", r.secretsDown)
+		r.secretsDown = 0
 	}
 	plan := diff.Plan(in)
 

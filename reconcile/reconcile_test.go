@@ -3,11 +3,13 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"fmt"
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -201,7 +203,8 @@ func TestSourceDownChangesNothing(t *testing.T) {
 }
 
 func TestVaultDownAppliesNothing(t *testing.T) {
-	h := newHarness(t, repoWith("a", "b", "c"), nil)
+	var logs testenv.Buffer
+	h := newHarness(t, repoWith("a", "b", "c"), func(c *Config) { c.Log = slog.New(slog.NewTextHandler(&logs, nil)) })
 	h.mustCycle()
 	h.sec.setDown(true)
 	h.src.commit(map[string]string{standFile("a"): standYML("a", "  protect: true"), standFile("c"): ""})
@@ -218,8 +221,16 @@ func TestVaultDownAppliesNothing(t *testing.T) {
 	if h.r.Health().Secrets == nil {
 		t.Error("health does not show Vault down")
 	}
+	// An outage of 20 cycles: logged at its start and every tenth cycle, and at its end.
+	for range 19 {
+		h.now = h.now.Add(10 * time.Minute) // past --secret-refresh: each cycle asks the store again
+		h.mustCycle()
+	}
 	h.sec.setDown(false)
 	h.mustCycle()
+	if down, again := strings.Count(logs.String(), "secret store unavailable"), strings.Count(logs.String(), "secret store answers again"); down != 5 || again != 1 {
+		t.Errorf("20 cycles without Vault logged %d warnings (want 5: cycles 1-3, 10, 20) and %d recoveries (want 1):\n%s", down, again, logs.String())
+	}
 	if h.eng.upsOf("local_a_dev") != 2 || len(h.eng.destroys) != 1 {
 		t.Errorf("recovery: ups %v destroys %v", h.eng.ups, h.eng.destroys)
 	}
