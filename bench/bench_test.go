@@ -17,9 +17,7 @@ import (
 	"time"
 
 	"code.gitea.io/sdk/gitea"
-	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/storage/memory"
 
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
@@ -271,10 +269,7 @@ func (w *world) commitsSince(t *testing.T, from string) int {
 // files they touched.
 func (w *world) statusCommits(t *testing.T, from, skip string) (int, []string) {
 	t.Helper()
-	repo, err := git.Clone(memory.NewStorage(), nil, &git.CloneOptions{URL: w.repo.Info.CloneURL, Auth: w.gitea.HTTPAuth()})
-	if err != nil {
-		t.Fatalf("clone: %v", err)
-	}
+	repo := w.clone(t)
 	ref, err := repo.Head()
 	if err != nil {
 		t.Fatal(err)

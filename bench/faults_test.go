@@ -25,7 +25,6 @@ import (
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/storage/memory"
 
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
@@ -341,14 +340,7 @@ func statusFile(standID string) string { return "status/" + standID + ".json" }
 
 func ptr[T any](v T) *T { return &v }
 
-func (s *suite) clone() *git.Repository {
-	s.t.Helper()
-	repo, err := git.Clone(memory.NewStorage(), nil, &git.CloneOptions{URL: s.w.repo.Info.CloneURL, Auth: s.w.gitea.HTTPAuth()})
-	if err != nil {
-		s.t.Fatalf("clone: %v", err)
-	}
-	return repo
-}
+func (s *suite) clone() *git.Repository { return s.w.clone(s.t) }
 
 // readyz is the daemon's /readyz: ready, and its problems by name.
 func (s *suite) readyz() (bool, map[string]string) {

@@ -21,6 +21,9 @@ import (
 	"testing"
 	"time"
 
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/storage/memory"
+
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
@@ -247,6 +250,16 @@ func (d *daemon) waitFor(what string, timeout time.Duration, cond func() bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// clone is the repository, cloned into memory with its whole history.
+func (w *world) clone(t *testing.T) *git.Repository {
+	t.Helper()
+	repo, err := git.Clone(memory.NewStorage(), nil, &git.CloneOptions{URL: w.repo.Info.CloneURL, Auth: w.gitea.HTTPAuth()})
+	if err != nil {
+		t.Fatalf("clone: %v", err)
+	}
+	return repo
 }
 
 // statuses reads every status file of the repository's main.
