@@ -371,8 +371,12 @@ func (e *Engine) Apply(ctx context.Context, in stands.Input, force bool) (_ *sta
 		}
 	}
 	ch, wait := e.progress(log)
-	log.Info("applying stand", "spec_hash", in.SpecHash, "nodes", len(in.Stand.Nodes), "nodes_mode", p.mode)
-	res, err := st.Up(ctx, optup.EventStreams(ch), optup.SuppressProgress())
+	log.Info("applying stand", "spec_hash", in.SpecHash, "nodes", len(in.Stand.Nodes), "nodes_mode", p.mode, "repair", in.Repair && force)
+	opts := []optup.Option{optup.EventStreams(ch), optup.SuppressProgress()}
+	if in.Repair && force {
+		opts = append(opts, optup.Refresh())
+	}
+	res, err := st.Up(ctx, opts...)
 	changes := wait()
 	if err != nil {
 		return nil, e.savedElsewhere(ctx, stands.StackRef{Project: in.Stand.Project, Env: in.Stand.Env}, fmt.Errorf("pulumi up %s: %w", in.Stand.ID, err))

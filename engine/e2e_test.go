@@ -136,6 +136,10 @@ func TestNodesE2E(t *testing.T) {
 	// The configset: what was sent, 0700 folders, 0600 files.
 	checkConfigset(t, filepath.Join(configsets, id), "kv--cache/files/home/app/stands/cache/redis.conf", "requirepass kv-SENTINEL-e2e")
 
+	// 1a. Live health (health_e2e_test.go): a unit stopped by hand, an app's container stopped.
+	t.Run("health", func(t *testing.T) { healthOnNodes(t, ctx, f, stand, webSSH, webUnit) })
+	t.Run("health loop", func(t *testing.T) { healthLoopOnNodes(t, ctx, f, repo, secrets, stand, webSSH, webUnit) })
+
 	// 1b. The machines themselves (hcloudsim's VM backend): cloud-init done without an ordering
 	// cycle; a simulator restart — a new backend on the same folder — takes a running VM over without
 	// a reboot and controls it (a port forwarded through its monitor).
@@ -345,6 +349,7 @@ func TestNodesE2E(t *testing.T) {
 	if _, _, err := f.Client.Server.Poweroff(ctx, web); err != nil {
 		t.Fatal(err)
 	}
+	t.Run("health unreachable", func(t *testing.T) { unreachableHealth(t, ctx, f, bigger) })
 	var mu sync.Mutex
 	var held []net.Conn // held open: an SSH client waits for a banner that never comes
 	defer func() {

@@ -69,6 +69,7 @@ type Engine struct {
 	log       *slog.Logger
 	stacks    *stackLocks
 	inv       *inventoryCache
+	crypters  *sync.Map // a stack's passphrase salt → its config.Decrypter (health.go)
 }
 
 // New checks the configuration and prepares the plugin folder: a link named pulumi-resource-stands
@@ -87,7 +88,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{cfg: cfg, pluginDir: filepath.Join(cfg.WorkDir, "plugins"), home: filepath.Join(cfg.WorkDir, "pulumi-home"), log: cfg.Log, stacks: &stackLocks{}, inv: &inventoryCache{}}
+	e := &Engine{cfg: cfg, pluginDir: filepath.Join(cfg.WorkDir, "plugins"), home: filepath.Join(cfg.WorkDir, "pulumi-home"), log: cfg.Log, stacks: &stackLocks{}, inv: &inventoryCache{}, crypters: newCrypterCache()}
 	for _, d := range []string{e.pluginDir, e.home} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)

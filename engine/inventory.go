@@ -254,9 +254,18 @@ func StateDigestOf(data []byte) string {
 
 // StateDigest is the digest of a stack's current state file ("" when it has none).
 func (e *Engine) StateDigest(ctx context.Context, ref stands.StackRef) (string, error) {
+	data, err := e.stackBytes(ctx, ref)
+	if err != nil || data == nil {
+		return "", err
+	}
+	return StateDigestOf(data), nil
+}
+
+// stackBytes is a stack's current state file (nil when it has none), read without the CLI.
+func (e *Engine) stackBytes(ctx context.Context, ref stands.StackRef) ([]byte, error) {
 	b, err := e.backendBucket(ctx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer b.Close()
 	key := stacksPrefix + ref.Project + "/" + ref.Env + ".json"
@@ -264,10 +273,7 @@ func (e *Engine) StateDigest(ctx context.Context, ref stands.StackRef) (string, 
 	if err == nil && data == nil {
 		data, err = readStackBytes(ctx, b, key+".gz")
 	}
-	if err != nil || data == nil {
-		return "", err
-	}
-	return StateDigestOf(data), nil
+	return data, err
 }
 
 // readLastResult reads the newest .pulumi/history/<project>/<stack>/<stack>-<nanos>.history.json.

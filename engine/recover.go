@@ -13,6 +13,8 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
+
+	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
@@ -37,7 +39,13 @@ func (e *Engine) recoverStack(ctx context.Context, st auto.Stack, ref stands.Sta
 	for _, p := range dep.Pending {
 		log.Warn("pending operation left by an interrupted run", "operation", p.Type, "name", lastURNPart(p.Resource.URN))
 	}
-	if _, err := st.Refresh(ctx, optrefresh.ClearPendingCreates(), optrefresh.SuppressProgress()); err != nil {
+	// The refresh is for the pending servers: node reads would connect to every server (a destroy
+	// never does) and wait for those that are down. The operation sets its own policy afterwards.
+	ws := st.Workspace()
+	ws.SetEnvVar(provider.EnvNoSSH, "1")
+	_, err := st.Refresh(ctx, optrefresh.ClearPendingCreates(), optrefresh.SuppressProgress())
+	ws.UnsetEnvVar(provider.EnvNoSSH)
+	if err != nil {
 		return fmt.Errorf("refresh %s to clear pending operations: %w", st.Name(), err)
 	}
 	log.Info("pending operations cleared; servers they started are adopted by the next apply", "count", len(dep.Pending))

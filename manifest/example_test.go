@@ -16,9 +16,10 @@ var updateHashes = flag.Bool("update-hashes", false, "rewrite testdata/example-s
 var exampleSecrets = map[string]string{"SECRET_REGISTRY_PASSWORD": "demo-registry-password", "SECRET_KV_PASSWORD": "demo-kv-password"}
 
 // TestExampleSpecHashesStable: the example repository's spec hashes equal the ones recorded in
-// testdata/example-spechashes.json, which were computed from the example as it was written before
-// users and ssh moved under stand: (the top-level form). A repository that moves from one form to
-// the other, or is reformatted, re-applies nothing.
+// testdata/example-spechashes.json, first computed from the example as it was written before users
+// and ssh moved under stand: (the top-level form): a repository that moves from one form to the
+// other, or is reformatted, re-applies nothing. The file is rewritten (-update-hashes) only when the
+// example itself changes, as when its hooks were declared probes.
 func TestExampleSpecHashesStable(t *testing.T) {
 	fsys, err := testfs.Dir("../examples/stands-repo")
 	if err != nil {
@@ -60,6 +61,24 @@ func TestExampleSpecHashesStable(t *testing.T) {
 	for id, h := range want {
 		if got[id] != h {
 			t.Errorf("%s: spec hash %s, recorded %s: deployed stands would be applied again", id, got[id], h)
+		}
+	}
+}
+
+// TestExampleHooksAreProbes: both example apps declare their post-start hooks probes, which the
+// health check then runs (docs/operations.md).
+func TestExampleHooksAreProbes(t *testing.T) {
+	fsys, err := testfs.Dir("../examples/stands-repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Load(fsys, "stands/two-node/stand.yml", LoadOptions{DefaultOwner: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range s.Apps {
+		if h := a.Package.PostStart; h == nil || !h.Probe {
+			t.Errorf("app %s: post-start hook %+v, want a probe", a.Name, h)
 		}
 	}
 }

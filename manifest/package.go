@@ -51,7 +51,10 @@ type FileSpec struct {
 type Hook struct {
 	Src     string
 	Timeout time.Duration
-	Pos     Pos
+	// Probe: the hook is idempotent and reads only, so a health check may run it again to ask the
+	// app itself whether it answers (hooks.post_start.probe: true).
+	Probe bool
+	Pos   Pos
 }
 
 const defaultHookTimeout = 5 * time.Minute
@@ -134,7 +137,7 @@ func (l *loader) pkg(dir string, declared Pos, d *decoder) *Package {
 	if hooks := root.get("hooks"); hooks != nil {
 		d.fields(hooks, "hooks", "post_start")
 		if ps := hooks.get("post_start"); ps != nil {
-			d.fields(ps, "hooks.post_start", "src", "timeout")
+			d.fields(ps, "hooks.post_start", "src", "timeout", "probe")
 			h := &Hook{Timeout: defaultHookTimeout, Pos: ps.pos}
 			if src := d.str(ps.get("src"), "hooks.post_start.src", true, ps.pos); src != "" {
 				h.Src = l.pkgPath(p, ps.get("src"), src)
@@ -146,6 +149,9 @@ func (l *loader) pkg(dir string, declared Pos, d *decoder) *Package {
 				} else {
 					h.Timeout = dur
 				}
+			}
+			if pr := ps.get("probe"); pr != nil {
+				h.Probe = d.boolean(pr, "hooks.post_start.probe")
 			}
 			p.PostStart = h
 		}

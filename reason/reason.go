@@ -46,13 +46,15 @@ const (
 	Failed      Phase = "Failed"
 	Stalled     Phase = "Stalled"
 	Drifted     Phase = "Drifted"
-	Destroyed   Phase = "Destroyed"
-	Suspended   Phase = "Suspended"
-	Blocked     Phase = "Blocked"
+	// Degraded: applied, but the live health check finds an instance down or a server unreachable.
+	Degraded  Phase = "Degraded"
+	Destroyed Phase = "Destroyed"
+	Suspended Phase = "Suspended"
+	Blocked   Phase = "Blocked"
 )
 
 // Phases lists every phase, for tests that must cover them all.
-var Phases = []Phase{Ready, Progressing, Failed, Stalled, Drifted, Destroyed, Suspended, Blocked}
+var Phases = []Phase{Ready, Progressing, Failed, Stalled, Drifted, Degraded, Destroyed, Suspended, Blocked}
 
 // Reason is a status reason: its string is what status files, STATUS.md, commit statuses and logs
 // show, and never changes once published.
@@ -60,14 +62,18 @@ type Reason string
 
 // The loop's reasons.
 const (
-	Applied          Reason = "Applied"
-	UpToDate         Reason = "UpToDate"
-	Removed          Reason = "RemovedFromRepository"
-	DriftDetected    Reason = "DriftDetected"
-	Invalid          Reason = "InvalidManifest"
-	VaultUnavailable Reason = "VaultUnavailable"
-	OtherOwner       Reason = "OtherOwner"
-	SuspendedByRepo  Reason = "Suspended"
+	Applied       Reason = "Applied"
+	UpToDate      Reason = "UpToDate"
+	Removed       Reason = "RemovedFromRepository"
+	DriftDetected Reason = "DriftDetected"
+	// The live health check's reasons (reconcile/health.go).
+	InstanceUnhealthy Reason = "InstanceUnhealthy"
+	NodeUnreachable   Reason = "NodeUnreachable"
+	Recovered         Reason = "Recovered"
+	Invalid           Reason = "InvalidManifest"
+	VaultUnavailable  Reason = "VaultUnavailable"
+	OtherOwner        Reason = "OtherOwner"
+	SuspendedByRepo   Reason = "Suspended"
 	// Applying and Destroying mark an operation in progress (lower case: they name the operation).
 	Applying   Reason = "apply"
 	Destroying Reason = "destroy"
@@ -113,16 +119,19 @@ type entry struct {
 }
 
 var catalogue = map[Reason]entry{
-	Applied:          {Generic, Ready, "%s"},
-	UpToDate:         {Generic, Ready, ""},
-	Removed:          {Generic, Destroyed, "%s"},
-	DriftDetected:    {Generic, Drifted, "the servers differ from the last apply: %s"},
-	Invalid:          {Stalling, Failed, "%s"},
-	VaultUnavailable: {Waiting, Progressing, "the secrets cannot be resolved: vault is unavailable; nothing is applied or destroyed until it answers"},
-	OtherOwner:       {Stalling, Blocked, "%s"},
-	SuspendedByRepo:  {Stalling, Suspended, "stand.suspend is true: no apply, no destroy, no drift check"},
-	Applying:         {Generic, Progressing, ""},
-	Destroying:       {Generic, Progressing, ""},
+	Applied:           {Generic, Ready, "%s"},
+	UpToDate:          {Generic, Ready, ""},
+	Removed:           {Generic, Destroyed, "%s"},
+	DriftDetected:     {Generic, Drifted, "the stand differs from its last apply: %s"},
+	InstanceUnhealthy: {Generic, Degraded, "%s"},
+	NodeUnreachable:   {Waiting, Degraded, "%s"},
+	Recovered:         {Generic, Ready, "the live health check passes again"},
+	Invalid:           {Stalling, Failed, "%s"},
+	VaultUnavailable:  {Waiting, Progressing, "the secrets cannot be resolved: vault is unavailable; nothing is applied or destroyed until it answers"},
+	OtherOwner:        {Stalling, Blocked, "%s"},
+	SuspendedByRepo:   {Stalling, Suspended, "stand.suspend is true: no apply, no destroy, no drift check"},
+	Applying:          {Generic, Progressing, ""},
+	Destroying:        {Generic, Progressing, ""},
 
 	Foreign:           {Stalling, Blocked, "a stack with this stand's name exists but was not made by stands-reconciler; it is never changed or replaced (a Stands Engine stack: stands-reconciler adopt takes it over, docs/migrating.md)"},
 	SourceUnavailable: {Waiting, Blocked, "a stand.yml of the repository cannot be read, so no stand is destroyed: %s"},

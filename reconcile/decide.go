@@ -24,6 +24,7 @@ type op struct {
 	in     *stands.Input
 	ref    stands.StackRef
 	commit string
+	repair bool // an apply a heal asked for: forced, reading the instances back first
 }
 
 // decide turns the plan into outcomes and operations. Called with r.mu held.
@@ -32,6 +33,11 @@ func (r *Reconciler) decide(plan []diff.Action, d *desiredState, found map[strin
 	var ops []op
 	for _, a := range plan {
 		st := r.state(a.ID)
+		if info, ok := found[a.ID]; ok {
+			st.ref = stands.StackRef{Project: info.Project, Env: info.Env, StandID: info.StandID}
+		} else if a.Kind != diff.Noop {
+			st.ref = stands.StackRef{}
+		}
 		if st.running {
 			continue
 		}
@@ -86,6 +92,10 @@ func (r *Reconciler) decideOne(a diff.Action, d *desiredState, st *stand, stack 
 		case reason.SuspendedByRepo:
 			r.record(a.ID, outcome{kind: outSuspended})
 		case reason.UpToDate:
+			if st.repair && r.due(st, now) {
+				st.repair = false
+				return op{kind: opApply, in: in, repair: true}, true
+			}
 			if kind := r.upToDate(st, in, stack, now); kind != "" {
 				return op{kind: kind, in: in}, true
 			}
@@ -121,7 +131,7 @@ func (r *Reconciler) upToDate(st *stand, in *stands.Input, stack stands.StackInf
 	}
 	s := st.status
 	switch {
-	case s == nil || s.SpecHash != in.SpecHash || (s.Phase != reason.Ready && s.Phase != reason.Drifted):
+	case s == nil || s.SpecHash != in.SpecHash || (s.Phase != reason.Ready && s.Phase != reason.Drifted && s.Phase != reason.Degraded):
 		return opObserve
 	case s.StateDigest == "" || s.StateDigest != stack.StateDigest:
 		return opObserve // changed outside this reconciler's view: a run it did not see end, a hand edit

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -147,7 +148,9 @@ type fakeEngine struct {
 	previewGate chan struct{}
 	hang        map[string]bool // stands whose operations never return by themselves
 	previewing  chan string
-	calls       int // Apply calls, observes included
+	calls       int    // Apply calls, observes included
+	nodesMode   string // of its applies ("skipped" when unset)
+	repairs     int    // forced applies that read the instances back (stands.Input.Repair)
 }
 
 var _ Engine = (*fakeEngine)(nil)
@@ -208,7 +211,11 @@ func (e *fakeEngine) Apply(ctx context.Context, in stands.Input, force bool) (*s
 	defer e.leave()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	res := &stands.Result{StandID: s.ID, Operation: "apply", SpecHash: in.SpecHash, NodesMode: "skipped",
+	mode := cmp.Or(e.nodesMode, "skipped")
+	if in.Repair && force {
+		e.repairs++
+	}
+	res := &stands.Result{StandID: s.ID, Operation: "apply", SpecHash: in.SpecHash, NodesMode: mode,
 		Nodes: []stands.Node{{Name: "main", ServerName: s.Owner + "-" + s.Project + "-" + s.Env + "-main", ServerID: 1, PublicIPv4: "203.0.113.10", PrivateIP: "10.0.1.2"}}}
 	cur, ok := e.stacks[s.ID]
 	if !ok || cur.SpecHash != in.SpecHash || cur.Protect != s.Protect || force {
@@ -217,7 +224,7 @@ func (e *fakeEngine) Apply(ctx context.Context, in stands.Input, force bool) (*s
 		res.Changes = map[string]int{"create": 1}
 		// Every update writes a new state file, so a new digest; reads leave it.
 		e.stacks[s.ID] = stands.StackInfo{Project: s.Project, Env: s.Env, StandID: s.ID, Owned: true, SpecHash: in.SpecHash, Protect: s.Protect, Known: true,
-			NodesMode: "skipped", StateDigest: fmt.Sprintf("%s-%d", s.ID, e.ups[s.ID])}
+			NodesMode: mode, StateDigest: fmt.Sprintf("%s-%d", s.ID, e.ups[s.ID])}
 	}
 	res.StateDigest = e.stacks[s.ID].StateDigest
 	e.configs[s.ID] = configOf(in)

@@ -19,6 +19,9 @@ func (r *Reconciler) Trigger() {
 // Run cycles every interval (±10% jitter, so several reconcilers do not poll in step) and on every
 // Trigger, until ctx ends. It does not wait for running operations: Drain does.
 func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
+	if r.cfg.Checker != nil && r.cfg.HealthInterval > 0 {
+		go r.runHealth(ctx)
+	}
 	consecutive := 0
 	for {
 		err := r.Cycle(ctx)
@@ -35,17 +38,23 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 			r.log.Info("cycle succeeded again", "after_errors", consecutive)
 			consecutive = 0
 		}
-		wait := time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64()))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !waitJittered(ctx, interval, r.wake) {
 			return
-		case <-t.C:
-		case <-r.wake:
-			t.Stop()
 		}
 	}
+}
+
+// waitJittered waits interval ±10% or until wake, and reports false when ctx ended first.
+func waitJittered(ctx context.Context, interval time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64())))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-wake:
+	}
+	return true
 }
 
 // Wait blocks until every started operation, and the pull request plans running, have finished.

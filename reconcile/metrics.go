@@ -19,12 +19,15 @@ type Metrics struct {
 	plans      *prometheus.CounterVec
 	fetchFails prometheus.Counter
 	secretErrs *prometheus.CounterVec
-	phases     *prometheus.Desc
-	running    *prometheus.Desc
-	queued     *prometheus.Desc
-	controls   *prometheus.Desc
-	sinceSync  *prometheus.Desc
-	down       *prometheus.Desc
+	// healthChecks and heals: the live health check (health.go).
+	healthChecks *prometheus.CounterVec
+	heals        *prometheus.CounterVec
+	phases       *prometheus.Desc
+	running      *prometheus.Desc
+	queued       *prometheus.Desc
+	controls     *prometheus.Desc
+	sinceSync    *prometheus.Desc
+	down         *prometheus.Desc
 }
 
 func newMetrics(r *Reconciler) *Metrics {
@@ -40,6 +43,10 @@ func newMetrics(r *Reconciler) *Metrics {
 		fetchFails: prometheus.NewCounter(prometheus.CounterOpts{Name: "stands_source_fetch_failures_total", Help: "Cycles whose fetch of the stands repository failed."}),
 		secretErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_secret_store_errors_total",
 			Help: "Errors of the secret store (Vault): read (a cycle could not resolve secrets), write (a connection record was not stored)."}, []string{"operation"}),
+		healthChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_health_checks_total",
+			Help: "Live health checks of applied stands, by result: healthy, unhealthy (an instance), unreachable (a server), error (not made: the state unreadable)."}, []string{"result"}),
+		heals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_heals_total",
+			Help: "Heal steps (--heal), by action (restart, apply, none: the hourly limit) and result."}, []string{"action", "result"}),
 		phases:    prometheus.NewDesc("stands_stands", "Stands by phase, as their status files say.", []string{"phase"}, nil),
 		running:   prometheus.NewDesc("stands_operations_running", "Operations running now, each on a worker.", nil, nil),
 		queued:    prometheus.NewDesc("stands_operations_queued", "Operations decided and waiting for a worker (--workers).", nil, nil),
@@ -50,6 +57,9 @@ func newMetrics(r *Reconciler) *Metrics {
 	// Served from the start, at 0: an alert on increase() needs the series before the first error.
 	for _, op := range []string{"read", "write"} {
 		m.secretErrs.WithLabelValues(op)
+	}
+	for _, res := range []string{"healthy", "unhealthy", "unreachable", "error"} {
+		m.healthChecks.WithLabelValues(res)
 	}
 	return m
 }
@@ -63,6 +73,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.plans.Describe(ch)
 	m.fetchFails.Describe(ch)
 	m.secretErrs.Describe(ch)
+	m.healthChecks.Describe(ch)
+	m.heals.Describe(ch)
 	ch <- m.phases
 	ch <- m.running
 	ch <- m.queued
@@ -77,6 +89,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.plans.Collect(ch)
 	m.fetchFails.Collect(ch)
 	m.secretErrs.Collect(ch)
+	m.healthChecks.Collect(ch)
+	m.heals.Collect(ch)
 	r := m.r
 	r.mu.Lock()
 	counts := map[reason.Phase]int{}

@@ -103,6 +103,11 @@ func (r *Reconciler) operateBounded(ctx context.Context, o *op, log *slog.Logger
 func (r *Reconciler) operate(ctx context.Context, o *op, log *slog.Logger) (*stands.Result, error) {
 	switch o.kind {
 	case opApply, opObserve:
+		if o.repair {
+			again := *o.in
+			again.Repair = true
+			return r.eng.Apply(ctx, again, true)
+		}
 		return r.eng.Apply(ctx, *o.in, false)
 	case opDrift:
 		res, err := r.eng.Drift(ctx, *o.in)
@@ -112,7 +117,9 @@ func (r *Reconciler) operate(ctx context.Context, o *op, log *slog.Logger) (*sta
 		if err == nil && res.Changed && repair {
 			log.Info("stand drifted; applying it again", "changes", res.Changes)
 			o.kind = opApply
-			return r.eng.Apply(ctx, *o.in, true)
+			again := *o.in
+			again.Repair = true
+			return r.eng.Apply(ctx, again, true)
 		}
 		return res, err
 	}
@@ -130,7 +137,7 @@ func commitState(p reason.Phase) gitsource.CommitState {
 	switch p {
 	case reason.Progressing:
 		return gitsource.StatePending
-	case reason.Failed, reason.Stalled, reason.Blocked:
+	case reason.Failed, reason.Stalled, reason.Blocked, reason.Degraded:
 		return gitsource.StateFailure
 	}
 	return gitsource.StateSuccess
@@ -195,6 +202,9 @@ func (r *Reconciler) finish(o op, res *stands.Result, err error, started time.Ti
 	st.running = false
 	if err == nil && o.kind == opApply {
 		st.lastDrift = r.cfg.Now()
+	}
+	if err == nil && o.in != nil && o.kind != opDestroy {
+		st.ref = stands.StackRef{Project: o.in.Stand.Project, Env: o.in.Stand.Env, StandID: o.id}
 	}
 	r.record(o.id, out)
 	if !saved {

@@ -99,6 +99,16 @@ type Config struct {
 	// read, is kept (0: every cycle reads them again). A secret changed in the store is applied at
 	// the next commit or within this time.
 	SecretRefresh time.Duration
+	// Checker, with HealthInterval > 0, checks every applied stand's instances on its servers that
+	// often (health.go): a failure makes the stand Degraded, recovery Ready again. Heal restarts an
+	// unhealthy instance, and applies the stand again when that does not help, at most HealLimit
+	// times an hour per instance (3); HealSettle is the wait after restarts before the check that
+	// judges them (15s).
+	Checker        Checker
+	HealthInterval time.Duration
+	Heal           bool
+	HealLimit      int
+	HealSettle     time.Duration
 }
 
 // Defaults of the deadlines: a two-node stand's first apply takes minutes (cloud-init, image pulls),
@@ -152,7 +162,11 @@ type stand struct {
 	running   bool
 	rt        retries
 	lastDrift time.Time
-	connSaved string // digest of the connection record last written to the secret store
+	connSaved string                 // digest of the connection record last written to the secret store
+	ref       stands.StackRef        // its stack, once the inventory found one (the health check's target)
+	restarts  map[string]int         // per instance, NRestarts at the last health check
+	heals     map[string][]time.Time // per instance, the heals of the last hour
+	repair    bool                   // a heal asked for an apply that reads the instances back
 }
 
 // Health is what /readyz reports: the outside services of the last cycle.
@@ -193,6 +207,12 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 	}
 	if cfg.InventoryTimeout <= 0 {
 		cfg.InventoryTimeout = DefaultInventoryTimeout
+	}
+	if cfg.HealLimit <= 0 {
+		cfg.HealLimit = DefaultHealLimit
+	}
+	if cfg.HealSettle <= 0 {
+		cfg.HealSettle = defaultHealSettle
 	}
 	if sec == nil {
 		sec = envSecrets{}
@@ -266,6 +286,9 @@ func (r *Reconciler) record(id string, o outcome) {
 	}
 	next, rt := summarise(o, prev, st.rt, r.cfg.Now(), policy{stallAfter: r.cfg.StallAfter, backoff: r.backoff})
 	st.rt = rt
+	if next.Phase != reason.Degraded {
+		next.Health = nil // what a check found is the Degraded phase's; any other phase drops it
+	}
 	if next.Phase != "" {
 		next.ID = id
 		st.status = &next

@@ -42,6 +42,10 @@ type Status struct {
 	// stored: while the backend holds that state, a restarted reconciler trusts the status.
 	StateDigest string          `json:"stateDigest,omitempty"`
 	Operator    *OperatorAction `json:"operator,omitempty"` // the last operator action on the stand
+	// Health is what the live health check found on a Degraded stand (health.go); Healing the last
+	// steps --heal took on it.
+	Health  *HealthFinding `json:"health,omitempty"`
+	Healing []HealStep     `json:"healing,omitempty"`
 }
 
 // Timings of the last operation.

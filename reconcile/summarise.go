@@ -37,13 +37,17 @@ const (
 	outUnsaved
 	// outRetried: an operator asked for an attempt now (detail: who); failures and backoff are forgotten.
 	outRetried
+	// outHealth: a live health check's finding (health).
+	outHealth
+	// outHealed: a heal step (heal).
+	outHealed
 )
 
 // outcomeKinds lists them all, for the summariser's table test.
-var outcomeKinds = []outcomeKind{outDeclared, outInvalid, outHeld, outBlocked, outSuspended, outGone, outStarted, outSucceeded, outFailed, outUnsaved, outRetried}
+var outcomeKinds = []outcomeKind{outDeclared, outInvalid, outHeld, outBlocked, outSuspended, outGone, outStarted, outSucceeded, outFailed, outUnsaved, outRetried, outHealth, outHealed}
 
 func (k outcomeKind) String() string {
-	return [...]string{"declared", "invalid", "held", "blocked", "suspended", "gone", "started", "succeeded", "failed", "unsaved", "retried"}[k]
+	return [...]string{"declared", "invalid", "held", "blocked", "suspended", "gone", "started", "succeeded", "failed", "unsaved", "retried", "health", "healed"}[k]
 }
 
 // outcome is what every step of the loop returns about a stand instead of editing its status: one
@@ -58,6 +62,8 @@ type outcome struct {
 	op      opKind        // started, succeeded, failed
 	res     *stands.Result
 	started time.Time
+	health  *stands.Health // outHealth
+	heal    *HealStep      // outHealed
 }
 
 // retries is a stand's retry bookkeeping: what decides the next attempt and the stall.
@@ -132,6 +138,13 @@ func summarise(o outcome, prev Status, rt retries, now time.Time, p policy) (Sta
 		if o.spec != "" {
 			x.SpecHash, x.File = o.spec, o.file
 		}
+	case outHealth:
+		return healthStatus(o.health, x), rt
+	case outHealed:
+		if prev.Phase == "" {
+			return x, rt
+		}
+		return withHealStep(x, *o.heal), rt
 	case outFailed:
 		return failed(o, x, rt, now, p)
 	case outSucceeded:
@@ -211,7 +224,7 @@ func observedCommit(o outcome, prev Status, res *stands.Result) string {
 	switch {
 	case prev.SpecHash != res.SpecHash || prev.LastAttemptedCommit == "":
 		return o.commit
-	case prev.LastSuccessfulCommit != "" && (prev.Phase == reason.Ready || prev.Phase == reason.Drifted):
+	case prev.LastSuccessfulCommit != "" && (prev.Phase == reason.Ready || prev.Phase == reason.Drifted || prev.Phase == reason.Degraded):
 		return prev.LastSuccessfulCommit
 	}
 	return prev.LastAttemptedCommit
@@ -245,4 +258,46 @@ func truncate(s string, n int) string {
 		i--
 	}
 	return s[:i] + "…"
+}
+
+// healthStatus is summarise's part for a health check: a Ready stand found unhealthy becomes
+// Degraded, a Degraded one found healthy Ready again. Any other phase is an operation's to set.
+func healthStatus(h *stands.Health, x Status) Status {
+	if x.Phase != reason.Ready && x.Phase != reason.Degraded {
+		return x
+	}
+	if h.Healthy() {
+		if x.Phase == reason.Degraded {
+			x.Phase, x.Reason, x.Message, x.Health = reason.Ready, reason.Recovered, reason.Recovered.Message(""), nil
+		}
+		return x
+	}
+	f := &HealthFinding{}
+	var parts []string
+	for _, s := range h.Unreachable {
+		f.Unreachable = append(f.Unreachable, s.Server)
+		parts = append(parts, s.Server+": unreachable over SSH")
+	}
+	for _, in := range h.Instances {
+		if len(in.Problems) > 0 {
+			f.Instances = append(f.Instances, UnhealthyInstance{Instance: in.Instance, Server: in.Server, Problems: in.Problems})
+			parts = append(parts, in.Instance+": "+strings.Join(in.Problems, ", "))
+		}
+	}
+	x.Reason = reason.InstanceUnhealthy
+	if len(f.Unreachable) > 0 {
+		x.Reason = reason.NodeUnreachable
+	}
+	x.Phase, x.Message, x.Health = reason.Degraded, truncate(strings.Join(parts, "; "), maxMessage), f
+	return x
+}
+
+// withHealStep appends a heal step, keeping the last maxHealSteps.
+func withHealStep(x Status, step HealStep) Status {
+	steps := append(append([]HealStep(nil), x.Healing...), step)
+	if len(steps) > maxHealSteps {
+		steps = steps[len(steps)-maxHealSteps:]
+	}
+	x.Healing = steps
+	return x
 }

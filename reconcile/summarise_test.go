@@ -133,7 +133,7 @@ func TestSummarise(t *testing.T) {
 		{name: "drift found", o: outcome{kind: outSucceeded, op: opDrift, res: res},
 			want: func(reason.Phase) want { return want{reason.Drifted, reason.DriftDetected} },
 			check: func(t *testing.T, _, got Status, _ retries) {
-				if !strings.HasPrefix(got.Message, "the servers differ from the last apply: 1 create") {
+				if !strings.HasPrefix(got.Message, "the stand differs from its last apply: 1 create") {
 					t.Errorf("message %q", got.Message)
 				}
 			}},
@@ -188,6 +188,46 @@ func TestSummarise(t *testing.T) {
 				}
 				if prev.Phase != "" && (got.Operator == nil || got.Operator.Action != "retry" || got.Operator.By != "alice (uid 0)" || !got.Operator.At.Equal(now)) {
 					t.Errorf("operator %+v", got.Operator)
+				}
+			}},
+		{name: "a health check finds an instance down", o: outcome{kind: outHealth, health: &stands.Health{Instances: []stands.InstanceHealth{
+			{Instance: "web--front", Server: "s-web", Problems: []string{"unit inactive", "port 8080/tcp not listening in the pod"}}, {Instance: "kv--cache", Server: "s-db"}}}},
+			want: func(prev reason.Phase) want {
+				if prev == reason.Ready || prev == reason.Degraded {
+					return want{reason.Degraded, reason.InstanceUnhealthy}
+				}
+				return want{keep, keep} // an operation's phase: not the check's to change
+			},
+			check: func(t *testing.T, prev, got Status, _ retries) {
+				if got.Phase == reason.Degraded && (got.Message != "web--front: unit inactive, port 8080/tcp not listening in the pod" ||
+					got.Health == nil || len(got.Health.Instances) != 1 || got.LastSuccessfulCommit != prev.LastSuccessfulCommit) {
+					t.Errorf("%q %+v", got.Message, got.Health)
+				}
+			}},
+		{name: "a health check finds a server unreachable", o: outcome{kind: outHealth, health: &stands.Health{Unreachable: []stands.UnreachableNode{{Server: "s-web", Error: "i/o timeout"}}}},
+			want: func(prev reason.Phase) want {
+				if prev == reason.Ready || prev == reason.Degraded {
+					return want{reason.Degraded, reason.NodeUnreachable}
+				}
+				return want{keep, keep}
+			},
+			check: func(t *testing.T, _, got Status, _ retries) {
+				if got.Phase == reason.Degraded && (got.Message != "s-web: unreachable over SSH" || strings.Contains(got.Message, "timeout")) {
+					t.Errorf("%q: the server, and no error text that changes from one check to the next", got.Message)
+				}
+			}},
+		{name: "a health check passes", o: outcome{kind: outHealth, health: &stands.Health{Instances: []stands.InstanceHealth{{Instance: "kv--cache"}}}},
+			want: func(prev reason.Phase) want {
+				if prev == reason.Degraded {
+					return want{reason.Ready, reason.Recovered}
+				}
+				return want{keep, keep}
+			}},
+		{name: "a heal step", o: outcome{kind: outHealed, heal: &HealStep{Instance: "web--front", Action: "restart", At: now, Result: "restarted"}},
+			want: func(reason.Phase) want { return want{keep, keep} },
+			check: func(t *testing.T, prev, got Status, _ retries) {
+				if prev.Phase != "" && (len(got.Healing) != 1 || got.Healing[0].Action != "restart") {
+					t.Errorf("healing %+v", got.Healing)
 				}
 			}},
 		{name: "connection not stored", o: outcome{kind: outUnsaved},

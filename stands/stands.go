@@ -22,6 +22,9 @@ type Input struct {
 	// messages about it, and returns its errors without the CLI's output, which would show
 	// Pulumi's verdict on what a secret feeds.
 	Untrusted bool
+	// Repair makes a forced Apply read the servers and their instances back first (pulumi up
+	// --refresh), so what drifted or died on them is put back: a drift repair, a heal.
+	Repair bool
 }
 
 // Result is the outcome of an operation on a stand.
@@ -133,4 +136,40 @@ type Server struct {
 	Name       string `json:"name"`
 	ServerType string `json:"serverType"`
 	Location   string `json:"location"`
+}
+
+// Health is what a health check found on a stand's servers: every instance's state, and the servers
+// it could not reach. It names places (instances, units, ports, files), never a value.
+type Health struct {
+	Instances   []InstanceHealth  `json:"instances,omitempty"`
+	Unreachable []UnreachableNode `json:"unreachable,omitempty"`
+}
+
+// Healthy reports whether every server answered and every instance is as deployed.
+func (h *Health) Healthy() bool {
+	if len(h.Unreachable) > 0 {
+		return false
+	}
+	for _, in := range h.Instances {
+		if len(in.Problems) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// InstanceHealth is one instance as its server runs it.
+type InstanceHealth struct {
+	Instance string   `json:"instance"` // <app>--<instance>
+	Server   string   `json:"server"`
+	Unit     string   `json:"unit"`
+	State    string   `json:"state"`    // the unit's ActiveState[/SubState]
+	Restarts int      `json:"restarts"` // systemd's NRestarts
+	Problems []string `json:"problems,omitempty"`
+}
+
+// UnreachableNode is a server the check could not talk to, and why.
+type UnreachableNode struct {
+	Server string `json:"server"`
+	Error  string `json:"error"`
 }

@@ -136,6 +136,12 @@ func (f *daemonFlags) check(c *settings, getenv env) []error {
 	if f.drift < 0 {
 		bad("drift-interval", "want 0 (never) or more")
 	}
+	if f.healthInterval < 0 || f.healthInterval > 0 && f.healthInterval < 10*time.Second {
+		bad("health-interval", "want 0 (never) or 10s or more: each check opens an SSH connection to every server")
+	}
+	if f.healLimit < 1 {
+		bad("heal-limit", "%d: want at least 1", f.healLimit)
+	}
 	if f.lockLease < 0 {
 		bad("lock-lease", "want 0 (never) or more")
 	}

@@ -37,9 +37,10 @@ type daemonFlags struct {
 	listen, vaultAddr, vaultRoleID, vaultMount, vaultPrefix   string
 	giteaURL, knownHosts, controlSocket                       string
 	poll, drain, drift, opTimeout, statusDelay, secretRefresh time.Duration
-	workers                                                   int
+	healthInterval                                            time.Duration
+	workers, healLimit                                        int
 	share                                                     float64
-	massDestroy, driftApply, previews, planOnly               bool
+	massDestroy, driftApply, previews, planOnly, heal         bool
 }
 
 func (f *daemonFlags) register(c *settings) {
@@ -64,6 +65,9 @@ func (f *daemonFlags) register(c *settings) {
 	fs.DurationVar(&f.drift, "drift-interval", bound(c, "drift-interval", "STANDS_DRIFT_INTERVAL", 6*time.Hour), "how often a Ready stand is checked for drift (pulumi preview --refresh); 0: never ($STANDS_DRIFT_INTERVAL)")
 	fs.DurationVar(&f.statusDelay, "status-delay", bound(c, "status-delay", "STANDS_STATUS_DELAY", 3*time.Second), "status changes within this long of the first go into one status commit; 0: a commit per change ($STANDS_STATUS_DELAY)")
 	fs.DurationVar(&f.secretRefresh, "secret-refresh", bound(c, "secret-refresh", "STANDS_SECRET_REFRESH", 5*time.Minute), "how long the stands of an unchanged commit are not judged again: their secrets are read again after it, or at the next commit; 0: every poll ($STANDS_SECRET_REFRESH)")
+	fs.DurationVar(&f.healthInterval, "health-interval", bound(c, "health-interval", "STANDS_HEALTH_INTERVAL", reconcile.DefaultHealthInterval), "how often every applied stand's instances are checked on its servers over SSH (unit, restarts, ports in the pod, probe hooks; no Pulumi): a failure makes it Degraded; 0: never; servers-only mode: never ($STANDS_HEALTH_INTERVAL)")
+	fs.BoolVar(&f.heal, "heal", bound(c, "heal", "STANDS_HEAL", false), "restart an instance the health check finds unhealthy, and apply the stand again when that does not help ($STANDS_HEAL=true)")
+	fs.IntVar(&f.healLimit, "heal-limit", bound(c, "heal-limit", "STANDS_HEAL_LIMIT", reconcile.DefaultHealLimit), "heals of one instance in an hour; past it a flapping instance is left Degraded for a human ($STANDS_HEAL_LIMIT)")
 	fs.BoolVar(&f.driftApply, "drift-apply", bound(c, "drift-apply", "STANDS_DRIFT_APPLY", false), "apply a drifted stand again instead of only reporting Drifted ($STANDS_DRIFT_APPLY=true)")
 	fs.IntVar(&f.workers, "workers", bound(c, "workers", "STANDS_WORKERS", 4), "operations at once (one per stand at a time) ($STANDS_WORKERS)")
 	fs.Float64Var(&f.share, "max-destroy-share", bound(c, "max-destroy-share", "STANDS_MAX_DESTROY_SHARE", 0.5), "refuse to destroy more than this share of stands in one cycle (one is always allowed) ($STANDS_MAX_DESTROY_SHARE)")

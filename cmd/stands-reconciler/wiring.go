@@ -11,6 +11,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // wiring is what the daemon runs on. Everything with a goroutine of its own (credential watchers,
@@ -73,7 +74,11 @@ func wire(f *daemonFlags, std stdio, getenv env, filesOnly bool, log *slog.Logge
 	cfg := reconcile.Config{Owner: f.owner, Passphrase: pass, Workers: f.workers, MaxDestroyShare: f.share,
 		AllowMassDestroy: f.massDestroy, DriftInterval: f.drift, DriftApply: f.driftApply, Log: log,
 		Branch: f.branch, StatusBranch: w.src.StatusBranch(), OperationTimeout: f.opTimeout, PlanOnly: f.planOnly,
-		NodesMode: eng.NodesMode(), StatusDelay: f.statusDelay, SecretRefresh: f.secretRefresh}
+		NodesMode: eng.NodesMode(), StatusDelay: f.statusDelay, SecretRefresh: f.secretRefresh,
+		HealthInterval: f.healthInterval, Heal: f.heal, HealLimit: f.healLimit}
+	if eng.NodesMode() == engine.NodesFull {
+		cfg.Checker = healthChecker{eng}
+	}
 	if cfg.ControlState, err = filepath.Abs(filepath.Join(f.stateDir, "controls.json")); err != nil {
 		return nil, err
 	}
@@ -117,4 +122,15 @@ func (g *goroutine) Close() error {
 	g.stop()
 	<-g.done
 	return nil
+}
+
+// healthChecker is the engine as the loop's health check uses it, its probe hooks run.
+type healthChecker struct{ eng *engine.Engine }
+
+func (c healthChecker) Health(ctx context.Context, ref stands.StackRef) (*stands.Health, error) {
+	return c.eng.Health(ctx, ref, engine.HealthOptions{Hooks: true})
+}
+
+func (c healthChecker) Restart(ctx context.Context, ref stands.StackRef, instance string) error {
+	return c.eng.Restart(ctx, ref, instance)
 }

@@ -48,6 +48,10 @@ const (
 	pGeneratedHostKey                                         = "generatedHostKey"
 	pPorts, pPodman, pImages, pRegistries, pSpec, pConfigHash = "ports", "podmanVersion", "images", "registries", "spec", "configHash"
 	pStandID, pApp, pInstance, pNode, pServerName             = "standId", "app", "instance", "node", "serverName"
+	// pDrift is what a read found changed on the node since the last apply ("unit inactive; port
+	// 8080/tcp not listening in the pod"), in a refreshed state only: an apply's outputs never have
+	// it. Places, never content.
+	pDrift = "drift"
 )
 
 // InstanceSpec is everything an instance deploys, carried as one secret input (its files hold
@@ -59,6 +63,8 @@ type InstanceSpec struct {
 	Ports       []manifest.Port `json:"ports,omitempty"`
 	Hook        *SpecFile       `json:"hook,omitempty"`
 	HookTimeout time.Duration   `json:"hookTimeout,omitempty"`
+	// HookProbe: the hook may be run again as a health probe (manifest.Hook.Probe).
+	HookProbe bool `json:"hookProbe,omitempty"`
 }
 
 // SpecFile is a rendered file: where it goes, its mode and content.
@@ -78,7 +84,7 @@ func SpecOf(in *manifest.RenderedInstance) InstanceSpec {
 	if in.PostStart != nil {
 		s.Hook = &SpecFile{Src: in.PostStart.Src, Mode: 0o700, Content: in.PostStart.Content}
 		if in.PostStartHook != nil {
-			s.HookTimeout = in.PostStartHook.Timeout
+			s.HookTimeout, s.HookProbe = in.PostStartHook.Timeout, in.PostStartHook.Probe
 		}
 	}
 	return s
@@ -91,7 +97,7 @@ func (s InstanceSpec) rendered(app, instance, nodeName string) *manifest.Rendere
 	}
 	if s.Hook != nil {
 		in.PostStart = &manifest.RenderedFile{Src: s.Hook.Src, Mode: 0o700, Content: s.Hook.Content}
-		in.PostStartHook = &manifest.Hook{Src: s.Hook.Src, Timeout: s.HookTimeout}
+		in.PostStartHook = &manifest.Hook{Src: s.Hook.Src, Timeout: s.HookTimeout, Probe: s.HookProbe}
 	}
 	return in
 }
@@ -296,8 +302,51 @@ func (r nodeResource) create(ctx context.Context, c call, in resource.PropertyMa
 	return stringProp(in, pServerName), out, nil
 }
 
-func (nodeResource) read(_ context.Context, _ call, id string, st resource.PropertyMap) (string, resource.PropertyMap, error) {
-	return id, st, nil
+// read looks at the node's setup: linger, user systemd, the Podman socket, the network.
+func (nodeResource) read(ctx context.Context, c call, id string, st resource.PropertyMap) (string, resource.PropertyMap, error) {
+	return readNode(ctx, c, id, st, func(conn *node.Conn) ([]string, error) {
+		return node.NodeProblems(ctx, conn, appUserOf(st))
+	})
+}
+
+// readWait bounds a read's wait for its node: a refresh must not hang for minutes on one that is down.
+const readWait = 30 * time.Second
+
+// readNode reads a node resource back from its server. A server that cannot be reached, or answers
+// with another host key, leaves the state as it was, with a warning: it is never taken for a
+// resource that is gone (which a refresh would forget, and the next apply make again).
+func readNode(ctx context.Context, c call, id string, st resource.PropertyMap, look func(*node.Conn) ([]string, error)) (string, resource.PropertyMap, error) {
+	if os.Getenv(EnvNoSSH) == "1" || stringProp(st, pHostKey) == "" {
+		return id, st, nil
+	}
+	name := readName(st)
+	conn, _, err := connect(ctx, c, st, stringProp(st, pHostKey), readWait)
+	if err != nil {
+		c.warn(ctx, fmt.Sprintf("%s: not read: node unreachable: %v", name, err))
+		return id, st, nil
+	}
+	defer conn.Close()
+	problems, err := look(conn)
+	if err != nil {
+		c.warn(ctx, fmt.Sprintf("%s: not read: %v", name, err))
+		return id, st, nil
+	}
+	out := st.Copy()
+	delete(out, pDrift)
+	if len(problems) > 0 {
+		msg := strings.Join(problems, "; ")
+		out[pDrift] = resource.NewStringProperty(msg)
+		c.warn(ctx, name+": "+msg)
+	}
+	return id, out, nil
+}
+
+// readName names a node resource in a read's messages: its instance (web--front), or its server.
+func readName(st resource.PropertyMap) string {
+	if app := stringProp(st, pApp); app != "" {
+		return app + "--" + stringProp(st, pInstance)
+	}
+	return stringProp(st, pServerName)
 }
 
 func (r nodeResource) update(ctx context.Context, c call, _ string, olds, news resource.PropertyMap, preview bool) (resource.PropertyMap, error) {
@@ -365,8 +414,15 @@ func (r imagesResource) create(ctx context.Context, c call, in resource.Property
 	return stringProp(in, pServerName), in, nil
 }
 
-func (imagesResource) read(_ context.Context, _ call, id string, st resource.PropertyMap) (string, resource.PropertyMap, error) {
-	return id, st, nil
+// read looks for the node's images in the app user's Podman store.
+func (imagesResource) read(ctx context.Context, c call, id string, st resource.PropertyMap) (string, resource.PropertyMap, error) {
+	return readNode(ctx, c, id, st, func(conn *node.Conn) ([]string, error) {
+		missing, err := node.MissingImages(ctx, conn, appUserOf(st), stringsProp(st, pImages))
+		for i, img := range missing {
+			missing[i] = "image " + img + " missing"
+		}
+		return missing, err
+	})
 }
 
 func (r imagesResource) update(ctx context.Context, c call, _ string, _, news resource.PropertyMap, preview bool) (resource.PropertyMap, error) {
@@ -444,8 +500,20 @@ func (r instanceResource) create(ctx context.Context, c call, in resource.Proper
 	return instanceID(in), in, nil
 }
 
-func (instanceResource) read(_ context.Context, _ call, id string, st resource.PropertyMap) (string, resource.PropertyMap, error) {
-	return id, st, nil
+// read looks at the instance on its node (node.Probe with its files): a stopped or missing unit,
+// another configuration running, a port the app does not listen on, a file changed by hand.
+func (instanceResource) read(ctx context.Context, c call, id string, st resource.PropertyMap) (string, resource.PropertyMap, error) {
+	return readNode(ctx, c, id, st, func(conn *node.Conn) ([]string, error) {
+		d, u, err := deploymentOf(st)
+		if err != nil {
+			return nil, err
+		}
+		hs, err := node.Probe(ctx, conn, u, []node.Deployment{d}, node.ProbeOptions{Files: true})
+		if err != nil {
+			return nil, err
+		}
+		return hs[0].Problems, nil
+	})
 }
 
 func (r instanceResource) update(ctx context.Context, c call, _ string, olds, news resource.PropertyMap, preview bool) (resource.PropertyMap, error) {

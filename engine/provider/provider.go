@@ -84,6 +84,13 @@ func (c call) info(ctx context.Context, msg string) {
 	}
 }
 
+// warn tells the operator what a read found wrong.
+func (c call) warn(ctx context.Context, msg string) {
+	if c.p.host != nil {
+		_ = c.p.host.Log(ctx, diag.Warning, resource.URN(c.urn), msg)
+	}
+}
+
 // Provider implements pulumirpc.ResourceProviderServer.
 type Provider struct {
 	pulumirpc.UnimplementedResourceProviderServer
@@ -294,7 +301,30 @@ func (p *Provider) Read(ctx context.Context, req *pulumirpc.ReadRequest) (*pulum
 	if err != nil {
 		return nil, err
 	}
-	return &pulumirpc.ReadResponse{Id: id, Properties: props, Inputs: req.GetInputs()}, nil
+	inputs, err := driftInputs(req.GetInputs(), outs)
+	if err != nil {
+		return nil, err
+	}
+	return &pulumirpc.ReadResponse{Id: id, Properties: props, Inputs: inputs}, nil
+}
+
+// driftInputs carries what a read found changed on a node into the resource's inputs: Diff compares
+// old inputs with the program's, so the resource then shows as an update, and the update deploys
+// it again. Without drift the inputs are the stored ones.
+func driftInputs(stored *structpb.Struct, outs resource.PropertyMap) (*structpb.Struct, error) {
+	drift, found := outs[pDrift]
+	in, err := unmarshal(stored)
+	if err != nil {
+		return nil, err
+	}
+	if _, had := in[pDrift]; !found && !had {
+		return stored, nil
+	}
+	delete(in, pDrift)
+	if found {
+		in[pDrift] = drift
+	}
+	return plugin.MarshalProperties(in, marshal)
 }
 
 func (p *Provider) Update(ctx context.Context, req *pulumirpc.UpdateRequest) (*pulumirpc.UpdateResponse, error) {

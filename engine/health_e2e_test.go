@@ -1,0 +1,322 @@
+//go:build e2e
+
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/stands-engine/stands-reconciler/engine/node"
+	"github.com/stands-engine/stands-reconciler/gitsource"
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
+)
+
+// healthOnNodes is issue 24's story on the applied two-node stand, on the VMs TestNodesE2E boots:
+// the health check (no Pulumi process) and the reads of a refresh see a unit stopped by hand and an
+// app dead behind a live unit; a restart heals it.
+func healthOnNodes(t *testing.T, ctx context.Context, f *fixture, stand stands.Input, webSSH *ssh.Client, webUnit string) {
+	ref := stands.StackRef{Project: stand.Stand.Project, Env: stand.Stand.Env}
+	opts := HealthOptions{Hooks: true}
+
+	// Healthy as applied: both instances active, their ports listening in their pods, their hooks
+	// (both declared probes) answering.
+	t0 := time.Now()
+	h, err := f.eng.Health(ctx, ref, opts)
+	if err != nil || !h.Healthy() || len(h.Instances) != 2 {
+		t.Fatalf("health after the apply: %+v, %v", h, err)
+	}
+	t.Logf("health check of two nodes, hooks included: %v", time.Since(t0).Round(time.Millisecond))
+
+	// A unit stopped by hand: the check names the instance and why; the other one is fine.
+	run(t, webSSH, appCmd("systemctl --user stop "+node.Quote(webUnit)))
+	h, err = f.eng.Health(ctx, ref, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := problemsOf(h, "web--front"); !slices.Contains(p, "unit inactive") || len(problemsOf(h, "kv--cache")) != 0 {
+		t.Errorf("health with web--front stopped: %+v", h)
+	}
+
+	// A refresh reads the instance back: the drift check lists it as an update, and says why.
+	logStart := len(f.logs.String())
+	drift, err := f.eng.Drift(ctx, stand)
+	if err != nil {
+		t.Fatalf("drift check: %v", err)
+	}
+	t.Logf("drift check with web--front stopped: %+v", drift.Steps)
+	if !drift.Changed || !slices.ContainsFunc(drift.Steps, func(s stands.Step) bool {
+		return s.Kind == "instance" && s.Instance == "web--front" && s.Op == "update" && strings.Contains(s.Changed, "drift")
+	}) || slices.ContainsFunc(drift.Steps, func(s stands.Step) bool { return s.Instance == "kv--cache" || s.Op != "update" }) {
+		t.Errorf("drift check with web--front stopped: %+v", drift.Steps)
+	}
+	if log := f.logs.String()[logStart:]; !strings.Contains(log, "web--front: unit inactive") {
+		t.Errorf("the drift check's log does not say what drifted:\n%s", excerpt(log, "drift", 3000))
+	}
+
+	// Started again: healthy, and nothing drifted.
+	run(t, webSSH, appCmd("systemctl --user start "+node.Quote(webUnit)))
+	h = waitHealthy(t, ctx, f, ref, opts)
+	if drift, err := f.eng.Drift(ctx, stand); err != nil || drift.Changed {
+		t.Errorf("drift check after the start: %+v, %v", drift, err)
+	}
+
+	// The app's container stopped behind its unit: whatever the unit makes of it, the check sees
+	// the instance unhealthy; Restart (a heal's first step) brings it back.
+	restarts := restartsOf(h, "web--front")
+	run(t, webSSH, appCmd("podman stop -t 2 front-web >/dev/null"))
+	h, err = f.eng.Health(ctx, ref, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("health with the app's container stopped: %+v", h.Instances)
+	// Seen either way the reconciler judges: a problem now, or systemd restarted the unit since.
+	if len(problemsOf(h, "web--front")) == 0 && restartsOf(h, "web--front") <= restarts {
+		t.Errorf("the app's container stopped, and the check sees no problem: %+v", h)
+	}
+	if err := f.eng.Restart(ctx, ref, "web--front"); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	waitHealthy(t, ctx, f, ref, opts)
+
+	// A heal's second step: a forced apply that repairs reads the instances back first, so the
+	// stopped unit is an update, which starts it; the other instance is left alone.
+	run(t, webSSH, appCmd("systemctl --user stop "+node.Quote(webUnit)))
+	repair := stand
+	repair.Repair = true
+	res, err := f.eng.Apply(ctx, repair, true)
+	if err != nil {
+		t.Fatalf("repairing apply: %v\n%s", err, tailLog(f.logs.String()))
+	}
+	if res.Changes["update"] != 1 {
+		t.Errorf("repairing apply: changes %v, want 1 update (web--front)", res.Changes)
+	}
+	waitHealthy(t, ctx, f, ref, opts)
+	if drift, err := f.eng.Drift(ctx, stand); err != nil || drift.Changed {
+		t.Errorf("drift check after the repair: %+v, %v", drift, err)
+	}
+}
+
+// waitHealthy waits for the stand to be healthy: a restarted app takes a moment to listen.
+func waitHealthy(t *testing.T, ctx context.Context, f *fixture, ref stands.StackRef, opts HealthOptions) *stands.Health {
+	t.Helper()
+	var h *stands.Health
+	var err error
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(3 * time.Second) {
+		if h, err = f.eng.Health(ctx, ref, opts); err == nil && h.Healthy() {
+			return h
+		}
+	}
+	t.Fatalf("not healthy after 2 minutes: %+v, %v", h, err)
+	return nil
+}
+
+func restartsOf(h *stands.Health, instance string) int {
+	for _, in := range h.Instances {
+		if in.Instance == instance {
+			return in.Restarts
+		}
+	}
+	return -1
+}
+
+func problemsOf(h *stands.Health, instance string) []string {
+	for _, in := range h.Instances {
+		if in.Instance == instance {
+			return in.Problems
+		}
+	}
+	return []string{"instance not in the health check"}
+}
+
+// unreachableHealth: with web powered off the check reports it unreachable and db's instance
+// healthy; a refresh leaves web's resources as they were (no delete, no replacement planned).
+func unreachableHealth(t *testing.T, ctx context.Context, f *fixture, stand stands.Input) {
+	ref := stands.StackRef{Project: stand.Stand.Project, Env: stand.Stand.Env}
+	h, err := f.eng.Health(ctx, ref, HealthOptions{Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Unreachable) != 1 || h.Unreachable[0].Server != "demo-demo-two-node-web" || len(problemsOf(h, "kv--cache")) != 0 {
+		t.Errorf("health with web powered off: %+v", h)
+	}
+	drift, err := f.eng.Drift(ctx, stand)
+	if err != nil {
+		t.Fatalf("drift check with web powered off: %v", err)
+	}
+	t.Logf("drift check with web powered off: %+v", drift.Steps)
+	if slices.ContainsFunc(drift.Steps, func(s stands.Step) bool { return s.Op != "update" }) {
+		t.Errorf("a refresh with web unreachable plans to delete or replace: %+v", drift.Steps)
+	}
+}
+
+// healthLoopOnNodes runs the reconciler itself on the applied stand — a local Git repository holding
+// it, the real engine as both its engine and its health checker — and stops a unit by hand: the
+// stand is Degraded within one --health-interval, naming the instance, with one status commit however
+// many checks find it so; started by hand it is Ready again. A second reconciler with --heal restarts
+// the unit itself.
+func healthLoopOnNodes(t *testing.T, ctx context.Context, f *fixture, repo fs.FS, secrets map[string]string, stand stands.Input, webSSH *ssh.Client, webUnit string) {
+	dir := t.TempDir()
+	git := testenv.InitStandsRepo(t, dir)
+	files := map[string]string{}
+	for _, p := range []string{"bases/common.yml", "stands/two-node/stand.yml"} {
+		files[p] = string(mustRead(t, repo, p))
+	}
+	commitAll(t, git, dir, files)
+	const interval = 20 * time.Second
+	src := gitsource.New(dir, "main", gitsource.WithStatusBranch("stands-status"))
+	sec := localSecrets{manifest.EnvSource{Lookup: func(k string) (string, bool) { v, ok := secrets[k]; return v, ok }}}
+	start := func(heal bool) (*reconcile.Reconciler, context.CancelFunc) {
+		r := reconcile.New(reconcile.Config{Owner: "demo", Passphrase: "stands-test-passphrase", // loadWith's: the same spec hash NodesMode: NodesFull, Log: testenv.Logger(t),
+			Checker: checker{f.eng}, HealthInterval: interval, Heal: heal, HealSettle: 5 * time.Second, StatusBranch: "stands-status"}, src, f.eng, sec)
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); r.Run(rctx, 5*time.Second) }()
+		return r, func() { cancel(); <-done; r.Wait() }
+	}
+	id := stand.Stand.ID
+	waitPhase := func(r *reconcile.Reconciler, phase reason.Phase, within time.Duration) (reconcile.Status, time.Duration) {
+		t.Helper()
+		t0 := time.Now()
+		for time.Since(t0) < within {
+			if st := r.Status(id); st != nil && st.Phase == phase {
+				return *st, time.Since(t0)
+			}
+			time.Sleep(time.Second)
+		}
+		t.Fatalf("%s not %s within %v: %+v", id, phase, within, r.Status(id))
+		return reconcile.Status{}, 0
+	}
+
+	r, stop := start(false)
+	waitPhase(r, reason.Ready, 5*time.Minute) // its outputs read: the engine above applied it
+	run(t, webSSH, appCmd("systemctl --user stop "+node.Quote(webUnit)))
+	st, took := waitPhase(r, reason.Degraded, interval+time.Minute)
+	t.Logf("Degraded %v after the unit was stopped (interval %v): %s", took.Round(time.Second), interval, st.Message)
+	if took > interval+40*time.Second {
+		t.Errorf("Degraded %v after the stop, more than one interval (%v) and a check", took, interval)
+	}
+	if st.Reason != reason.InstanceUnhealthy || !strings.HasPrefix(st.Message, "web--front: ") || !strings.Contains(st.Message, "unit inactive") {
+		t.Errorf("degraded status: %s %q", st.Reason, st.Message)
+	}
+	commits := branchCommits(t, dir, "stands-status")
+	time.Sleep(2*interval + 10*time.Second) // two more checks find the same
+	if n := branchCommits(t, dir, "stands-status") - commits; n != 0 {
+		t.Errorf("a stand that stays Degraded made %d more status commits over two checks", n)
+	}
+	run(t, webSSH, appCmd("systemctl --user start "+node.Quote(webUnit)))
+	if st, took = waitPhase(r, reason.Ready, interval+time.Minute); st.Reason != reason.Recovered {
+		t.Errorf("after the start: %s %q", st.Reason, st.Message)
+	}
+	t.Logf("Ready %v after the unit was started", took.Round(time.Second))
+	stop()
+
+	// --heal: the reconciler restarts the unit itself.
+	r, stop = start(true)
+	defer stop()
+	waitPhase(r, reason.Ready, 2*time.Minute)
+	since := activeSince(t, webSSH, webUnit)
+	run(t, webSSH, appCmd("systemctl --user stop "+node.Quote(webUnit)))
+	t0 := time.Now()
+	for {
+		st := r.Status(id)
+		if st != nil && st.Phase == reason.Ready && len(st.Healing) > 0 {
+			last := st.Healing[len(st.Healing)-1]
+			if last.Instance != "web--front" || last.Action != "restart" || last.Result != "restarted" {
+				t.Errorf("heal step: %+v", last)
+			}
+			break
+		}
+		if time.Since(t0) > interval+2*time.Minute {
+			t.Fatalf("not healed: %+v", st)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("healed %v after the stop", time.Since(t0).Round(time.Second))
+	if out := run(t, webSSH, appCmd("systemctl --user is-active "+node.Quote(webUnit)+" || true")); out != "active" || activeSince(t, webSSH, webUnit) == since {
+		t.Errorf("after the heal the unit is %q", out)
+	}
+}
+
+// checker is the engine as the reconciler's health checker, hooks run (as the daemon wires it).
+type checker struct{ eng *Engine }
+
+func (c checker) Health(ctx context.Context, ref stands.StackRef) (*stands.Health, error) {
+	return c.eng.Health(ctx, ref, HealthOptions{Hooks: true})
+}
+
+func (c checker) Restart(ctx context.Context, ref stands.StackRef, instance string) error {
+	return c.eng.Restart(ctx, ref, instance)
+}
+
+// localSecrets is local mode's secret source: SECRET_<NAME> values, connection records kept nowhere.
+type localSecrets struct{ manifest.EnvSource }
+
+func (localSecrets) WriteConnection(context.Context, string, json.RawMessage) error { return nil }
+
+func mustRead(t *testing.T, fsys fs.FS, p string) []byte {
+	t.Helper()
+	b, err := fs.ReadFile(fsys, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// commitAll writes files into the work tree and commits everything on main.
+func commitAll(t *testing.T, repo *git.Repository, dir string, files map[string]string) {
+	t.Helper()
+	for p, c := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wt.AddGlob("."); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wt.Commit("stands", &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// branchCommits counts the commits of a branch of the repository at dir.
+func branchCommits(t *testing.T, dir, branch string) int {
+	t.Helper()
+	repo, err := git.PlainOpen(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := repo.Reference(plumbing.NewBranchReferenceName(branch), true)
+	if err != nil {
+		return 0
+	}
+	iter, err := repo.Log(&git.LogOptions{From: ref.Hash()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	_ = iter.ForEach(func(*object.Commit) error { n++; return nil })
+	return n
+}
