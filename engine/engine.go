@@ -290,6 +290,7 @@ func stepOf(m apitype.StepEventMetadata) stands.Step {
 		}
 		st.Changed = strings.Join(m.Diffs, ",")
 		st.ConfigUnknown = str(m.New, "configHash") == sig.UnknownStringValue
+		st.Drift = str(m.Old, "drift")
 		return st
 	}
 	st.Changed = strings.Join(m.Diffs, ",")

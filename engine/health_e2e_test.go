@@ -61,7 +61,7 @@ func healthOnNodes(t *testing.T, ctx context.Context, f *fixture, stand stands.I
 	}
 	t.Logf("drift check with web--front stopped: %+v", drift.Steps)
 	if !drift.Changed || !slices.ContainsFunc(drift.Steps, func(s stands.Step) bool {
-		return s.Kind == "instance" && s.Instance == "web--front" && s.Op == "update" && strings.Contains(s.Changed, "drift")
+		return s.Kind == "instance" && s.Instance == "web--front" && s.Op == "update" && strings.Contains(s.Changed, "drift") && strings.Contains(s.Drift, "unit inactive")
 	}) || slices.ContainsFunc(drift.Steps, func(s stands.Step) bool { return s.Instance == "kv--cache" || s.Op != "update" }) {
 		t.Errorf("drift check with web--front stopped: %+v", drift.Steps)
 	}

@@ -192,7 +192,7 @@ func succeeded(o outcome, x Status, now time.Time) Status {
 		return x
 	case opDrift:
 		if res.Changed {
-			x.Phase, x.Reason, x.Message = reason.Drifted, reason.DriftDetected, reason.DriftDetected.Message(summary(res.Changes, ""))
+			x.Phase, x.Reason, x.Message = reason.Drifted, reason.DriftDetected, truncate(reason.DriftDetected.Message(summary(res.Changes, "")+drifted(res.Steps)), maxMessage)
 		} else if x.Phase == reason.Drifted {
 			x.Phase, x.Reason, x.Message = reason.Ready, reason.UpToDate, ""
 		}
@@ -228,6 +228,17 @@ func observedCommit(o outcome, prev Status, res *stands.Result) string {
 		return prev.LastSuccessfulCommit
 	}
 	return prev.LastAttemptedCommit
+}
+
+// drifted names what a refresh found changed on the servers, per resource ("; web--front: unit inactive").
+func drifted(steps []stands.Step) string {
+	var b strings.Builder
+	for _, s := range steps {
+		if s.Drift != "" {
+			b.WriteString("; " + cmp.Or(s.Instance, s.ServerName, s.Node) + ": " + s.Drift)
+		}
+	}
+	return b.String()
 }
 
 func timings(o outcome, now time.Time) *Timings {

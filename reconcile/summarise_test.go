@@ -305,3 +305,18 @@ func TestMessagesKeepUTF8(t *testing.T) {
 		t.Error("truncate changed a short string")
 	}
 }
+
+// TestDriftMessageNamesWhatDrifted: a drift check's status names each resource a refresh found
+// changed on its server, and why, after the step counts.
+func TestDriftMessageNamesWhatDrifted(t *testing.T) {
+	res := &stands.Result{Changed: true, Changes: map[string]int{"update": 2}, Steps: []stands.Step{
+		{Op: "update", Kind: "instance", Instance: "web--front", Node: "web", Drift: "unit inactive"},
+		{Op: "update", Kind: "images", Node: "db", ServerName: "demo-demo-two-node-db", Drift: "image registry.test/kv:7 missing"},
+		{Op: "update", Kind: "instance", Instance: "kv--cache", Node: "db", Changed: "configHash"},
+	}}
+	got, _ := summarise(outcome{kind: outSucceeded, op: opDrift, res: res}, prevStatus(reason.Ready), retries{}, time.Now(), policy{stallAfter: 3, backoff: func(int) time.Duration { return time.Minute }})
+	want := "the stand differs from its last apply: 2 update; web--front: unit inactive; demo-demo-two-node-db: image registry.test/kv:7 missing"
+	if got.Phase != reason.Drifted || got.Message != want {
+		t.Errorf("%s %q\nwant %q", got.Phase, got.Message, want)
+	}
+}

@@ -90,6 +90,9 @@ type Step struct {
 	OldServerType string `json:"oldServerType,omitempty"` // a replace or delete: the type going away
 	Location      string `json:"location,omitempty"`
 	OldLocation   string `json:"oldLocation,omitempty"`
+	// Drift is what a refresh found changed on the server for a node resource ("unit inactive"):
+	// places and states, never a value. Only drift checks refresh: a plan never has it.
+	Drift string `json:"drift,omitempty"`
 }
 
 // StackInfo is one stack of the backend as the inventory sees it.
