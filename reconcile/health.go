@@ -109,7 +109,13 @@ func (r *Reconciler) checkStand(ctx context.Context, id string, ref stands.Stack
 		r.mu.Unlock()
 	}()
 	h, ok := r.check(ctx, id, ref, log)
-	if !ok || !r.cfg.Heal {
+	if !ok || !r.cfg.Heal || h.Healthy() {
+		return
+	}
+	r.mu.Lock()
+	held := r.pausedLocked() != nil || r.planOnlyLocked() // plan-only acts on no server either
+	r.mu.Unlock()
+	if held {
 		return
 	}
 	restarted := r.restartUnhealthy(ctx, id, ref, h, log)

@@ -224,6 +224,19 @@ func TestHealRestartsThenApplies(t *testing.T) {
 	})
 }
 
+// TestHealNotInPlanOnly: plan-only acts on no server: a Degraded stand is reported, not restarted.
+func TestHealNotInPlanOnly(t *testing.T) {
+	h, chk, _ := healthHarness(t, func(c *Config) { c.Heal = true })
+	if err := h.r.SetPlanOnly(true, "test"); err != nil {
+		t.Fatal(err)
+	}
+	chk.set("a", stopped("web--front"))
+	h.r.HealthCycle(context.Background())
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Degraded || len(chk.restarts) != 0 || len(st.Healing) != 0 {
+		t.Errorf("plan-only: status %+v, restarts %v", st, chk.restarts)
+	}
+}
+
 // TestHealLimit: a flapping instance is healed at most HealLimit times an hour, the limit recorded
 // once; an hour later it is healed again.
 func TestHealLimit(t *testing.T) {
