@@ -138,7 +138,7 @@ func TestNodesE2E(t *testing.T) {
 
 	// 1a. Live health (health_e2e_test.go): a unit stopped by hand, an app's container stopped.
 	t.Run("health", func(t *testing.T) { healthOnNodes(t, ctx, f, stand, webSSH, webUnit) })
-	t.Run("health loop", func(t *testing.T) { healthLoopOnNodes(t, ctx, f, repo, secrets, stand, webSSH, webUnit) })
+	t.Run("health loop", func(t *testing.T) { healthLoopOnNodes(t, ctx, f, repo.(editableRepo), secrets, stand, webSSH, webUnit) })
 
 	// 1b. The machines themselves (hcloudsim's VM backend): cloud-init done without an ordering
 	// cycle; a simulator restart — a new backend on the same folder — takes a running VM over without

@@ -14,7 +14,6 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/config"
-	"golang.org/x/crypto/ssh"
 
 	"github.com/stands-engine/stands-reconciler/engine/node"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
@@ -25,24 +24,33 @@ import (
 type HealthOptions struct {
 	// Hooks runs the post-start hooks apps declare probes (hooks.post_start.probe).
 	Hooks bool
-	// Wait bounds the wait for each server to answer (default 20 s): a check is cheap or it is
+	// Wait bounds the wait for each server to answer (defaultHealthWait): a check is cheap or it is
 	// not done; a server down is reported, not waited for.
 	Wait time.Duration
 }
 
-// Health checks a stand's instances on its servers, over SSH with the host keys pinned at their
+// defaultHealthWait is how long a check waits for a server to answer.
+const defaultHealthWait = 20 * time.Second
+
+// Health is the live health check as the reconciler runs it (reconcile.Checker): HealthWith, the
+// hooks apps declare probes run.
+func (e *Engine) Health(ctx context.Context, ref stands.StackRef) (*stands.Health, error) {
+	return e.HealthWith(ctx, ref, HealthOptions{Hooks: true})
+}
+
+// HealthWith checks a stand's instances on its servers, over SSH with the host keys pinned at their
 // setup, and starts no Pulumi process: the targets come from the stack's state file, read through
 // the backend's blob driver and decrypted with the passphrase (the stand's key is a secret there).
 // It changes nothing on the servers. A stand without node work in its state (servers-only mode, or
 // none applied yet) has nothing to check.
-func (e *Engine) Health(ctx context.Context, ref stands.StackRef, o HealthOptions) (_ *stands.Health, err error) {
+func (e *Engine) HealthWith(ctx context.Context, ref stands.StackRef, o HealthOptions) (_ *stands.Health, err error) {
 	defer classify(&err)
 	targets, err := e.targets(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	if o.Wait <= 0 {
-		o.Wait = 20 * time.Second
+		o.Wait = defaultHealthWait
 	}
 	h := &stands.Health{}
 	var mu sync.Mutex
@@ -74,28 +82,12 @@ func sortHealth(h *stands.Health) {
 }
 
 func probeTarget(ctx context.Context, t provider.Target, o HealthOptions) ([]node.InstanceHealth, error) {
-	conn, err := dialTarget(ctx, t, o.Wait)
+	conn, err := t.Dial(ctx, o.Wait)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
 	return node.Probe(ctx, conn, t.App, t.Deployments, node.ProbeOptions{Hooks: o.Hooks})
-}
-
-func dialTarget(ctx context.Context, t provider.Target, wait time.Duration) (*node.Conn, error) {
-	signer, err := ssh.ParsePrivateKey([]byte(t.PrivateKey))
-	if err != nil {
-		return nil, fmt.Errorf("the stand's SSH key: %w", err)
-	}
-	pinned, _, _, _, err := ssh.ParseAuthorizedKey([]byte(t.HostKey))
-	if err != nil {
-		return nil, fmt.Errorf("the pinned host key of %s: %w", t.Server, err)
-	}
-	conn, _, err := node.Dial(ctx, t.Host+":22", node.DialOptions{User: t.User, Signer: signer, HostKey: pinned, Wait: wait})
-	if err != nil {
-		return nil, fmt.Errorf("reach %s: %w", t.Server, err)
-	}
-	return conn, nil
 }
 
 // ErrNoInstance: the stand's state has no such instance.
@@ -113,7 +105,7 @@ func (e *Engine) Restart(ctx context.Context, ref stands.StackRef, instance stri
 			if node.InstanceName(d.Instance) != instance {
 				continue
 			}
-			conn, err := dialTarget(ctx, t, 20*time.Second)
+			conn, err := t.Dial(ctx, defaultHealthWait)
 			if err != nil {
 				return err
 			}
@@ -140,22 +132,7 @@ func (e *Engine) stateOutputs(ctx context.Context, ref stands.StackRef, types ..
 	if err != nil || data == nil {
 		return nil, err
 	}
-	var cp struct {
-		Checkpoint struct {
-			Latest *struct {
-				Secrets struct {
-					Type  string `json:"type"`
-					State struct {
-						Salt string `json:"salt"`
-					} `json:"state"`
-				} `json:"secrets_providers"`
-				Resources []struct {
-					Type    string         `json:"type"`
-					Outputs map[string]any `json:"outputs"`
-				} `json:"resources"`
-			} `json:"latest"`
-		} `json:"checkpoint"`
-	}
+	var cp stackFile
 	if err := json.Unmarshal(data, &cp); err != nil {
 		return nil, fmt.Errorf("parse the state of %s/%s: %w", ref.Project, ref.Env, err)
 	}
@@ -255,5 +232,3 @@ func decryptAll(ctx context.Context, d config.Decrypter, v any) (any, error) {
 	}
 	return v, nil
 }
-
-func newCrypterCache() *sync.Map { return &sync.Map{} }

@@ -4,10 +4,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,7 +17,6 @@ import (
 	"github.com/stands-engine/stands-reconciler/engine/node"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
-	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -37,7 +32,7 @@ func healthOnNodes(t *testing.T, ctx context.Context, f *fixture, stand stands.I
 	// Healthy as applied: both instances active, their ports listening in their pods, their hooks
 	// (both declared probes) answering.
 	t0 := time.Now()
-	h, err := f.eng.Health(ctx, ref, opts)
+	h, err := f.eng.HealthWith(ctx, ref, opts)
 	if err != nil || !h.Healthy() || len(h.Instances) != 2 {
 		t.Fatalf("health after the apply: %+v, %v", h, err)
 	}
@@ -45,7 +40,7 @@ func healthOnNodes(t *testing.T, ctx context.Context, f *fixture, stand stands.I
 
 	// A unit stopped by hand: the check names the instance and why; the other one is fine.
 	run(t, webSSH, appCmd("systemctl --user stop "+node.Quote(webUnit)))
-	h, err = f.eng.Health(ctx, ref, opts)
+	h, err = f.eng.HealthWith(ctx, ref, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +75,7 @@ func healthOnNodes(t *testing.T, ctx context.Context, f *fixture, stand stands.I
 	// the instance unhealthy; Restart (a heal's first step) brings it back.
 	restarts := restartsOf(h, "web--front")
 	run(t, webSSH, appCmd("podman stop -t 2 front-web >/dev/null"))
-	h, err = f.eng.Health(ctx, ref, opts)
+	h, err = f.eng.HealthWith(ctx, ref, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +113,7 @@ func waitHealthy(t *testing.T, ctx context.Context, f *fixture, ref stands.Stack
 	var h *stands.Health
 	var err error
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(3 * time.Second) {
-		if h, err = f.eng.Health(ctx, ref, opts); err == nil && h.Healthy() {
+		if h, err = f.eng.HealthWith(ctx, ref, opts); err == nil && h.Healthy() {
 			return h
 		}
 	}
@@ -153,7 +148,7 @@ func problemsOf(h *stands.Health, instance string) []string {
 // healthy; a refresh leaves web's resources as they were (no delete, no replacement planned).
 func unreachableHealth(t *testing.T, ctx context.Context, f *fixture, stand stands.Input) {
 	ref := stands.StackRef{Project: stand.Stand.Project, Env: stand.Stand.Env}
-	h, err := f.eng.Health(ctx, ref, HealthOptions{Wait: 10 * time.Second})
+	h, err := f.eng.HealthWith(ctx, ref, HealthOptions{Wait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,20 +170,21 @@ func unreachableHealth(t *testing.T, ctx context.Context, f *fixture, stand stan
 // stand is Degraded within one --health-interval, naming the instance, with one status commit however
 // many checks find it so; started by hand it is Ready again. A second reconciler with --heal restarts
 // the unit itself.
-func healthLoopOnNodes(t *testing.T, ctx context.Context, f *fixture, repo fs.FS, secrets map[string]string, stand stands.Input, webSSH *ssh.Client, webUnit string) {
+func healthLoopOnNodes(t *testing.T, ctx context.Context, f *fixture, repo editableRepo, secrets map[string]string, stand stands.Input, webSSH *ssh.Client, webUnit string) {
 	dir := t.TempDir()
-	git := testenv.InitStandsRepo(t, dir)
 	files := map[string]string{}
 	for _, p := range []string{"bases/common.yml", "stands/two-node/stand.yml"} {
-		files[p] = string(mustRead(t, repo, p))
+		files[p] = repo.get(p)
 	}
-	commitAll(t, git, dir, files)
+	testenv.CommitAll(t, testenv.InitStandsRepo(t, dir), dir, "the two-node stand", files)
+	for k, v := range secrets { // local mode: SECRET_<NAME> from the environment
+		t.Setenv(k, v)
+	}
 	const interval = 20 * time.Second
 	src := gitsource.New(dir, "main", gitsource.WithStatusBranch("stands-status"))
-	sec := localSecrets{manifest.EnvSource{Lookup: func(k string) (string, bool) { v, ok := secrets[k]; return v, ok }}}
 	start := func(heal bool) (*reconcile.Reconciler, context.CancelFunc) {
 		r := reconcile.New(reconcile.Config{Owner: "demo", Passphrase: "stands-test-passphrase", // loadWith's: the same spec hash NodesMode: NodesFull, Log: testenv.Logger(t),
-			Checker: checker{f.eng}, HealthInterval: interval, Heal: heal, HealSettle: 5 * time.Second, StatusBranch: "stands-status"}, src, f.eng, sec)
+			Checker: f.eng, HealthInterval: interval, Heal: heal, HealSettle: 5 * time.Second, StatusBranch: "stands-status"}, src, f.eng, nil)
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); r.Run(rctx, 5*time.Second) }()
@@ -255,54 +251,6 @@ func healthLoopOnNodes(t *testing.T, ctx context.Context, f *fixture, repo fs.FS
 	t.Logf("healed %v after the stop", time.Since(t0).Round(time.Second))
 	if out := run(t, webSSH, appCmd("systemctl --user is-active "+node.Quote(webUnit)+" || true")); out != "active" || activeSince(t, webSSH, webUnit) == since {
 		t.Errorf("after the heal the unit is %q", out)
-	}
-}
-
-// checker is the engine as the reconciler's health checker, hooks run (as the daemon wires it).
-type checker struct{ eng *Engine }
-
-func (c checker) Health(ctx context.Context, ref stands.StackRef) (*stands.Health, error) {
-	return c.eng.Health(ctx, ref, HealthOptions{Hooks: true})
-}
-
-func (c checker) Restart(ctx context.Context, ref stands.StackRef, instance string) error {
-	return c.eng.Restart(ctx, ref, instance)
-}
-
-// localSecrets is local mode's secret source: SECRET_<NAME> values, connection records kept nowhere.
-type localSecrets struct{ manifest.EnvSource }
-
-func (localSecrets) WriteConnection(context.Context, string, json.RawMessage) error { return nil }
-
-func mustRead(t *testing.T, fsys fs.FS, p string) []byte {
-	t.Helper()
-	b, err := fs.ReadFile(fsys, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// commitAll writes files into the work tree and commits everything on main.
-func commitAll(t *testing.T, repo *git.Repository, dir string, files map[string]string) {
-	t.Helper()
-	for p, c := range files {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wt, err := repo.Worktree()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := wt.AddGlob("."); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wt.Commit("stands", &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}}); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
@@ -47,7 +48,7 @@ func TestStateSecretsReadWithoutTheCLI(t *testing.T) {
 		t.Error("the stand's key read from the state is not a decrypted private key")
 	}
 
-	h, err := f.eng.Health(ctx, ref, HealthOptions{Hooks: true})
+	h, err := f.eng.Health(ctx, ref)
 	if err != nil || !h.Healthy() || len(h.Instances) != 0 {
 		t.Errorf("health of a servers-only stand: %+v, %v; want nothing to check", h, err)
 	}
@@ -57,7 +58,7 @@ func TestStateSecretsReadWithoutTheCLI(t *testing.T) {
 
 	wrong := *f.eng
 	wrong.cfg.Passphrase = "not-the-passphrase"
-	wrong.crypters = newCrypterCache()
+	wrong.crypters = &sync.Map{}
 	if _, err := wrong.stateOutputs(ctx, ref, "pulumi:pulumi:Stack"); reason.Of(classified(err)) != reason.Passphrase {
 		t.Errorf("a wrong passphrase: %v (reason %s)", err, reason.Of(classified(err)))
 	}

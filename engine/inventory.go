@@ -174,6 +174,12 @@ type stackFile struct {
 			Manifest struct {
 				Time time.Time `json:"time"`
 			} `json:"manifest"`
+			Secrets struct { // the health check's decryption (health.go)
+				Type  string `json:"type"`
+				State struct {
+					Salt string `json:"salt"`
+				} `json:"state"`
+			} `json:"secrets_providers"`
 			Resources []struct {
 				Type    string         `json:"type"`
 				Outputs map[string]any `json:"outputs"`

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	git "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim/vm"
@@ -254,24 +252,7 @@ func journal(t *testing.T, c *ssh.Client) string {
 func vmRepository(t *testing.T) []byte {
 	t.Helper()
 	dir := t.TempDir()
-	r := testenv.InitStandsRepo(t, dir)
-	wt, _ := r.Worktree()
-	commit := func(name string) {
-		p := filepath.Join(dir, "stands", name, "stand.yml")
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(testenv.PlainStand(name)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := wt.Commit("add "+name, &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	commit("p")
+	testenv.CommitAll(t, testenv.InitStandsRepo(t, dir), dir, "add p", map[string]string{"stands/p/stand.yml": testenv.PlainStand("p")})
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	if err := tw.AddFS(os.DirFS(dir)); err != nil {

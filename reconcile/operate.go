@@ -104,9 +104,7 @@ func (r *Reconciler) operate(ctx context.Context, o *op, log *slog.Logger) (*sta
 	switch o.kind {
 	case opApply, opObserve:
 		if o.repair {
-			again := *o.in
-			again.Repair = true
-			return r.eng.Apply(ctx, again, true)
+			return r.repairApply(ctx, *o.in)
 		}
 		return r.eng.Apply(ctx, *o.in, false)
 	case opDrift:
@@ -117,13 +115,18 @@ func (r *Reconciler) operate(ctx context.Context, o *op, log *slog.Logger) (*sta
 		if err == nil && res.Changed && repair {
 			log.Info("stand drifted; applying it again", "changes", res.Changes)
 			o.kind = opApply
-			again := *o.in
-			again.Repair = true
-			return r.eng.Apply(ctx, again, true)
+			return r.repairApply(ctx, *o.in)
 		}
 		return res, err
 	}
 	return r.eng.Destroy(ctx, o.ref)
+}
+
+// repairApply applies a stand again whatever its spec hash, reading its servers and instances back
+// first so what drifted or died on them is put back: a drift repair, a heal.
+func (r *Reconciler) repairApply(ctx context.Context, in stands.Input) (*stands.Result, error) {
+	in.Repair = true
+	return r.eng.Apply(ctx, in, true)
 }
 
 // commitStatus sets stands/<stand-id> on the operation's commit from the stand's status as summarise

@@ -12,7 +12,6 @@ import (
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
 	vaultapi "github.com/hashicorp/vault/api"
 
 	"github.com/stands-engine/stands-reconciler/gitsource"
@@ -92,30 +91,8 @@ func newLocalStandsRepo(t *testing.T) *localStandsRepo {
 
 // commit writes files, removes the paths in remove and commits everything on main.
 func (l *localStandsRepo) commit(files map[string]string, remove ...string) string {
-	t := l.t
-	t.Helper()
-	for p, c := range files {
-		if err := os.MkdirAll(filepath.Join(l.dir, filepath.Dir(p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(l.dir, p), []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, p := range remove {
-		if err := os.RemoveAll(filepath.Join(l.dir, p)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wt, _ := l.repo.Worktree()
-	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
-		t.Fatal(err)
-	}
-	hash, err := wt.Commit("change", &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return hash.String()
+	l.t.Helper()
+	return testenv.CommitAll(l.t, l.repo, l.dir, "change", files, remove...)
 }
 
 // statusHead is the head of the stands-status branch, where `reconcile --once` on a local

@@ -11,7 +11,6 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
 	"github.com/stands-engine/stands-reconciler/reconcile"
-	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // wiring is what the daemon runs on. Everything with a goroutine of its own (credential watchers,
@@ -77,7 +76,7 @@ func wire(f *daemonFlags, std stdio, getenv env, filesOnly bool, log *slog.Logge
 		NodesMode: eng.NodesMode(), StatusDelay: f.statusDelay, SecretRefresh: f.secretRefresh,
 		HealthInterval: f.healthInterval, Heal: f.heal, HealLimit: f.healLimit}
 	if eng.NodesMode() == engine.NodesFull {
-		cfg.Checker = healthChecker{eng}
+		cfg.Checker = eng
 	}
 	if cfg.ControlState, err = filepath.Abs(filepath.Join(f.stateDir, "controls.json")); err != nil {
 		return nil, err
@@ -122,15 +121,4 @@ func (g *goroutine) Close() error {
 	g.stop()
 	<-g.done
 	return nil
-}
-
-// healthChecker is the engine as the loop's health check uses it, its probe hooks run.
-type healthChecker struct{ eng *engine.Engine }
-
-func (c healthChecker) Health(ctx context.Context, ref stands.StackRef) (*stands.Health, error) {
-	return c.eng.Health(ctx, ref, engine.HealthOptions{Hooks: true})
-}
-
-func (c healthChecker) Restart(ctx context.Context, ref stands.StackRef, instance string) error {
-	return c.eng.Restart(ctx, ref, instance)
 }

@@ -274,7 +274,7 @@ exit 1`, o.PortTries, svc, strings.Join(append(checks, ":"), "\n  "), interval, 
 func differing(ctx context.Context, c *Conn, u AppUser, files []File) ([]File, error) {
 	var probe strings.Builder
 	for _, f := range files {
-		fmt.Fprintf(&probe, "printf '%%s %%s\\n' \"$(stat -c %%a %[1]s 2>/dev/null || echo -)\" \"$(sha256sum < %[1]s 2>/dev/null | cut -d' ' -f1)\"\n", Quote(f.Path))
+		probe.WriteString(fileProbe("", f.Path))
 	}
 	out, err := u.run(ctx, c, "read the node's files", probe.String(), nil, 2*time.Minute)
 	if err != nil {
@@ -283,12 +283,22 @@ func differing(ctx context.Context, c *Conn, u AppUser, files []File) ([]File, e
 	have := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	var differ []File
 	for i, f := range files {
-		sum := sha256.Sum256(f.Content)
-		if i >= len(have) || have[i] != fmt.Sprintf("%o %s", f.Mode, hex.EncodeToString(sum[:])) {
+		if i >= len(have) || have[i] != fileFact(f) {
 			differ = append(differ, f)
 		}
 	}
 	return differ, nil
+}
+
+// fileProbe prints a file's mode and SHA-256 on the node ("- " when it is missing), after prefix.
+func fileProbe(prefix, path string) string {
+	return fmt.Sprintf("printf '%s%%s %%s\\n' \"$(stat -c %%a %[2]s 2>/dev/null || echo -)\" \"$(sha256sum < %[2]s 2>/dev/null | cut -d' ' -f1)\"\n", prefix, Quote(path))
+}
+
+// fileFact is what fileProbe prints for a file as deployed.
+func fileFact(f File) string {
+	sum := sha256.Sum256(f.Content)
+	return fmt.Sprintf("%o %s", f.Mode, hex.EncodeToString(sum[:]))
 }
 
 // write writes files as the app user, each through a temporary file renamed into place.

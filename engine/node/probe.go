@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -82,7 +80,7 @@ func probeScript(ds []Deployment, o ProbeOptions) (string, time.Duration) {
 		b.WriteString("fi\n")
 		if o.Files {
 			for j, f := range d.files() {
-				fmt.Fprintf(&b, "printf 'file %d %%s %%s\\n' \"$(stat -c %%a %[2]s 2>/dev/null || echo -)\" \"$(sha256sum < %[2]s 2>/dev/null | cut -d' ' -f1)\"\n", j, Quote(f.Path))
+				b.WriteString(fileProbe(fmt.Sprintf("file %d ", j), f.Path))
 			}
 		}
 	}
@@ -180,11 +178,10 @@ func judge(d Deployment, lines []string, o ProbeOptions) InstanceHealth {
 	}
 	if o.Files {
 		for j, f := range d.files() {
-			sum := sha256.Sum256(f.Content)
 			switch got := files[j]; {
 			case got == "" || strings.HasPrefix(got, "- "):
 				h.Problems = append(h.Problems, "file "+f.Path+" missing")
-			case got != fmt.Sprintf("%o %s", f.Mode, hex.EncodeToString(sum[:])):
+			case got != fileFact(f):
 				h.Problems = append(h.Problems, "file "+f.Path+" differs")
 			}
 		}
@@ -266,7 +263,7 @@ func MissingImages(ctx context.Context, c *Conn, u AppUser, images []string) ([]
 	return lines(out), nil
 }
 
-// Restart restarts an instance's unit (a heal's first step) and reports its state after.
+// Restart restarts an instance's unit (a heal's first step).
 func Restart(ctx context.Context, c *Conn, u AppUser, d Deployment) error {
 	svc := Quote(d.Unit.Service)
 	// No `systemctl status` on failure, unlike Deploy: its journal lines are the app's output, which

@@ -1,8 +1,10 @@
 package provider
 
 import (
+	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 
@@ -13,12 +15,23 @@ import (
 // connect (the stand's key, the host key pinned at its setup) and what runs there.
 type Target struct {
 	Server      string // the server's name
-	Host        string
-	User        string
-	PrivateKey  string
-	HostKey     string
 	App         node.AppUser
 	Deployments []node.Deployment
+
+	host, user, privateKey, hostKey string
+}
+
+// Dial connects to the target's server as its apply did, the host key pinned; wait bounds the wait
+// for it to answer.
+func (t Target) Dial(ctx context.Context, wait time.Duration) (*node.Conn, error) {
+	if t.hostKey == "" {
+		return nil, fmt.Errorf("reach %s: no pinned host key in the state", t.Server)
+	}
+	conn, _, err := dialNode(ctx, t.host, t.user, t.privateKey, t.hostKey, wait, nil)
+	if err != nil {
+		return nil, fmt.Errorf("reach %s: %w", t.Server, err)
+	}
+	return conn, nil
 }
 
 // Targets gathers a stand's servers and their instances from the outputs of its Node and Instance
@@ -30,8 +43,8 @@ func Targets(nodes, instances []resource.PropertyMap) ([]Target, error) {
 		if stringProp(n, pHostKey) == "" {
 			continue // never set up: nothing to check there yet
 		}
-		t := &Target{Server: stringProp(n, pServerName), Host: stringProp(n, pHost), User: stringProp(n, pUser),
-			PrivateKey: stringProp(n, pPrivateKey), HostKey: stringProp(n, pHostKey), App: appUserOf(n)}
+		t := &Target{Server: stringProp(n, pServerName), App: appUserOf(n), host: stringProp(n, pHost), user: stringProp(n, pUser),
+			privateKey: stringProp(n, pPrivateKey), hostKey: stringProp(n, pHostKey)}
 		byServer[t.Server] = t
 	}
 	for _, in := range instances {

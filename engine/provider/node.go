@@ -187,18 +187,27 @@ func stringsProp(m resource.PropertyMap, key string) []string {
 // connect dials a node as its state or inputs describe it: the stand's key, and the host key pinned
 // at the node's first contact (none: this is the first contact, and the key offered is returned).
 func connect(ctx context.Context, c call, m resource.PropertyMap, pinned string, wait time.Duration) (*node.Conn, ssh.PublicKey, error) {
-	signer, err := ssh.ParsePrivateKey([]byte(stringProp(m, pPrivateKey)))
+	progress := func(msg string) { c.info(ctx, msg) }
+	return dialNode(ctx, stringProp(m, pHost), stringProp(m, pUser), stringProp(m, pPrivateKey), pinned, wait, progress)
+}
+
+// dialNode dials host:22 as user with the stand's private key and the pinned host key ("": a first
+// contact); progress, when set, hears about the wait.
+func dialNode(ctx context.Context, host, user, privateKey, pinned string, wait time.Duration, progress func(string)) (*node.Conn, ssh.PublicKey, error) {
+	signer, err := ssh.ParsePrivateKey([]byte(privateKey))
 	if err != nil {
 		return nil, nil, fmt.Errorf("the stand's SSH key: %w", err)
 	}
-	o := node.DialOptions{User: stringProp(m, pUser), Signer: signer, Wait: wait, Progress: func(msg string) { c.info(ctx, msg) }}
+	o := node.DialOptions{User: user, Signer: signer, Wait: wait, Progress: progress}
 	if pinned != "" {
 		if o.HostKey, _, _, _, err = ssh.ParseAuthorizedKey([]byte(pinned)); err != nil {
-			return nil, nil, fmt.Errorf("the pinned host key of %s: %w", stringProp(m, pHost), err)
+			return nil, nil, fmt.Errorf("the pinned host key of %s: %w", host, err)
 		}
 	}
-	addr := net.JoinHostPort(stringProp(m, pHost), "22")
-	c.info(ctx, "connecting to "+addr)
+	addr := net.JoinHostPort(host, "22")
+	if progress != nil {
+		progress("connecting to " + addr)
+	}
 	return node.Dial(ctx, addr, o)
 }
 

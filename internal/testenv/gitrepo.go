@@ -250,6 +250,38 @@ func CommitFile(t testing.TB, r *git.Repository, path, content, msg string) stri
 	return h.String()
 }
 
+// CommitAll writes files into the work tree of the repository at dir, removes the paths in remove,
+// and commits everything there (what InitStandsRepo laid out included) as one commit; it returns
+// the commit hash.
+func CommitAll(t testing.TB, r *git.Repository, dir, msg string, files map[string]string, remove ...string) string {
+	t.Helper()
+	for p, c := range files {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range remove {
+		if err := os.RemoveAll(filepath.Join(dir, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wt, err := r.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := wt.Commit(msg, &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.String()
+}
+
 func writeFile(t testing.TB, wt *git.Worktree, path, content string) {
 	t.Helper()
 	if err := wt.Filesystem.MkdirAll(filepath.Dir(path), 0o755); err != nil {
