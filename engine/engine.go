@@ -32,8 +32,11 @@ import (
 
 // Config is what the engine needs to reach Pulumi, its backend and Hetzner.
 type Config struct {
-	PulumiBin   string // the pulumi CLI; its folder is handed to the Automation API
-	BackendURL  string // file://<state-dir>/pulumi/<owner> or s3://bucket/owner?region=…
+	PulumiBin  string // the pulumi CLI; its folder is handed to the Automation API
+	BackendURL string // file://<state-dir>/pulumi/<owner>, s3://bucket/owner?region=… or postgres://user@host/db?sslmode=…
+	// DBPassword, when set, is asked for a postgres:// backend's password (never in the URL), again
+	// before each operation so a rotated credential needs no restart (pgpass.go).
+	DBPassword  func() (string, error)
 	Passphrase  string // secrets provider passphrase (also keys the spec hash)
 	HcloudToken string
 	// HcloudTokenFunc, when set, is asked for the token at every operation instead of HcloudToken,
@@ -70,6 +73,7 @@ type Engine struct {
 	stacks    *stackLocks
 	inv       *inventoryCache
 	crypters  *sync.Map // a stack's passphrase salt → its config.Decrypter (health.go)
+	pg        *pgBackend
 }
 
 // New checks the configuration and prepares the plugin folder: a link named pulumi-resource-stands
@@ -88,7 +92,11 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{cfg: cfg, pluginDir: filepath.Join(cfg.WorkDir, "plugins"), home: filepath.Join(cfg.WorkDir, "pulumi-home"), log: cfg.Log, stacks: &stackLocks{}, inv: &inventoryCache{}, crypters: &sync.Map{}}
+	var err error
+	if cfg.BackendURL, err = checkBackendURL(cfg); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, pluginDir: filepath.Join(cfg.WorkDir, "plugins"), home: filepath.Join(cfg.WorkDir, "pulumi-home"), log: cfg.Log, stacks: &stackLocks{}, inv: &inventoryCache{}, crypters: &sync.Map{}, pg: &pgBackend{}}
 	for _, d := range []string{e.pluginDir, e.home} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)
@@ -105,8 +113,10 @@ func New(cfg Config) (*Engine, error) {
 	if filepath.Base(filepath.Dir(cfg.PulumiBin)) != "bin" || filepath.Base(cfg.PulumiBin) != "pulumi" {
 		return nil, fmt.Errorf("engine: the Pulumi CLI must be at <root>/bin/pulumi, not %s", cfg.PulumiBin)
 	}
+	if err := e.writePassfile(); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	c := cli{bin: cfg.PulumiBin, env: func() []string { return childEnv(cfg.PulumiBin) }, keptLogs: filepath.Join(cfg.WorkDir, "pulumi-logs")}
-	var err error
 	if c.version, err = e.cliVersion(c); err != nil {
 		return nil, err
 	}
@@ -138,6 +148,9 @@ const (
 func (e *Engine) envVars(dir string) (map[string]string, error) {
 	pass, err := secretFile(dir, "passphrase", e.cfg.Passphrase)
 	if err != nil {
+		return nil, err
+	}
+	if err := e.writePassfile(); err != nil {
 		return nil, err
 	}
 	env := map[string]string{

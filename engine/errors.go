@@ -48,7 +48,9 @@ var rules = []rule{
 	{reason: reason.BackendUnavailable, is: func(err error) bool {
 		var ne net.Error
 		return errors.As(err, &ne)
-	}, texts: []string{"nosuchbucket", "could not reach", "connection refused", "no such host", "i/o timeout", "failed to open bucket", "tls handshake timeout"}},
+	}, texts: []string{"nosuchbucket", "could not reach", "connection refused", "no such host", "i/o timeout", "failed to open bucket", "tls handshake timeout",
+		// a postgres:// backend: down, restarting, failing over, or refusing our credentials
+		"state database", "failed to ping postgresql", "the database system is", "bad connection", "terminating connection", "password authentication failed"}},
 }
 
 func hcloudCode(codes ...hcloud.ErrorCode) func(error) bool {

@@ -150,28 +150,28 @@ func processStart(pid int) string {
 }
 
 func (e *Engine) writeKey(ctx context.Context, key string, data []byte) error {
-	b, err := e.backendBucket(ctx)
+	b, done, err := e.openBackend(ctx)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer done()
 	return b.WriteAll(ctx, key, data, nil)
 }
 
 func (e *Engine) deleteKey(ctx context.Context, key string) error {
-	b, err := e.backendBucket(ctx)
+	b, done, err := e.openBackend(ctx)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
-	return b.Delete(ctx, key)
+	defer done()
+	return removeKey(ctx, b, key)
 }
 
 func (e *Engine) readBackendKey(ctx context.Context, key string) ([]byte, error) {
-	b, err := e.backendBucket(ctx)
+	b, done, err := e.openBackend(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer b.Close()
+	defer done()
 	return readKey(ctx, b, key)
 }

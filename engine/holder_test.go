@@ -132,11 +132,11 @@ func TestBackendWritesAcrossFilesystems(t *testing.T) {
 	}
 	t.Setenv("TMPDIR", tmp)
 	e := &Engine{cfg: Config{BackendURL: "file://" + dir}, log: slog.New(slog.DiscardHandler)}
-	bucket, err := e.backendBucket(context.Background())
+	bucket, done, err := e.openBackend(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bucket.Close()
+	defer done()
 	if err := bucket.WriteAll(context.Background(), holderKey(stands.StackRef{Project: "demo", Env: "x"}, "host", 1), []byte("{}"), nil); err != nil {
 		t.Errorf("write a holder record with TMPDIR on another filesystem: %v", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -28,11 +27,11 @@ import (
 // changed (inventoryCache).
 func (e *Engine) Inventory(ctx context.Context) (_ []stands.StackInfo, err error) {
 	defer classify(&err)
-	b, err := e.backendBucket(ctx)
+	b, done, err := e.openBackend(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer b.Close()
+	defer done()
 	objs, err := listObjects(ctx, b, stacksPrefix)
 	if err != nil {
 		return nil, err
@@ -82,24 +81,6 @@ func stackFileName(key string) (project, env string, ok bool) {
 		return "", "", false
 	}
 	return project, env, true
-}
-
-// listObjects lists the objects under a prefix with their attributes.
-func listObjects(ctx context.Context, b *blob.Bucket, prefix string) ([]*blob.ListObject, error) {
-	var out []*blob.ListObject
-	it := b.List(&blob.ListOptions{Prefix: prefix})
-	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", prefix, err)
-		}
-		if !obj.IsDir {
-			out = append(out, obj)
-		}
-	}
 }
 
 // lockedStacks is every project/env holding a lock file, from one listing of the locks folder.
@@ -269,11 +250,11 @@ func (e *Engine) StateDigest(ctx context.Context, ref stands.StackRef) (string, 
 
 // stackBytes is a stack's current state file (nil when it has none), read without the CLI.
 func (e *Engine) stackBytes(ctx context.Context, ref stands.StackRef) ([]byte, error) {
-	b, err := e.backendBucket(ctx)
+	b, done, err := e.openBackend(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer b.Close()
+	defer done()
 	key := stacksPrefix + ref.Project + "/" + ref.Env + ".json"
 	data, err := readStackBytes(ctx, b, key)
 	if err == nil && data == nil {

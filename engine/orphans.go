@@ -48,11 +48,11 @@ func (e *Engine) Orphans(ctx context.Context) (_ []Orphan, err error) {
 
 // stackServers is the id of every server some stack of the backend records.
 func (e *Engine) stackServers(ctx context.Context) (map[int64]bool, error) {
-	b, err := e.backendBucket(ctx)
+	b, done, err := e.openBackend(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer b.Close()
+	defer done()
 	objs, err := listObjects(ctx, b, stacksPrefix)
 	if err != nil {
 		return nil, err

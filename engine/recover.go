@@ -70,11 +70,11 @@ func lockPrefix(ref stands.StackRef) string {
 // Pulumi wrote it: this host's by its pid, another host's live until it is older than the configured
 // lease (no run lasts that long, so its holder is gone).
 func (e *Engine) clearStaleLocks(ctx context.Context, ref stands.StackRef, log *slog.Logger) error {
-	b, err := e.backendBucket(ctx)
+	b, done, err := e.openBackend(ctx)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer done()
 	keys, err := listKeys(ctx, b, lockPrefix(ref))
 	if err != nil {
 		return err
@@ -106,10 +106,10 @@ func (e *Engine) clearStaleLocks(ctx context.Context, ref stands.StackRef, log *
 				return fmt.Errorf("%s/%s: %w (pid %d)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid)
 			}
 		}
-		if err := b.Delete(ctx, key); err != nil {
-			return fmt.Errorf("remove stale lock %s: %w", key, err)
+		if err := removeKey(ctx, b, key); err != nil {
+			return fmt.Errorf("remove stale lock: %w", err)
 		}
-		_ = b.Delete(ctx, holderKey(ref, l.Hostname, l.Pid))
+		_ = removeKey(ctx, b, holderKey(ref, l.Hostname, l.Pid))
 		log.Warn("removed a stale stack lock", "pid", l.Pid, "host", l.Hostname, "user", l.Username, "lock", key)
 	}
 	return nil
@@ -123,11 +123,11 @@ func (e *Engine) savedElsewhere(ctx context.Context, ref stands.StackRef, err er
 	if !isCheckpointLoad(err) {
 		return err
 	}
-	b, berr := e.backendBucket(ctx)
+	b, done, berr := e.openBackend(ctx)
 	if berr != nil {
 		return err
 	}
-	defer b.Close()
+	defer done()
 	data, rerr := readKey(ctx, b, ".pulumi/stacks/"+ref.Project+"/"+ref.Env+".json")
 	if rerr != nil || data == nil || !json.Valid(data) {
 		return err

@@ -101,8 +101,11 @@ func keepLogs(workdir, dir string) {
 // secretFile writes one credential for the CLI or the provider into the workspace folder (0700,
 // removed with the operation): an environment is readable in /proc/<pid>/environ by every process
 // of the user and inherited by every child, so credentials reach children as files they read.
+// credentialDir is the folder of a workspace's (or the engine's) credential files.
+const credentialDir = ".credentials"
+
 func secretFile(dir, name, value string) (string, error) {
-	sub := filepath.Join(dir, ".credentials")
+	sub := filepath.Join(dir, credentialDir)
 	if err := os.MkdirAll(sub, 0o700); err != nil {
 		return "", fmt.Errorf("credential folder: %w", err)
 	}

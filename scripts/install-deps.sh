@@ -22,6 +22,7 @@ packages=(
   chromium            # make demo-check renders the plan comment and STATUS.md as reviewers see them
   fonts-dejavu-core   # … with fonts, for its screenshots
   fonts-noto-color-emoji  # … and the plan comment's emoji
+  postgresql          # initdb and postgres: the tests start their own clusters (the postgres:// backend, leases)
 )
 
 missing=()
@@ -41,7 +42,7 @@ export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 # The registry and sshd packages enable system services; tests start their own on ephemeral ports.
-for svc in docker-registry ssh prometheus; do
+for svc in docker-registry ssh prometheus postgresql; do
   if systemctl is-enabled $svc >/dev/null 2>&1; then
     $sudo systemctl disable --now $svc >/dev/null 2>&1 || true
   fi

@@ -33,7 +33,7 @@ func (f *engineFlags) register(c *settings) {
 	fs := c.fs
 	ownerFlag(c, &f.owner)
 	fs.StringVar(&f.stateDir, "state-dir", bound(c, "state-dir", "STANDS_STATE_DIR", ".stands"), "folder for local state: the default Pulumi backend, plugins ($STANDS_STATE_DIR)")
-	fs.StringVar(&f.backend, "backend", bound(c, "backend", "STANDS_BACKEND_URL", ""), "Pulumi backend URL; default file://<state-dir>/pulumi/<owner>; s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true ($STANDS_BACKEND_URL)")
+	fs.StringVar(&f.backend, "backend", bound(c, "backend", "STANDS_BACKEND_URL", ""), "Pulumi backend URL; default file://<state-dir>/pulumi/<owner>; s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true; postgres://user@host:5432/db?sslmode=verify-full (password: $STANDS_DB_PASSWORD_FILE) ($STANDS_BACKEND_URL)")
 	fs.StringVar(&f.pulumi, "pulumi", bound(c, "pulumi", "STANDS_PULUMI_BIN", ""), "the Pulumi CLI, laid out as <root>/bin/pulumi (default: bin/pulumi next to this binary, then PATH) ($STANDS_PULUMI_BIN)")
 	fs.StringVar(&f.endpoint, "hcloud-endpoint", bound(c, "hcloud-endpoint", "HCLOUD_ENDPOINT", ""), "Hetzner Cloud API endpoint, e.g. hcloudsim's ($HCLOUD_ENDPOINT)")
 	fs.StringVar(&f.nodes, "nodes", bound(c, "nodes", "STANDS_NODES", "full"), "node deployment: full (servers, then node setup and app instances over SSH) or skip (servers only) ($STANDS_NODES)")
@@ -97,11 +97,25 @@ func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*
 			return nil, "", err
 		}
 	}
+	if dbPassword(getenv) {
+		// read at each use: a rotated credential file needs no restart
+		cfg.DBPassword = func() (string, error) { return credential.Read(getenv, "STANDS_DB_PASSWORD") }
+	}
 	for _, t := range tune {
 		t(&cfg)
 	}
 	e, err := engine.New(cfg)
+	if errors.Is(err, engine.ErrPasswordInURL) {
+		err = fmt.Errorf("--backend %s holds a password: remove it and set $STANDS_DB_PASSWORD_FILE (or credentials.db-password in --config)", redacted(backend))
+	}
 	return e, pass, err
+}
+
+// dbPassword says whether a database password is configured; without one, lib/pq's own ways apply
+// (a pgpass file named in the URL, PGPASSFILE, ~/.pgpass, or none for trust and certificates).
+func dbPassword(getenv env) bool {
+	v, file, _ := credential.Source(getenv, "STANDS_DB_PASSWORD")
+	return v != "" || file != ""
 }
 
 func (f *engineFlags) pulumiBin() (string, error) {

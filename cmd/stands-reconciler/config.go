@@ -142,6 +142,11 @@ func (f *daemonFlags) check(c *settings, getenv env) []error {
 	if f.healLimit < 1 {
 		bad("heal-limit", "%d: want at least 1", f.healLimit)
 	}
+	if u, err := url.Parse(f.backend); err == nil {
+		if _, ok := u.User.Password(); ok {
+			bad("backend", "holds a password: remove it and set $STANDS_DB_PASSWORD_FILE (or credentials.db-password)")
+		}
+	}
 	if f.lockLease < 0 {
 		bad("lock-lease", "want 0 (never) or more")
 	}
@@ -181,7 +186,7 @@ func (f *daemonFlags) checkCredentials(c *settings, getenv env) []error {
 			errs = append(errs, fmt.Errorf("credential %s from %s is empty", s.name, c.secretOrigin(s)))
 		}
 	}
-	for _, key := range []string{"STANDS_GIT_TOKEN", "STANDS_WEBHOOK_SECRET"} {
+	for _, key := range []string{"STANDS_GIT_TOKEN", "STANDS_WEBHOOK_SECRET", "STANDS_DB_PASSWORD"} {
 		if _, err := credential.Read(getenv, key); err != nil && !errors.Is(err, credential.ErrNotSet) {
 			errs = append(errs, err)
 		}

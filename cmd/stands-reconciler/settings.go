@@ -73,6 +73,7 @@ var secretSettings = []secretSetting{
 	{"STANDS_WEBHOOK_SECRET", "webhook-secret"},
 	{"VAULT_TOKEN", "vault-token"},
 	{"VAULT_SECRET_ID", "vault-secret-id"},
+	{"STANDS_DB_PASSWORD", "db-password"}, // a postgres:// backend's; never in its URL
 }
 
 func secretByKey(key string) (secretSetting, bool) {

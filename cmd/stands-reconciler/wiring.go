@@ -55,6 +55,7 @@ func wire(f *daemonFlags, std stdio, getenv env, filesOnly bool, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
+	w.own(eng) // a postgres:// backend's connection pool
 	gitToken, err := credential.Watch(getenv, "STANDS_GIT_TOKEN", log)
 	if err != nil {
 		return nil, err

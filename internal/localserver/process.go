@@ -23,7 +23,10 @@ func StartProcess(cmd *exec.Cmd, logPath string) (*Process, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true // the caller's other attributes (a Credential) stay
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
@@ -51,8 +54,12 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 func (p *Process) Stop() { p.StopWithin(15 * time.Second) }
 
 // StopWithin sends SIGTERM to the process group, SIGKILL after grace, and waits for the end.
-func (p *Process) StopWithin(grace time.Duration) {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+func (p *Process) StopWithin(grace time.Duration) { p.StopWith(syscall.SIGTERM, grace) }
+
+// StopWith sends sig to the process group, SIGKILL after grace, and waits for the end: for servers
+// whose SIGTERM waits for their clients (PostgreSQL's fast shutdown is SIGINT).
+func (p *Process) StopWith(sig syscall.Signal, grace time.Duration) {
+	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
 	select {
 	case err := <-p.exited:
 		p.exited <- err
