@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,9 +28,10 @@ type cli struct {
 	bin     string
 	version semver.Version
 	env     func() []string
-	// hold, when set, is called with each started CLI's arguments and pid; the function it returns
-	// is called once the CLI has ended (lock holder records, holder.go).
-	hold func(args []string, pid int) func()
+	// hold, when set, is called with each started CLI's context, arguments and pid; the function it
+	// returns is called once the CLI has ended (lock holder records, holder.go).
+	hold func(ctx context.Context, args []string, pid int) func()
+	log  *slog.Logger
 	// keptLogs is where the Pulumi logs of a CLI that failed are kept (keepLogs).
 	keptLogs string
 }
@@ -52,7 +54,10 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 	// go; killed if it has not ended CancelGrace later. Its own process group keeps a terminal's
 	// Ctrl-C, meant for the daemon's drain, from interrupting it at once, and lets the kill take the
 	// plugins it started with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a CLI outliving its daemon (kill -9) would go on applying outside any lease. The
+	// kernel sends it when the forking thread ends, and Go ends a thread only under a goroutine that
+	// locked it: no goroutine of the daemon calls runtime.LockOSThread.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error {
 		if err := cmd.Process.Signal(os.Interrupt); err != nil {
 			return cmd.Process.Kill()
@@ -65,9 +70,12 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 	if err == nil {
 		release := func() {}
 		if c.hold != nil {
-			release = c.hold(args, cmd.Process.Pid)
+			release = c.hold(ctx, args, cmd.Process.Pid)
 		}
+		done := make(chan struct{})
+		fenced(ctx, cmd.Process.Pid, done, c.log)
 		err = cmd.Wait()
+		close(done)
 		if ctx.Err() != nil {
 			// Whatever the CLI left of its group (a plugin of a CLI that had to be killed).
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -97,8 +105,12 @@ const CancelGrace = 30 * time.Second
 var cliInvocations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_pulumi_cli_invocations_total",
 	Help: "Pulumi CLI processes started, by command (up, preview, refresh, destroy, stack, config, …)."}, []string{"command"})
 
-// Metrics is the engine's collector: the Pulumi CLI processes it started.
-func Metrics() prometheus.Collector { return cliInvocations }
+// fencedKills counts CLIs killed because their stand's lease was about to expire (fence.go).
+var fencedKills = prometheus.NewCounter(prometheus.CounterOpts{Name: "stands_pulumi_cli_fenced_kills_total",
+	Help: "Pulumi CLI processes killed, with their process group, because their stand's lease was about to expire."})
+
+// Metrics is the engine's collectors: the Pulumi CLI processes it started, and those it killed.
+func Metrics() []prometheus.Collector { return []prometheus.Collector{cliInvocations, fencedKills} }
 
 // commandOf is a CLI command line's first word that is no flag.
 func commandOf(args []string) string {

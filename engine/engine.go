@@ -56,6 +56,9 @@ type Config struct {
 	// LockLease is how old another host's stack lock must be before it counts as abandoned; 0 means
 	// never (such locks are always waited for).
 	LockLease time.Duration
+	// LeaseCheck, with several replicas, judges a stack lock whose holder ran under a lease by that
+	// lease alone (fence.go).
+	LeaseCheck LeaseCheck
 	// KeyFile, when set, is the stand's SSH private key on disk (the seed's STAND__PATH_TO_KEY, for
 	// one-shot commands on one stand): a new stand is created with the key the file holds, or, when
 	// there is no file, with a new one written there (0600); for a stand that has one in its state,
@@ -120,7 +123,7 @@ func New(cfg Config) (*Engine, error) {
 	if c.version, err = e.cliVersion(c); err != nil {
 		return nil, err
 	}
-	c.hold = e.holdFor
+	c.hold, c.log = e.holdFor, e.log
 	e.cmd = c
 	return e, nil
 }

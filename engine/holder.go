@@ -28,6 +28,9 @@ type holderRecord struct {
 	PIDNS     string    `json:"pidNamespace"`
 	Start     string    `json:"start"` // the process's start time in clock ticks since boot
 	Heartbeat time.Time `json:"heartbeat"`
+	// LeaseToken is the stand's lease the CLI runs under (--replicas; 0 without): a lock whose lease
+	// has passed to another token is abandoned, wherever and however its holder ran (fence.go).
+	LeaseToken int64 `json:"leaseToken,omitempty"`
 }
 
 // holderBeat is how often a running CLI's record is refreshed; a record not refreshed for
@@ -46,13 +49,16 @@ var lockingCommands = map[string]bool{"up": true, "refresh": true, "destroy": tr
 
 // holdFor is cli's hook: for a CLI that takes a stack's lock, write its record now and keep it fresh
 // until the returned function is called (when the CLI has ended), which removes it.
-func (e *Engine) holdFor(args []string, pid int) func() {
+func (e *Engine) holdFor(ctx context.Context, args []string, pid int) func() {
 	ref, ok := lockedStack(args)
 	if !ok {
 		return func() {}
 	}
 	host, _ := os.Hostname()
 	rec := holderRecord{Hostname: host, PID: pid, BootID: bootID(), PIDNS: pidNamespace(), Start: processStart(pid)}
+	if f, ok := fenceOf(ctx); ok {
+		rec.LeaseToken = f.Token
+	}
 	key := holderKey(ref, host, pid)
 	write := func(ctx context.Context) {
 		rec.Heartbeat = time.Now().UTC()

@@ -17,6 +17,21 @@ import (
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
+var errLeaseDown = errors.New("lease store down")
+
+func leased(rec *holderRecord, token int64) *holderRecord { rec.LeaseToken = token; return rec }
+
+// leaseTokens is a lease store in which token 8 is live, 9 cannot be judged and any other is stale.
+func leaseTokens(_ context.Context, _ stands.StackRef, token int64) (bool, error) {
+	switch token {
+	case 8:
+		return true, nil
+	case 9:
+		return false, errLeaseDown
+	}
+	return false, nil
+}
+
 // TestLockHolderRecords: a lock whose holder the engine recorded is judged by the record, not by a
 // pid that may belong to another PID namespace (two containers sharing a host name) or have been
 // reused; without a record it is judged as before (the controls).
@@ -41,6 +56,11 @@ func TestLockHolderRecords(t *testing.T) {
 		{"this namespace, pid reused by another process", me, record(me, pidNamespace(), "1", fresh), nil, true},
 		{"the same lock without a record (control): kept, its pid lives", me, nil, ErrUpdateInProgress, false},
 		{"this namespace, the holder itself", me, record(me, pidNamespace(), processStart(me), stale), ErrUpdateInProgress, false},
+		// Under a lease (--replicas) the lease alone decides: each case is one the record alone
+		// would decide the other way.
+		{"leased, the holder itself, but its lease passed on: dead", me, leased(record(me, pidNamespace(), processStart(me), fresh), 7), nil, true},
+		{"leased, silent, but its lease is live: held", dead, leased(record(dead, "pid:[1]", "1", stale), 8), ErrUpdateInProgress, false},
+		{"leased, silent, the lease store down: kept", dead, leased(record(dead, "pid:[1]", "1", stale), 9), errLeaseDown, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -54,7 +74,7 @@ func TestLockHolderRecords(t *testing.T) {
 					t.Fatal("write the holder record")
 				}
 			}
-			e := &Engine{cfg: Config{BackendURL: "file://" + dir}, log: slog.New(slog.DiscardHandler)}
+			e := &Engine{cfg: Config{BackendURL: "file://" + dir, LeaseCheck: leaseTokens}, log: slog.New(slog.DiscardHandler)}
 			err := e.clearStaleLocks(context.Background(), ref, slog.New(slog.DiscardHandler))
 			if !errors.Is(err, c.want) || (c.want == nil && err != nil) {
 				t.Fatalf("err %v, want %v", err, c.want)

@@ -184,7 +184,7 @@ func serve(ctx context.Context, w *wiring, f *daemonFlags, getenv env) int {
 		srv, err := httpapi.Listen(f.listen, httpapi.Handler(w.rec, func() []byte {
 			v, _ := secret.Value()
 			return []byte(v)
-		}, log, w.rec.Metrics(), engine.Metrics()), log)
+		}, log, append(engine.Metrics(), w.rec.Metrics())...), log)
 		if err != nil {
 			fmt.Fprintf(w.stderr, "run: %v\n", err)
 			return exitError

@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"syscall"
+
+	"github.com/stands-engine/stands-reconciler/stands"
+)
+
+// With several replicas (--replicas), a stand is operated under a lease (package lease). The engine
+// knows a lease by what the caller puts in the operation's context: its token, recorded beside every
+// stack lock the operation's CLIs take (holder.go), and a channel closed when the lease's deadline
+// nears, at which every CLI of the operation is killed with its process group at once, without the
+// interrupt's grace: the lease must not expire for the others while a CLI of this replica still runs.
+// A CLI also dies with the daemon (SIGKILL by the kernel when its parent ends), so a replica killed
+// with -9 leaves no CLI behind to race its successor.
+
+// Fence is an operation's lease, as the engine uses it.
+type Fence struct {
+	Token int64           // the lease's fencing token
+	Stop  <-chan struct{} // closed when the operation's CLIs must be gone
+}
+
+type fenceKey struct{}
+
+// WithFence runs the operations under ctx under the lease f.
+func WithFence(ctx context.Context, f Fence) context.Context {
+	return context.WithValue(ctx, fenceKey{}, f)
+}
+
+func fenceOf(ctx context.Context) (Fence, bool) {
+	f, ok := ctx.Value(fenceKey{}).(Fence)
+	return f, ok
+}
+
+// LeaseCheck says whether a lease token is still the live one of a stand's lease: a stack lock whose
+// holder record carries a token that is not was left by a replica that lost the lease, and so has
+// stopped its CLIs (Config.LeaseCheck).
+type LeaseCheck func(ctx context.Context, ref stands.StackRef, token int64) (bool, error)
+
+// fenced kills a started CLI's process group when its operation's fence closes, until done.
+func fenced(ctx context.Context, pid int, done <-chan struct{}, log *slog.Logger) {
+	f, ok := fenceOf(ctx)
+	if !ok || f.Stop == nil {
+		return
+	}
+	go func() {
+		select {
+		case <-f.Stop:
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			fencedKills.Inc()
+			if log != nil {
+				log.Warn("killed a Pulumi CLI: its stand's lease was about to expire", "pid", pid, "token", f.Token)
+			}
+		case <-done:
+		}
+	}()
+}

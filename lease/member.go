@@ -1,0 +1,285 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// LeaderLease is the lease of the replica that publishes for all (package doc of cmd: --replicas).
+const LeaderLease = "leader"
+
+// Member is one replica in the group: it keeps its heartbeat and its leases alive, knows the live
+// replicas (for Owns), and closes a held lease's Stop channel a StopBudget before the lease's
+// deadline if no renewal moved that deadline, so what runs under the lease ends in time. When the
+// database does not answer, nothing is renewed and every Stop closes on time: a replica cut off from
+// PostgreSQL stops its work before anyone may take it over, and nobody takes over meanwhile, since
+// nobody can acquire.
+type Member struct {
+	s      *Store
+	log    *slog.Logger
+	budget time.Duration
+	every  time.Duration
+
+	mu       sync.Mutex
+	held     map[string]*held
+	live     []string
+	lastBeat time.Time // of the last heartbeat the database took
+	beatErr  error
+
+	heldGauge prometheus.Gauge
+	takeovers prometheus.Counter
+	lost      prometheus.Counter
+	leader    prometheus.Gauge
+	liveGauge prometheus.Gauge
+}
+
+type held struct {
+	Lease
+	stop  chan struct{}
+	timer *time.Timer
+}
+
+// MemberOption tunes a Member.
+type MemberOption func(*Member)
+
+// WithStopBudget is how long before a lease's deadline its Stop closes (default 3 s): the time to
+// kill what runs under it. It must be shorter than the store's grace.
+func WithStopBudget(d time.Duration) MemberOption { return func(m *Member) { m.budget = d } }
+
+// WithLogger logs takeovers, losses and outages.
+func WithLogger(l *slog.Logger) MemberOption { return func(m *Member) { m.log = l } }
+
+// NewMember makes s's replica a member; Run keeps it one.
+func NewMember(s *Store, opts ...MemberOption) *Member {
+	labels := prometheus.Labels{"replica": s.id}
+	m := &Member{s: s, log: slog.New(slog.DiscardHandler), budget: 3 * time.Second, every: s.ttl / 3, held: map[string]*held{},
+		heldGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stands_leases_held", Help: "Stand leases this replica holds.", ConstLabels: labels}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "stands_lease_takeovers_total", Help: "Leases this replica took over from a replica whose lease expired.", ConstLabels: labels}),
+		lost:      prometheus.NewCounter(prometheus.CounterOpts{Name: "stands_leases_lost_total", Help: "Leases this replica lost before it released them (not renewed in time).", ConstLabels: labels}),
+		leader:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "stands_replica_leader", Help: "1 while this replica holds the leader lease.", ConstLabels: labels}),
+		liveGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stands_replicas_live", Help: "Live replicas, as this one last saw them.", ConstLabels: labels}),
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.budget >= s.grace {
+		m.budget = s.grace / 2
+	}
+	return m
+}
+
+// Collectors are the member's metrics.
+func (m *Member) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.heldGauge, m.takeovers, m.lost, m.leader, m.liveGauge}
+}
+
+// ID is the replica's id.
+func (m *Member) ID() string { return m.s.id }
+
+// Run keeps the member alive until ctx ends, then leaves (its leases expire on their own, or are
+// released by whoever holds them).
+func (m *Member) Run(ctx context.Context) { m.run(ctx, true) }
+
+// run is Run; a member that dies (a test's kill -9) does not leave.
+func (m *Member) run(ctx context.Context, leave bool) {
+	m.tick(ctx)
+	t := time.NewTicker(m.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if !leave {
+				return
+			}
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = m.s.Leave(lctx)
+			cancel()
+			return
+		case <-t.C:
+			m.tick(ctx)
+		}
+	}
+}
+
+// tick is one round: heartbeat, renew every held lease, read the live replicas, try for leader.
+func (m *Member) tick(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, m.every)
+	defer cancel()
+	sent := time.Now()
+	err := m.s.Heartbeat(ctx)
+	var live []string
+	if err == nil {
+		live, err = m.s.Live(ctx)
+	}
+	m.mu.Lock()
+	if err == nil {
+		m.lastBeat, m.live = sent, live
+	} else if m.beatErr == nil {
+		m.log.Warn("lease store unavailable: nothing new starts, and what runs under a lease stops before it expires", "err", err)
+	}
+	m.beatErr = err
+	m.liveGauge.Set(float64(len(m.live)))
+	m.mu.Unlock()
+	if err != nil {
+		return
+	}
+	m.renew(ctx)
+	if _, ok := m.lease(LeaderLease); !ok {
+		if _, _, err := m.acquire(ctx, LeaderLease); err != nil {
+			m.log.Warn("leader lease not acquired", "err", err)
+		}
+	}
+}
+
+func (m *Member) renew(ctx context.Context) {
+	now, err := m.s.Renew(ctx)
+	if err != nil {
+		m.log.Warn("leases not renewed; they stop at their deadlines unless the next renewal succeeds", "err", err)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, h := range m.held {
+		l, ok := now[name]
+		if !ok || l.Token != h.Token {
+			m.log.Warn("lease lost: it expired before it was renewed", "lease", name, "token", h.Token)
+			m.lost.Inc()
+			m.dropLocked(name)
+			continue
+		}
+		h.Deadline = l.Deadline
+		h.timer.Reset(time.Until(l.Deadline) - m.budget)
+	}
+}
+
+// Ready is nil while the member's heartbeat is current (the last one the database took is younger
+// than the lease time): /readyz of a replica.
+func (m *Member) Ready() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.beatErr != nil && time.Since(m.lastBeat) >= m.s.ttl {
+		return m.beatErr
+	}
+	if m.lastBeat.IsZero() {
+		return errNotYet
+	}
+	return nil
+}
+
+var errNotYet = errors.New("no heartbeat yet")
+
+// Owns says whether the name is this replica's to operate: its rendezvous owner among the live
+// replicas, or a lease it holds (it finishes what it started before the name moves).
+func (m *Member) Owns(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.held[name]; ok {
+		return true
+	}
+	return m.beatErr == nil && Owner(name, m.live) == m.s.id
+}
+
+// Leader says whether this replica holds the leader lease.
+func (m *Member) Leader() bool {
+	_, ok := m.lease(LeaderLease)
+	return ok
+}
+
+// Acquire takes the name's lease for work that must end when Stop closes; held elsewhere, ok is
+// false and holder names who holds it. Nothing is acquired while the store is cut off.
+func (m *Member) Acquire(ctx context.Context, name string) (l Lease, stop <-chan struct{}, ok bool, holder string, err error) {
+	m.mu.Lock()
+	down := m.beatErr
+	m.mu.Unlock()
+	if down != nil {
+		return Lease{}, nil, false, "", down
+	}
+	h, holder, err := m.acquire(ctx, name)
+	if err != nil || h == nil {
+		return Lease{}, nil, false, holder, err
+	}
+	return h.Lease, h.stop, true, m.s.id, nil
+}
+
+func (m *Member) acquire(ctx context.Context, name string) (*held, string, error) {
+	if h, ok := m.lease(name); ok {
+		return h, m.s.id, nil
+	}
+	l, ok, holder, err := m.s.Acquire(ctx, name)
+	if err != nil || !ok {
+		return nil, holder, err
+	}
+	if l.Took != "" {
+		if name != LeaderLease {
+			m.takeovers.Inc()
+		}
+		m.log.Info("lease taken over from a replica that did not renew it", "lease", name, "from", l.Took, "token", l.Token)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := &held{Lease: l, stop: make(chan struct{})}
+	h.timer = time.AfterFunc(time.Until(l.Deadline)-m.budget, func() { m.expire(name, h) })
+	m.held[name] = h
+	m.setGauges()
+	return h, m.s.id, nil
+}
+
+// expire closes a lease's Stop at its deadline less the budget: no renewal came in time.
+func (m *Member) expire(name string, h *held) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held[name] != h {
+		return
+	}
+	m.log.Warn("lease not renewed in time: stopping what runs under it", "lease", name, "token", h.Token)
+	m.lost.Inc()
+	m.dropLocked(name)
+}
+
+func (m *Member) dropLocked(name string) {
+	h := m.held[name]
+	h.timer.Stop()
+	close(h.stop)
+	delete(m.held, name)
+	m.setGauges()
+}
+
+func (m *Member) setGauges() {
+	n := len(m.held)
+	lead := 0.0
+	if _, ok := m.held[LeaderLease]; ok {
+		n--
+		lead = 1
+	}
+	m.heldGauge.Set(float64(n))
+	m.leader.Set(lead)
+}
+
+// Release gives a lease up once what ran under it has ended (its Stop is not closed: nothing is left
+// to stop).
+func (m *Member) Release(ctx context.Context, name string) error {
+	m.mu.Lock()
+	h, ok := m.held[name]
+	if ok {
+		h.timer.Stop()
+		delete(m.held, name)
+		m.setGauges()
+	}
+	m.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return m.s.Release(ctx, h.Lease)
+}
+
+func (m *Member) lease(name string) (*held, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.held[name]
+	return h, ok
+}
