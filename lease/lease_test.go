@@ -251,3 +251,48 @@ func TestOwnerSpreads(t *testing.T) {
 		t.Error("an owner among no replicas")
 	}
 }
+
+// TestRecordsAreFenced: a record lands only under the live lease; after a takeover the old holder's
+// write is refused and leaves the new holder's record as it was, even written later.
+func TestRecordsAreFenced(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	ctx := context.Background()
+	ss := stores(t, pg.DB(t), time.Second, 500*time.Millisecond, "a", "b")
+	a, b := ss[0], ss[1]
+	la, _, _, err := a.Acquire(ctx, "demo/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Put(ctx, la, []byte("a: applying")); err != nil {
+		t.Fatal(err)
+	}
+	var lb Lease
+	waitFor(t, 10*time.Second, "b to take the lease over", func() bool {
+		l, ok, _, err := b.Acquire(ctx, "demo/s")
+		lb = l
+		return err == nil && ok
+	})
+	if err := b.Put(ctx, lb, []byte("b: ready")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Put(ctx, la, []byte("a: failed")); !errors.Is(err, ErrLost) {
+		t.Errorf("the old holder's late write: %v", err)
+	}
+	if err := a.DeleteRecord(ctx, la); !errors.Is(err, ErrLost) {
+		t.Errorf("the old holder's delete: %v", err)
+	}
+	recs, err := a.Records(ctx)
+	if err != nil || string(recs["demo/s"].Body) != "b: ready" || recs["demo/s"].Token != lb.Token || recs["demo/s"].Holder != "b" {
+		t.Errorf("records %+v %v", recs, err)
+	}
+	// A never-held lease cannot be written with a made-up token either.
+	if err := a.Put(ctx, Lease{Name: "demo/other", Token: lb.Token + 100}, []byte("x")); !errors.Is(err, ErrLost) {
+		t.Errorf("a write without a lease: %v", err)
+	}
+	if err := b.DeleteRecord(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := a.Records(ctx); len(recs) != 0 {
+		t.Errorf("records after the delete: %+v", recs)
+	}
+}
