@@ -93,7 +93,9 @@ func (p *pgBackend) close() error {
 	_ = p.bucket.Close() // the driver's Close does nothing; the pool is db's
 	err := p.db.Close()
 	p.db, p.bucket = nil, nil
-	if err != nil && !strings.Contains(err.Error(), "closed") {
+	// db.Close closes its own bucket first, which PrefixedBucket already marked closed
+	// (FailedPrecondition): only the pool's error counts.
+	if err != nil && gcerrors.Code(err) != gcerrors.FailedPrecondition {
 		return fmt.Errorf("close state database: %w", err)
 	}
 	return nil

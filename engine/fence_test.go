@@ -83,10 +83,16 @@ func TestFenceKillsTheProcessGroup(t *testing.T) {
 }
 
 // TestCLIDiesWithItsDaemon: a daemon killed with -9 leaves no Pulumi CLI behind (it would go on
-// applying outside any lease). The daemon is this test binary re-run as TestHelperDaemon.
+// applying outside any lease). The daemon is this test binary run again as this test.
 func TestCLIDiesWithItsDaemon(t *testing.T) {
+	if bin := os.Getenv("STANDS_HELPER_DAEMON_CLI"); bin != "" {
+		// This process is the daemon: it runs the CLI until it is killed.
+		c := cli{bin: bin, env: os.Environ}
+		_, _, _, _ = c.Run(context.Background(), "", nil, nil, nil, nil, "up")
+		return
+	}
 	bin, pidFile := stubbornCLI(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperDaemon$")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCLIDiesWithItsDaemon$")
 	cmd.Env = append(os.Environ(), "STANDS_HELPER_DAEMON_CLI="+bin)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -98,13 +104,4 @@ func TestCLIDiesWithItsDaemon(t *testing.T) {
 	_ = cmd.Wait()
 	// The CLI dies with its daemon; its child, a plugin, is the CLI's to end and is not checked here.
 	waitGone(t, pids[:1], 5*time.Second)
-}
-
-func TestHelperDaemon(t *testing.T) {
-	bin := os.Getenv("STANDS_HELPER_DAEMON_CLI")
-	if bin == "" {
-		t.Skip("run by TestCLIDiesWithItsDaemon")
-	}
-	c := cli{bin: bin, env: os.Environ}
-	_, _, _, _ = c.Run(context.Background(), "", nil, nil, nil, nil, "up")
 }

@@ -16,6 +16,7 @@ import (
 // in a folder of its own and removed when the test ends. Stop and Start restart it with its data.
 type Postgres struct {
 	*localserver.Postgres
+	db *sql.DB // the test's own pool, for Keys, Put and Has
 }
 
 // StartPostgres starts a fresh cluster with the database "stands" (STANDS_PG_BIN names the folder of
@@ -37,7 +38,9 @@ func StartPostgres(t testing.TB) *Postgres {
 		}
 		p.Remove()
 	})
-	return &Postgres{Postgres: p}
+	pg := &Postgres{Postgres: p}
+	pg.db = pg.DB(t)
+	return pg
 }
 
 // PasswordFunc hands the password as a credential does (engine.Config.DBPassword).
@@ -73,7 +76,7 @@ func (p *Postgres) Start(t testing.TB) {
 // Keys lists every key of the Pulumi state table.
 func (p *Postgres) Keys(t testing.TB) []string {
 	t.Helper()
-	rows, err := p.DB(t).Query("SELECT key FROM pulumi_state ORDER BY key")
+	rows, err := p.db.Query("SELECT key FROM pulumi_state ORDER BY key")
 	if err != nil {
 		t.Fatalf("list the state table: %v", err)
 	}
@@ -96,7 +99,7 @@ func (p *Postgres) Keys(t testing.TB) []string {
 func (p *Postgres) Put(t testing.TB, key string, data []byte) {
 	t.Helper()
 	doc, _ := json.Marshal(map[string]string{"data": base64.StdEncoding.EncodeToString(data)})
-	if _, err := p.DB(t).Exec("INSERT INTO pulumi_state (key, data) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET data = $2, updated_at = now()", key, string(doc)); err != nil {
+	if _, err := p.db.Exec("INSERT INTO pulumi_state (key, data) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET data = $2, updated_at = now()", key, string(doc)); err != nil {
 		t.Fatalf("put %s: %v", key, err)
 	}
 }
@@ -105,7 +108,7 @@ func (p *Postgres) Put(t testing.TB, key string, data []byte) {
 func (p *Postgres) Has(t testing.TB, key string) bool {
 	t.Helper()
 	var n int
-	if err := p.DB(t).QueryRow("SELECT count(*) FROM pulumi_state WHERE key = $1", key).Scan(&n); err != nil {
+	if err := p.db.QueryRow("SELECT count(*) FROM pulumi_state WHERE key = $1", key).Scan(&n); err != nil {
 		t.Fatalf("look up %s: %v", key, err)
 	}
 	return n > 0
