@@ -13,26 +13,10 @@ import (
 // stack lock the operation's CLIs take (holder.go), and a channel closed when the lease's deadline
 // nears, at which every CLI of the operation is killed with its process group at once, without the
 // interrupt's grace: the lease must not expire for the others while a CLI of this replica still runs.
-// A CLI also dies with the daemon (SIGKILL by the kernel when its parent ends), so a replica killed
-// with -9 leaves no CLI behind to race its successor.
-
-// Fence is an operation's lease, as the engine uses it.
-type Fence struct {
-	Token int64           // the lease's fencing token
-	Stop  <-chan struct{} // closed when the operation's CLIs must be gone
-}
-
-type fenceKey struct{}
-
-// WithFence runs the operations under ctx under the lease f.
-func WithFence(ctx context.Context, f Fence) context.Context {
-	return context.WithValue(ctx, fenceKey{}, f)
-}
-
-func fenceOf(ctx context.Context) (Fence, bool) {
-	f, ok := ctx.Value(fenceKey{}).(Fence)
-	return f, ok
-}
+// A CLI also dies with the daemon (SIGKILL by the kernel when its parent ends), and the stands
+// provider with its CLI (provider/parent.go: the CLI starts plugins in process groups of their own),
+// so neither a fence nor a replica killed with -9 leaves a process behind to race its successor. The
+// lease itself travels in the context as a stands.Fence (stands.WithFence).
 
 // LeaseCheck says whether a lease token is still the live one of a stand's lease: a stack lock whose
 // holder record carries a token that is not was left by a replica that lost the lease, and so has
@@ -41,7 +25,7 @@ type LeaseCheck func(ctx context.Context, ref stands.StackRef, token int64) (boo
 
 // fenced kills a started CLI's process group when its operation's fence closes, until done.
 func fenced(ctx context.Context, pid int, done <-chan struct{}, log *slog.Logger) {
-	f, ok := fenceOf(ctx)
+	f, ok := stands.FenceOf(ctx)
 	if !ok || f.Stop == nil {
 		return
 	}

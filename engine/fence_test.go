@@ -10,6 +10,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/hcloudsim"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // stubbornCLI is a "Pulumi CLI" that ignores the interrupt and starts a child that does too (a
@@ -64,7 +68,7 @@ func TestFenceKillsTheProcessGroup(t *testing.T) {
 	bin, pidFile := stubbornCLI(t)
 	c := cli{bin: bin, env: os.Environ}
 	stop := make(chan struct{})
-	ctx := WithFence(context.Background(), Fence{Token: 3, Stop: stop})
+	ctx := stands.WithFence(context.Background(), stands.Fence{Token: 3, Stop: stop})
 	done := make(chan error, 1)
 	go func() { _, _, _, err := c.Run(ctx, "", nil, nil, nil, nil, "up"); done <- err }()
 	pids := readPids(t, pidFile)
@@ -104,4 +108,80 @@ func TestCLIDiesWithItsDaemon(t *testing.T) {
 	_ = cmd.Wait()
 	// The CLI dies with its daemon; its child, a plugin, is the CLI's to end and is not checked here.
 	waitGone(t, pids[:1], 5*time.Second)
+}
+
+// TestFenceEndsTheProvider: with the real Pulumi CLI and provider, a fence closing while a server
+// create waits on Hetzner's action ends the provider too — the CLI starts it in a process group of
+// its own, so the group kill alone would leave it creating servers and polling actions for minutes
+// (the SDK's health check of its engine) — and Hetzner hears nothing from the stand afterwards.
+func TestFenceEndsTheProvider(t *testing.T) {
+	f := newFixtureWith(t, func(c *Config) { c.SkipNodes = true }, hcloudsim.WithActionDelay(time.Minute))
+	stand := load(t, examples(t, ""), "stands/two-node/stand.yml")
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.eng.Apply(stands.WithFence(context.Background(), stands.Fence{Token: 7, Stop: stop}), stand, false)
+		done <- err
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !created(f.Sim.Calls()) {
+		select {
+		case err := <-done:
+			t.Fatalf("the apply ended before any server create: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no server create within 2 minutes")
+		}
+	}
+	providers := providersOf(t, f.eng.cfg.WorkDir)
+	if len(providers) == 0 {
+		t.Fatal("no provider process found for the apply")
+	}
+	close(stop)
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the apply succeeded though its fence closed")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the apply still runs 10 s after its fence closed")
+	}
+	waitGone(t, providers, 5*time.Second)
+	calls := len(f.Sim.Calls())
+	time.Sleep(3 * time.Second) // hcloud-go polls a running action every few hundred milliseconds
+	if after := f.Sim.Calls()[calls:]; len(after) > 0 {
+		t.Errorf("Hetzner got %d calls after the fence closed, the first %s %s", len(after), after[0].Method, after[0].Path)
+	}
+}
+
+func created(calls []hcloudsim.Call) bool {
+	for _, c := range calls {
+		if c.Method == "POST" && c.Path == "/servers" {
+			return true
+		}
+	}
+	return false
+}
+
+// providersOf lists the stands provider processes serving the engine whose work folder is dir.
+func providersOf(t *testing.T, dir string) []int {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+		if filepath.Base(argv0) != provider.BinaryName {
+			continue
+		}
+		if env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ")); strings.Contains(string(env), dir) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

@@ -56,7 +56,7 @@ func (e *Engine) holdFor(ctx context.Context, args []string, pid int) func() {
 	}
 	host, _ := os.Hostname()
 	rec := holderRecord{Hostname: host, PID: pid, BootID: bootID(), PIDNS: pidNamespace(), Start: processStart(pid)}
-	if f, ok := fenceOf(ctx); ok {
+	if f, ok := stands.FenceOf(ctx); ok {
 		rec.LeaseToken = f.Token
 	}
 	key := holderKey(ref, host, pid)

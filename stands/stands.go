@@ -4,6 +4,7 @@
 package stands
 
 import (
+	"context"
 	"encoding/json"
 	"io/fs"
 
@@ -175,4 +176,25 @@ type InstanceHealth struct {
 type UnreachableNode struct {
 	Server string `json:"server"`
 	Error  string `json:"error"`
+}
+
+// Fence is the lease an operation runs under, with several replicas (package lease): its token is
+// recorded beside every stack lock the operation's Pulumi CLIs take, and Stop closes when the lease
+// is about to expire, at which the engine kills those CLIs at once (engine/fence.go).
+type Fence struct {
+	Token int64           // the lease's fencing token
+	Stop  <-chan struct{} // closed when the operation's CLIs must be gone
+}
+
+type fenceKey struct{}
+
+// WithFence runs the operations under ctx under the lease f.
+func WithFence(ctx context.Context, f Fence) context.Context {
+	return context.WithValue(ctx, fenceKey{}, f)
+}
+
+// FenceOf is the lease the operations under ctx run under, if any.
+func FenceOf(ctx context.Context) (Fence, bool) {
+	f, ok := ctx.Value(fenceKey{}).(Fence)
+	return f, ok
 }

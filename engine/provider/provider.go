@@ -46,6 +46,9 @@ const (
 
 // Serve runs the provider for the engine; it returns when the engine is done with it.
 func Serve() error {
+	if err := dieWithParent(); err != nil {
+		return fmt.Errorf("serve the provider: %w", err)
+	}
 	return pprovider.Main(Name, func(host *pprovider.HostClient) (pulumirpc.ResourceProviderServer, error) {
 		p := New()
 		p.host = host
