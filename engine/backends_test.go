@@ -168,3 +168,41 @@ func TestPostgresBackendCredentials(t *testing.T) {
 		t.Errorf("inventory after the server came back: %v", err)
 	}
 }
+
+// TestPassfileNeverEmpty: the pgpass file is rewritten before each operation while other
+// operations' CLIs read it; a reader never finds it empty or cut short (TestReplicas found
+// "password authentication failed" with four operations at once when it was written in place).
+func TestPassfileNeverEmpty(t *testing.T) {
+	const pw = "db-pass-SENTINEL-0c1d"
+	e := &Engine{cfg: Config{WorkDir: t.TempDir(), DBPassword: func() (string, error) { return pw, nil }}}
+	if err := e.writePassfile(); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(e.cfg.WorkDir, credentialDir, passfileName)
+	want := "*:*:*:*:" + pw + "\n"
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 2000 {
+			if err := e.writePassfile(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	reads := 0
+	for running := true; running; reads++ {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		if data, err := os.ReadFile(p); err != nil || string(data) != want {
+			t.Fatalf("read %d: %q %v", reads, data, err)
+		}
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(p)); len(entries) != 1 {
+		t.Errorf("the credential folder holds %d files, want the pgpass file alone", len(entries))
+	}
+	t.Logf("%d reads while it was written 2000 times", reads)
+}

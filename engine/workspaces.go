@@ -109,8 +109,24 @@ func secretFile(dir, name, value string) (string, error) {
 	if err := os.MkdirAll(sub, 0o700); err != nil {
 		return "", fmt.Errorf("credential folder: %w", err)
 	}
+	// Written aside and renamed into place: a process reading it meanwhile (a Pulumi CLI reading the
+	// pgpass file while another operation rewrites it) sees the old file or the new, never an empty
+	// one (seen as "password authentication failed" with four operations at once).
 	p := filepath.Join(sub, name)
-	if err := os.WriteFile(p, []byte(value), 0o600); err != nil {
+	f, err := os.CreateTemp(sub, "."+name+".*") // 0600
+	if err == nil {
+		_, err = f.WriteString(value)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(f.Name(), p)
+		}
+		if err != nil {
+			_ = os.Remove(f.Name())
+		}
+	}
+	if err != nil {
 		return "", fmt.Errorf("write credential file %s: %w", name, err)
 	}
 	return p, nil
