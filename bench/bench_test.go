@@ -41,8 +41,9 @@ func TestBench(t *testing.T) {
 	large := t.Run("large repository", func(t *testing.T) { benchLarge(t, bin, n, res) })
 	workers := t.Run("workers", func(t *testing.T) { benchWorkers(t, bin, res) })
 	forge := t.Run("forge", func(t *testing.T) { benchForge(t, bin, res) })
+	replicas := t.Run("replicas", func(t *testing.T) { benchReplicas(t, bin, res) })
 	// Only a whole run at the documented size replaces the results (-run can pick one part).
-	if large && workers && forge && n == 1000 && len(res.rows) >= 10 {
+	if large && workers && forge && replicas && n == 1000 && len(res.rows) >= 12 {
 		res.write(t, benchReport)
 	}
 }

@@ -25,7 +25,7 @@ cp -a "$pulumi_root/bin/." /opt/stands-reconciler/pulumi/bin/
 if [ ! -e /etc/stands-reconciler/stands-reconciler.env ]; then
   install -m 0644 "$here/stands-reconciler.env.example" /etc/stands-reconciler/stands-reconciler.env
 fi
-for cred in hcloud-token passphrase git-token webhook-secret vault-secret-id git-ssh-key; do
+for cred in hcloud-token passphrase git-token webhook-secret vault-secret-id git-ssh-key db-password; do
   # LoadCredential= fails the start on a missing file: a credential you do not use (a git token
   # for a local repository, a secret id without Vault) stays an empty file.
   [ -e "/etc/stands-reconciler/credentials/$cred" ] || install -m 0600 /dev/null "/etc/stands-reconciler/credentials/$cred"

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -8,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/pulumi/pulumi/pkg/v3/backend/diy/postgres"
+
+	"github.com/stands-engine/stands-reconciler/reason"
 )
 
 // A postgres:// backend's password never travels in the URL, which the CLI echoes in errors, keeps in
@@ -59,4 +63,32 @@ func (e *Engine) writePassfile() error {
 	esc := strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(pw)
 	_, err = secretFile(e.cfg.WorkDir, passfileName, "*:*:*:*:"+esc+"\n")
 	return err
+}
+
+// ErrNotPostgres: coordination needs the state in PostgreSQL.
+var ErrNotPostgres = errors.New("the Pulumi backend is not postgres://")
+
+// OpenStateDB opens a connection pool of its own on the postgres:// backend's database, for what
+// the replicas coordinate beside the state (package lease), with the backend's password rules: the
+// pgpass file named in the URL, never a password in it. The caller closes it.
+func (e *Engine) OpenStateDB(ctx context.Context) (*sql.DB, error) {
+	u, err := url.Parse(e.cfg.BackendURL)
+	if err != nil || u.Scheme != postgres.PostgresScheme {
+		return nil, fmt.Errorf("open the state database: %w", ErrNotPostgres)
+	}
+	if err := e.writePassfile(); err != nil {
+		return nil, err
+	}
+	q := u.Query()
+	q.Del("table") // the CLI driver's own parameter; lib/pq would send it to the server as a setting
+	u.RawQuery = q.Encode()
+	db, err := sql.Open("postgres", u.String())
+	if err != nil {
+		return nil, fmt.Errorf("open the state database %s: %w", redactURL(e.cfg.BackendURL), err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, reason.Wrap(reason.BackendUnavailable, fmt.Errorf("connect to the state database %s: %w", redactURL(e.cfg.BackendURL), err))
+	}
+	return db, nil
 }

@@ -90,48 +90,52 @@ func (e *Engine) clearStaleLocks(ctx context.Context, ref stands.StackRef, log *
 		if err := json.Unmarshal(data, &l); err != nil {
 			return fmt.Errorf("parse lock %s: %w", key, err)
 		}
-		if err := e.lockHeld(ctx, ref, l, host, log); err != nil {
+		why, err := e.lockHeld(ctx, ref, l, host, log)
+		if err != nil {
 			return err
 		}
 		if err := removeKey(ctx, b, key); err != nil {
 			return fmt.Errorf("remove stale lock: %w", err)
 		}
 		_ = removeKey(ctx, b, holderKey(ref, l.Hostname, l.Pid))
-		log.Warn("removed a stale stack lock", "pid", l.Pid, "host", l.Hostname, "user", l.Username, "lock", key)
+		log.Warn("removed a stale stack lock", "pid", l.Pid, "host", l.Hostname, "user", l.Username, "lock", key, "judged_by", why)
 	}
 	return nil
 }
 
-// lockHeld says why a stack lock is still held (nil: it is stale). A lock whose holder ran under a
-// lease is judged by the lease; one whose holder record the engine wrote, by that record; any other
-// as Pulumi wrote it: this host's by its pid, another host's live until it is older than LockLease.
-func (e *Engine) lockHeld(ctx context.Context, ref stands.StackRef, l lockFile, host string, log *slog.Logger) error {
+// lockHeld says why a stack lock is still held (an error), or by what it was judged stale. A lock
+// whose holder ran under a lease is judged by the lease; one whose holder record the engine wrote,
+// by that record; any other as Pulumi wrote it: this host's by its pid, another host's live until it
+// is older than LockLease.
+func (e *Engine) lockHeld(ctx context.Context, ref stands.StackRef, l lockFile, host string, log *slog.Logger) (string, error) {
 	rec, ok := e.readHolder(ctx, ref, l, log)
-	if ok && rec.LeaseToken != 0 && e.cfg.LeaseCheck != nil {
+	switch {
+	case ok && rec.LeaseToken != 0 && e.cfg.LeaseCheck != nil:
 		// Its holder stopped its CLIs before its lease could expire for anyone else (or died,
 		// and its CLIs with it): a token that is no longer the lease's is a dead lock.
 		live, err := e.cfg.LeaseCheck(ctx, ref, rec.LeaseToken)
 		if err != nil {
-			return fmt.Errorf("%s/%s: judge the stack lock by its lease: %w", ref.Project, ref.Env, err)
+			return "", fmt.Errorf("%s/%s: judge the stack lock by its lease: %w", ref.Project, ref.Env, err)
 		}
 		if live {
-			return fmt.Errorf("%s/%s: %w (pid %d on %s, lease token %d)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid, l.Hostname, rec.LeaseToken)
+			return "", fmt.Errorf("%s/%s: %w (pid %d on %s, lease token %d)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid, l.Hostname, rec.LeaseToken)
 		}
-	} else if ok {
+		return fmt.Sprintf("lease: token %d is no longer the stand's lease", rec.LeaseToken), nil
+	case ok:
 		// The engine that started the holder recorded it: judged by its boot, PID namespace,
 		// start time and heartbeat, not by a pid that may be another namespace's or reused.
 		if holderAlive(rec, time.Now()) {
-			return fmt.Errorf("%s/%s: %w (pid %d on %s, heartbeat %s)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid, l.Hostname, rec.Heartbeat.Format(time.RFC3339))
+			return "", fmt.Errorf("%s/%s: %w (pid %d on %s, heartbeat %s)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid, l.Hostname, rec.Heartbeat.Format(time.RFC3339))
 		}
-	} else {
-		switch {
-		case l.Hostname != host && (e.cfg.LockLease <= 0 || time.Since(l.Timestamp) < e.cfg.LockLease):
-			return fmt.Errorf("%s/%s: %w (pid %d on %s since %s)", ref.Project, ref.Env, ErrLockedElsewhere, l.Pid, l.Hostname, l.Timestamp.Format(time.RFC3339))
-		case l.Hostname == host && alive(l.Pid):
-			return fmt.Errorf("%s/%s: %w (pid %d)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid)
-		}
+		return "holder record: its process has ended", nil
+	case l.Hostname != host && (e.cfg.LockLease <= 0 || time.Since(l.Timestamp) < e.cfg.LockLease):
+		return "", fmt.Errorf("%s/%s: %w (pid %d on %s since %s)", ref.Project, ref.Env, ErrLockedElsewhere, l.Pid, l.Hostname, l.Timestamp.Format(time.RFC3339))
+	case l.Hostname == host && alive(l.Pid):
+		return "", fmt.Errorf("%s/%s: %w (pid %d)", ref.Project, ref.Env, ErrUpdateInProgress, l.Pid)
+	case l.Hostname != host:
+		return "age: older than --lock-lease", nil
 	}
-	return nil
+	return "pid: its process has ended", nil
 }
 
 // savedElsewhere tells a checkpoint caught mid-save from a broken one. The diy backend saves a

@@ -46,6 +46,14 @@ func WithToken(t string) Option { return func(s *Sim) { s.token = t } }
 // WithActionDelay sets how long actions stay "running" before they succeed (default 200ms).
 func WithActionDelay(d time.Duration) Option { return func(s *Sim) { s.actionDelay = d } }
 
+// SetActionDelay changes how long the actions started from now on run (a test slowing Hetzner
+// down mid-run).
+func (s *Sim) SetActionDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.actionDelay = d
+}
+
 // WithMachine sets the backend that makes servers real (default: RecordMachine).
 func WithMachine(m Machine) Option { return func(s *Sim) { s.machine = m } }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/lib/pq"
 )
 
 // Records are what replicas write under their leases for another replica to read (a stand's status,
@@ -17,6 +19,7 @@ CREATE TABLE IF NOT EXISTS stands_records (
 	token      BIGINT NOT NULL,
 	holder     TEXT NOT NULL,
 	body       BYTEA NOT NULL,
+	version    BIGINT NOT NULL DEFAULT 1,
 	updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );`
 
@@ -26,6 +29,7 @@ type Record struct {
 	Token   int64
 	Holder  string
 	Body    []byte
+	Version int64 // one more at each write: a reader tells what changed since it last read
 	Updated time.Time
 }
 
@@ -34,7 +38,8 @@ type Record struct {
 func (s *Store) Put(ctx context.Context, l Lease, body []byte) error {
 	res, err := s.db.ExecContext(ctx, `INSERT INTO stands_records (name, token, holder, body)
 		SELECT $1, $2, $3, $4 FROM stands_leases WHERE `+CurrentSQL("$1", "$2")+` AND stands_leases.holder = $3
-		ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder, body = EXCLUDED.body, updated_at = now()
+		ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder, body = EXCLUDED.body,
+			version = stands_records.version + 1, updated_at = now()
 		WHERE stands_records.token <= EXCLUDED.token`, l.Name, l.Token, s.id, body)
 	if err != nil {
 		return fmt.Errorf("write record %s: %w", l.Name, err)
@@ -45,9 +50,33 @@ func (s *Store) Put(ctx context.Context, l Lease, body []byte) error {
 	return nil
 }
 
-// Records reads every record, by name.
-func (s *Store) Records(ctx context.Context) (map[string]Record, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, token, holder, body, updated_at FROM stands_records`)
+// Versions is every record's version, by name: what a reader compares with what it read before, so
+// it reads again only the records that changed (Records).
+func (s *Store) Versions(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, version FROM stands_records`)
+	if err != nil {
+		return nil, fmt.Errorf("read record versions: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var v int64
+		if err := rows.Scan(&name, &v); err != nil {
+			return nil, fmt.Errorf("read record versions: %w", err)
+		}
+		out[name] = v
+	}
+	return out, rows.Err()
+}
+
+// Records reads the named records (every one when names is nil), by name.
+func (s *Store) Records(ctx context.Context, names []string) (map[string]Record, error) {
+	q, args := `SELECT name, token, holder, body, version, updated_at FROM stands_records`, []any{}
+	if names != nil {
+		q, args = q+` WHERE name = ANY($1)`, []any{pq.Array(names)}
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read records: %w", err)
 	}
@@ -55,7 +84,7 @@ func (s *Store) Records(ctx context.Context) (map[string]Record, error) {
 	out := map[string]Record{}
 	for rows.Next() {
 		var r Record
-		if err := rows.Scan(&r.Name, &r.Token, &r.Holder, &r.Body, &r.Updated); err != nil {
+		if err := rows.Scan(&r.Name, &r.Token, &r.Holder, &r.Body, &r.Version, &r.Updated); err != nil {
 			return nil, fmt.Errorf("read records: %w", err)
 		}
 		out[r.Name] = r

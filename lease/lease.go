@@ -32,10 +32,14 @@ type Lease struct {
 	Took string
 }
 
-// Store is one replica's view of the leases.
+// Store is one replica's view of the leases. A replica has a name, stable across its restarts, by
+// which the stands are shared out among the live replicas (Owner), and an id, its holder name for
+// this process's life: a restarted replica never takes a lease of its previous life as its own (a
+// stack lock taken under it may still carry its token), and waits for it to expire like any other.
 type Store struct {
 	db    *sql.DB
 	id    string
+	name  string
 	ttl   time.Duration
 	grace time.Duration
 	now   func() time.Time
@@ -47,6 +51,10 @@ type Option func(*Store)
 // WithTTL is how long a lease lasts unrenewed (default 30 s).
 func WithTTL(d time.Duration) Option { return func(s *Store) { s.ttl = d } }
 
+// WithName is the replica's name, stable across restarts (default: its id): what Owner shares the
+// stands out by.
+func WithName(name string) Option { return func(s *Store) { s.name = name } }
+
 // WithGrace is how long after its expiry a lease stays unclaimed (default 10 s): longer than a
 // holder takes to stop what it started once it sees its deadline pass.
 func WithGrace(d time.Duration) Option { return func(s *Store) { s.grace = d } }
@@ -56,9 +64,12 @@ func New(ctx context.Context, db *sql.DB, id string, opts ...Option) (*Store, er
 	if id == "" {
 		return nil, errors.New("lease: a replica id is required")
 	}
-	s := &Store{db: db, id: id, ttl: 30 * time.Second, grace: 10 * time.Second, now: time.Now}
+	s := &Store{db: db, id: id, name: id, ttl: 30 * time.Second, grace: 10 * time.Second, now: time.Now}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.name == "" {
+		return nil, errors.New("lease: a replica name is required")
 	}
 	if s.ttl <= 0 || s.grace <= 0 {
 		return nil, errors.New("lease: TTL and grace must be above 0")
@@ -69,8 +80,11 @@ func New(ctx context.Context, db *sql.DB, id string, opts ...Option) (*Store, er
 	return s, nil
 }
 
-// ID is this replica's id.
+// ID is this replica's id: its holder name for this process's life.
 func (s *Store) ID() string { return s.id }
+
+// Name is this replica's name, stable across restarts.
+func (s *Store) Name() string { return s.name }
 
 // TTL is the lease time.
 func (s *Store) TTL() time.Duration { return s.ttl }
@@ -90,6 +104,7 @@ CREATE TABLE IF NOT EXISTS stands_leases (
 );
 CREATE TABLE IF NOT EXISTS stands_replicas (
 	id         TEXT PRIMARY KEY,
+	name       TEXT NOT NULL,
 	expires_at TIMESTAMPTZ NOT NULL,
 	started_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );`
@@ -229,8 +244,10 @@ func CurrentSQL(name, token string) string {
 
 // Heartbeat says this replica is alive for one TTL more: Live lists it meanwhile.
 func (s *Store) Heartbeat(ctx context.Context) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO stands_replicas (id, expires_at) VALUES ($1, now() + $2::interval)
-		ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at`, s.id, interval(s.ttl))
+	// A replica killed without leaving stays listed, expired: the rows of lives past a day are dropped.
+	_, err := s.db.ExecContext(ctx, `WITH gone AS (DELETE FROM stands_replicas WHERE expires_at < now() - interval '1 day')
+		INSERT INTO stands_replicas (id, name, expires_at) VALUES ($1, $3, now() + $2::interval)
+		ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at`, s.id, interval(s.ttl), s.name)
 	if err != nil {
 		return fmt.Errorf("replica heartbeat: %w", err)
 	}
@@ -245,9 +262,9 @@ func (s *Store) Leave(ctx context.Context) error {
 	return nil
 }
 
-// Live lists the replicas whose heartbeat has not expired, sorted.
+// Live lists the names of the replicas whose heartbeat has not expired, sorted.
 func (s *Store) Live(ctx context.Context) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id FROM stands_replicas WHERE expires_at > now() ORDER BY id`)
+	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT name FROM stands_replicas WHERE expires_at > now() ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list replicas: %w", err)
 	}

@@ -281,9 +281,16 @@ func TestRecordsAreFenced(t *testing.T) {
 	if err := a.DeleteRecord(ctx, la); !errors.Is(err, ErrLost) {
 		t.Errorf("the old holder's delete: %v", err)
 	}
-	recs, err := a.Records(ctx)
+	recs, err := a.Records(ctx, nil)
 	if err != nil || string(recs["demo/s"].Body) != "b: ready" || recs["demo/s"].Token != lb.Token || recs["demo/s"].Holder != "b" {
 		t.Errorf("records %+v %v", recs, err)
+	}
+	// Two writes landed: a reader that saw the first tells the record changed from its version alone.
+	if v, err := a.Versions(ctx); err != nil || v["demo/s"] != 2 || recs["demo/s"].Version != 2 {
+		t.Errorf("versions %v %v, record version %d: want 2 after two writes", v, err, recs["demo/s"].Version)
+	}
+	if one, err := a.Records(ctx, []string{"demo/s", "demo/none"}); err != nil || len(one) != 1 {
+		t.Errorf("records by name: %+v %v", one, err)
 	}
 	// A never-held lease cannot be written with a made-up token either.
 	if err := a.Put(ctx, Lease{Name: "demo/other", Token: lb.Token + 100}, []byte("x")); !errors.Is(err, ErrLost) {
@@ -292,7 +299,48 @@ func TestRecordsAreFenced(t *testing.T) {
 	if err := b.DeleteRecord(ctx, lb); err != nil {
 		t.Fatal(err)
 	}
-	if recs, _ := a.Records(ctx); len(recs) != 0 {
+	if recs, _ := a.Records(ctx, nil); len(recs) != 0 {
 		t.Errorf("records after the delete: %+v", recs)
+	}
+}
+
+// TestRestartedReplicaWaits: a replica started again under its name is listed once and gets the
+// same stands by rendezvous, but its new life does not take its old life's live lease as its own
+// (a stack lock may still carry that token): it waits for the expiry and the grace, and gets a new
+// token.
+func TestRestartedReplicaWaits(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	ctx := context.Background()
+	var lives []*Store
+	for _, id := range []string{"r.old", "r.new"} {
+		s, err := New(ctx, pg.DB(t), id, WithName("r"), WithTTL(time.Second), WithGrace(500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Heartbeat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lives = append(lives, s)
+	}
+	old, now := lives[0], lives[1]
+	if live, err := now.Live(ctx); err != nil || len(live) != 1 || live[0] != "r" {
+		t.Errorf("live %v %v, want [r]", live, err)
+	}
+	was, ok, _, err := old.Acquire(ctx, "demo/x")
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if _, ok, holder, err := now.Acquire(ctx, "demo/x"); err != nil || ok || holder != "r.old" {
+		t.Fatalf("the new life took its old life's live lease: ok %v holder %q err %v", ok, holder, err)
+	}
+	start := time.Now()
+	var got Lease
+	waitFor(t, 10*time.Second, "the new life to take the lease", func() bool {
+		l, ok, _, err := now.Acquire(ctx, "demo/x")
+		got = l
+		return err == nil && ok
+	})
+	if waited := time.Since(start); waited < time.Second || got.Token <= was.Token || got.Took != "r.old" {
+		t.Errorf("taken after %s with token %d (was %d) from %q", waited, got.Token, was.Token, got.Took)
 	}
 }

@@ -3,7 +3,9 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,7 +58,7 @@ func WithLogger(l *slog.Logger) MemberOption { return func(m *Member) { m.log = 
 
 // NewMember makes s's replica a member; Run keeps it one.
 func NewMember(s *Store, opts ...MemberOption) *Member {
-	labels := prometheus.Labels{"replica": s.id}
+	labels := prometheus.Labels{"replica": s.name}
 	m := &Member{s: s, log: slog.New(slog.DiscardHandler), budget: 3 * time.Second, every: s.ttl / 3, held: map[string]*held{},
 		heldGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stands_leases_held", Help: "Stand leases this replica holds.", ConstLabels: labels}),
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "stands_lease_takeovers_total", Help: "Leases this replica took over from a replica whose lease expired.", ConstLabels: labels}),
@@ -78,8 +80,11 @@ func (m *Member) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.heldGauge, m.takeovers, m.lost, m.leader, m.liveGauge}
 }
 
-// ID is the replica's id.
+// ID is the replica's id: its holder name for this process's life.
 func (m *Member) ID() string { return m.s.id }
+
+// Name is the replica's name, stable across restarts: what Owner names.
+func (m *Member) Name() string { return m.s.name }
 
 // Run keeps the member alive until ctx ends, then leaves (its leases expire on their own, or are
 // released by whoever holds them).
@@ -173,6 +178,14 @@ func (m *Member) Ready() error {
 
 var errNotYet = errors.New("no heartbeat yet")
 
+// Renewing says whether the member's last round reached the database: while it does not, nothing
+// new may start under a lease, though the leases held last until their deadlines.
+func (m *Member) Renewing() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.beatErr == nil && !m.lastBeat.IsZero()
+}
+
 // Owns says whether the name is this replica's to operate: its rendezvous owner among the live
 // replicas, or a lease it holds (it finishes what it started before the name moves).
 func (m *Member) Owns(name string) bool {
@@ -181,7 +194,7 @@ func (m *Member) Owns(name string) bool {
 	if _, ok := m.held[name]; ok {
 		return true
 	}
-	return m.beatErr == nil && Owner(name, m.live) == m.s.id
+	return m.beatErr == nil && Owner(name, m.live) == m.s.name
 }
 
 // Leader says whether this replica holds the leader lease.
@@ -282,4 +295,94 @@ func (m *Member) lease(name string) (*held, bool) {
 	defer m.mu.Unlock()
 	h, ok := m.held[name]
 	return h, ok
+}
+
+// Owner is the name of the live replica the name belongs to by rendezvous ("" while the store is
+// cut off): the one that should hold its lease.
+func (m *Member) Owner(name string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.beatErr != nil {
+		return ""
+	}
+	return Owner(name, m.live)
+}
+
+// Held is the member's lease on name and its Stop, while it holds it.
+func (m *Member) Held(name string) (Lease, <-chan struct{}, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.held[name]
+	if !ok {
+		return Lease{}, nil, false
+	}
+	return h.Lease, h.stop, true
+}
+
+// Current is the member's lease on name if the database still has it live with its token: a write
+// made under the lease somewhere the database cannot fence (a forge, a secret store) checks it
+// first and finishes before the lease's Deadline, after which a successor may start only a grace
+// later.
+func (m *Member) Current(ctx context.Context, name string) (Lease, bool, error) {
+	l, _, ok := m.Held(name)
+	if !ok {
+		return Lease{}, false, nil
+	}
+	live, err := m.s.Current(ctx, name, l.Token)
+	if err != nil || !live {
+		return Lease{}, false, err
+	}
+	return l, true, nil
+}
+
+// TokenLive says whether token is the live token of the named lease, whoever holds it: how a stack
+// lock left under a lease is judged (engine.Config.LeaseCheck).
+func (m *Member) TokenLive(ctx context.Context, name string, token int64) (bool, error) {
+	return m.s.Current(ctx, name, token)
+}
+
+// Put writes name's record under the member's lease on it; ErrLost when it holds none, or the
+// database no longer has it live.
+func (m *Member) Put(ctx context.Context, name string, body []byte) error {
+	l, _, ok := m.Held(name)
+	if !ok {
+		return fmt.Errorf("write record %s: %w", name, ErrLost)
+	}
+	return m.s.Put(ctx, l, body)
+}
+
+// Versions is every record's version (Store.Versions).
+func (m *Member) Versions(ctx context.Context) (map[string]int64, error) { return m.s.Versions(ctx) }
+
+// Records reads the named records (Store.Records).
+func (m *Member) Records(ctx context.Context, names []string) (map[string]Record, error) {
+	return m.s.Records(ctx, names)
+}
+
+// ReleaseAll gives up every lease the member holds, the leader's too: its work has ended (a drain),
+// and the others need not wait for the leases to expire.
+func (m *Member) ReleaseAll(ctx context.Context) error {
+	m.mu.Lock()
+	names := make([]string, 0, len(m.held))
+	for name := range m.held {
+		names = append(names, name)
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, name := range names {
+		if err := m.Release(ctx, name); err != nil && !errors.Is(err, ErrLost) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Live is the live replicas as the member last saw them (nil while the store is cut off).
+func (m *Member) Live() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.beatErr != nil {
+		return nil
+	}
+	return slices.Clone(m.live)
 }

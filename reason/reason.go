@@ -108,6 +108,9 @@ const (
 	PlanOnly Reason = "PlanOnly"
 	Timeout  Reason = "Timeout"
 	Failure  Reason = "Failed"
+	// LeaseLost: with replicas, the stand's lease was lost mid-operation (the lease store did not
+	// answer in time); the replica that takes the stand over runs it again.
+	LeaseLost Reason = "LeaseLost"
 )
 
 // entry is what the catalogue knows about a reason. message is a template with at most one %s, the
@@ -155,6 +158,7 @@ var catalogue = map[Reason]entry{
 	ProviderMissing:    {Stalling, Failed, "%s"},
 	Canceled:           {Waiting, Failed, "%s"},
 	Timeout:            {Waiting, Failed, "%s"},
+	LeaseLost:          {Waiting, Failed, "%s"},
 	Failure:            {Generic, Failed, "%s"},
 }
 

@@ -38,8 +38,8 @@ func (r *Reconciler) decide(plan []diff.Action, d *desiredState, found map[strin
 		} else if a.Kind != diff.Noop {
 			st.ref = stands.StackRef{}
 		}
-		if st.running {
-			continue
+		if st.running || !r.holds(a.ID) {
+			continue // another replica's stand: it decides, and its status comes from its record
 		}
 		o, ok := r.decideOne(a, d, st, found[a.ID], now)
 		if !ok {

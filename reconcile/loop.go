@@ -22,6 +22,9 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 	if r.cfg.Checker != nil && r.cfg.HealthInterval > 0 {
 		go r.runHealth(ctx)
 	}
+	if r.rep != nil {
+		go r.runPublisher(ctx)
+	}
 	consecutive := 0
 	for {
 		err := r.Cycle(ctx)

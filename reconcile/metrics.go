@@ -47,12 +47,12 @@ func newMetrics(r *Reconciler) *Metrics {
 			Help: "Live health checks of applied stands, by result: healthy, unhealthy (an instance), unreachable (a server), error (not made: the state unreadable)."}, []string{"result"}),
 		heals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_heals_total",
 			Help: "Heal steps (--heal), by action (restart, apply, none: the hourly limit) and result."}, []string{"action", "result"}),
-		phases:    prometheus.NewDesc("stands_stands", "Stands by phase, as their status files say.", []string{"phase"}, nil),
+		phases:    prometheus.NewDesc("stands_stands", "Stands by phase, as their status files say (with replicas, the stands this replica holds).", []string{"phase"}, nil),
 		running:   prometheus.NewDesc("stands_operations_running", "Operations running now, each on a worker.", nil, nil),
 		queued:    prometheus.NewDesc("stands_operations_queued", "Operations decided and waiting for a worker (--workers).", nil, nil),
 		controls:  prometheus.NewDesc("stands_control_active", "Whether an operator's control is in force: paused (locally or by .stands/pause), plan_only.", []string{"control"}, nil),
 		sinceSync: prometheus.NewDesc("stands_seconds_since_last_successful_sync", "Seconds since the last cycle that fetched, judged and planned without error (-1: none yet).", nil, nil),
-		down:      prometheus.NewDesc("stands_dependency_up", "Whether an outside service answered in the last cycle (source, secrets, backend) and no operation ran past its deadline (operations).", []string{"dependency"}, nil),
+		down:      prometheus.NewDesc("stands_dependency_up", "Whether an outside service answered in the last cycle (source, secrets, backend), no operation ran past its deadline (operations) and, with replicas, the lease store answers (leases).", []string{"dependency"}, nil),
 	}
 	// Served from the start, at 0: an alert on increase() needs the series before the first error.
 	for _, op := range []string{"read", "write"} {
@@ -98,8 +98,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		counts[p] = 0
 	}
 	decided := 0
-	for _, st := range r.stands {
-		if st.status != nil {
+	for id, st := range r.stands {
+		if st.status != nil && r.holds(id) { // with replicas, each counts its own: their sum is every stand
 			counts[st.status.Phase]++
 		}
 		if st.running {
@@ -109,6 +109,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	h, last, active := r.health, r.lastSync, r.active
 	paused, planOnly := r.pausedLocked() != nil, r.planOnlyLocked()
 	r.mu.Unlock()
+	if r.rep != nil {
+		h.Leases = r.rep.Ready()
+	}
 	for p, n := range counts {
 		ch <- prometheus.MustNewConstMetric(m.phases, prometheus.GaugeValue, float64(n), string(p))
 	}
@@ -122,7 +125,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		since = r.cfg.Now().Sub(last).Seconds()
 	}
 	ch <- prometheus.MustNewConstMetric(m.sinceSync, prometheus.GaugeValue, since)
-	for name, err := range map[string]error{"source": h.Source, "secrets": h.Secrets, "backend": h.Backend, "operations": h.Timeout} {
+	for name, err := range h.Dependencies() {
 		up := 1.0
 		if err != nil {
 			up = 0

@@ -26,8 +26,16 @@ func (r *Reconciler) run(o op) {
 		return
 	}
 	release := r.holdWorker()
-	ctx := r.opsCtx
 	log := r.log.With("stand", o.id, "operation", o.kind)
+	// With replicas, under the stand's lease: ended when the lease nears expiry (lost reports it).
+	ctx, unfence, lost, ferr := r.fence(r.opsCtx, o.id)
+	defer unfence()
+	if ferr != nil {
+		release()
+		log.Warn("operation not started", "err", ferr)
+		r.finish(o, nil, reason.Wrap(reason.LeaseLost, ferr), r.cfg.Now(), true)
+		return
+	}
 	if o.kind == opDestroy && r.declared(o.id) {
 		// Put back in the repository while the destroy waited for a worker: it is not destroyed.
 		release()
@@ -45,6 +53,9 @@ func (r *Reconciler) run(o op) {
 		}
 	}
 	res, err := r.operateBounded(ctx, &o, log)
+	if err != nil && lost() {
+		err = reason.Wrap(reason.LeaseLost, fmt.Errorf("%s of %s: %w: %w", o.kind, o.id, errLeaseLost, err))
+	}
 	r.metrics.operation(o.kind, r.cfg.Now().Sub(started), err)
 	if err != nil {
 		c := reason.Of(err)
@@ -132,6 +143,11 @@ func (r *Reconciler) repairApply(ctx context.Context, in stands.Input) (*stands.
 // commitStatus sets stands/<stand-id> on the operation's commit from the stand's status as summarise
 // left it, not from the operation.
 func (r *Reconciler) commitStatus(ctx context.Context, o op, st Status) {
+	ctx, cancel, ok := r.underLease(ctx, o.id)
+	if !ok {
+		return
+	}
+	defer cancel()
 	r.setCommitStatus(ctx, o.commit, "stands/"+o.id, commitState(st.Phase), string(st.Phase)+": "+cmp.Or(st.Message, string(st.Reason)), r.statusURL(o.id))
 }
 
@@ -171,6 +187,11 @@ func (r *Reconciler) saveConnection(ctx context.Context, id string, record json.
 	if saved == digest {
 		return true
 	}
+	ctx, cancel, ok := r.underLease(ctx, id)
+	if !ok {
+		return false
+	}
+	defer cancel()
 	if err := r.sec.WriteConnection(ctx, id, record); err != nil {
 		r.metrics.secretErrs.WithLabelValues("write").Inc()
 		log.Warn("connection record not stored; retrying later", "err", err)

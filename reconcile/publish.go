@@ -34,6 +34,7 @@ func (r *Reconciler) loadPublished(ctx context.Context) error {
 			st.status = s
 		}
 		r.published[statusPath(id)] = s.encode()
+		r.sharedSt[id] = s // with replicas, the leader commits the records over these
 	}
 	if data, err := fs.ReadFile(files, gitsource.StatusFile); err == nil {
 		r.published[gitsource.StatusFile] = data
@@ -76,23 +77,36 @@ func (r *Reconciler) publishSoon(ctx context.Context) {
 }
 
 // publish commits the statuses that changed since the last commit, with STATUS.md. A failure is
-// logged and retried at the next change or cycle: nothing is lost, the statuses stay in memory.
+// logged and retried at the next change or cycle: nothing is lost, the statuses stay in memory. With
+// replicas, the statuses go to their records, and the leader commits those (publishShared).
 func (r *Reconciler) publish(ctx context.Context) error {
+	if r.rep != nil {
+		return r.publishShared(ctx)
+	}
 	r.pubMu.Lock()
 	defer r.pubMu.Unlock()
 	r.mu.Lock()
 	all := map[string]*Status{}
-	files := map[string][]byte{}
-	phases := map[string]reason.Phase{}
 	for id, st := range r.stands {
 		if st.status != nil {
 			all[id] = st.status
-			phases[id] = st.status.Phase
-			files[statusPath(id)] = st.status.encode()
 		}
 	}
-	files[gitsource.StatusFile] = statusTable(all, r.unreadable, r.controlBanner())
+	unreadable, banner := r.unreadable, r.controlBanner()
 	r.mu.Unlock()
+	return r.commitStatuses(ctx, all, unreadable, banner)
+}
+
+// commitStatuses commits the status files of all that differ from the last commit, and STATUS.md.
+// Called with pubMu held; the statuses are not edited meanwhile (they are replaced, never changed).
+func (r *Reconciler) commitStatuses(ctx context.Context, all map[string]*Status, unreadable []string, banner string) error {
+	files := map[string][]byte{}
+	phases := map[string]reason.Phase{}
+	for id, st := range all {
+		phases[id] = st.Phase
+		files[statusPath(id)] = st.encode()
+	}
+	files[gitsource.StatusFile] = statusTable(all, unreadable, banner)
 	changed := map[string][]byte{}
 	var what []string
 	for p, data := range files {

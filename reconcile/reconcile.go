@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -109,6 +111,9 @@ type Config struct {
 	Heal           bool
 	HealLimit      int
 	HealSettle     time.Duration
+	// Replicas, when set, makes this reconciler one of several on one PostgreSQL (replicas.go): it
+	// operates the stands whose leases it holds, and commits status only while it is the leader.
+	Replicas Replicas
 }
 
 // Defaults of the deadlines: a two-node stand's first apply takes minutes (cloud-init, image pulls),
@@ -155,6 +160,11 @@ type Reconciler struct {
 	lastEval    *keptEvaluation // used by cycles only, which never overlap
 	warned      map[manifest.Diagnostic]bool
 	secretsDown int // consecutive cycles the secret store did not answer (cycles are sequential)
+
+	rep      Replicas           // cfg.Replicas (replicas.go)
+	shareMu  sync.Mutex         // one share at a time: records are written in the order statuses changed
+	seen     map[string]int64   // record versions the leader last read; under pubMu
+	sharedSt map[string]*Status // what the leader commits: the status files, then every record; under pubMu
 }
 
 type stand struct {
@@ -167,6 +177,8 @@ type stand struct {
 	restarts  map[string]int         // per instance, NRestarts at the last health check
 	heals     map[string][]time.Time // per instance, the heals of the last hour
 	repair    bool                   // a heal asked for an apply that reads the instances back
+	token     int64                  // replicas: the token of the held lease its status continues under (0: not held)
+	shared    []byte                 // replicas: the status last written to its record
 }
 
 // Health is what /readyz reports: the outside services of the last cycle.
@@ -176,7 +188,14 @@ type Health struct {
 	Backend error
 	// Timeout is the last operation that ran past its deadline, until an operation succeeds.
 	Timeout error
-	Cycles  int // completed cycles
+	// Leases: with replicas, the lease store unreachable for longer than a lease lasts.
+	Leases error
+	Cycles int // completed cycles
+}
+
+// Dependencies names each outside service with its state (nil: fine), for /readyz and /metrics.
+func (h Health) Dependencies() map[string]error {
+	return map[string]error{"source": h.Source, "secrets": h.Secrets, "backend": h.Backend, "operations": h.Timeout, "leases": h.Leases}
 }
 
 // New returns a reconciler; operations run on their own context, ended by Drain.
@@ -219,7 +238,8 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 	}
 	r := &Reconciler{cfg: cfg, src: src, eng: eng, sec: sec, log: cfg.Log, sem: make(chan struct{}, cfg.Workers),
 		wake: make(chan struct{}, 1), stands: map[string]*stand{}, published: map[string][]byte{},
-		prs: previewState{heads: map[int64]plannedHead{}}, warned: map[manifest.Diagnostic]bool{}}
+		prs: previewState{heads: map[int64]plannedHead{}}, warned: map[manifest.Diagnostic]bool{},
+		rep: cfg.Replicas, seen: map[string]int64{}, sharedSt: map[string]*Status{}}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
 	r.flushCtx, r.flush = context.WithCancel(context.Background())
 	r.pw.ctx, r.pw.cancel = context.WithCancel(context.Background())
@@ -240,8 +260,12 @@ func (envSecrets) WriteConnection(context.Context, string, json.RawMessage) erro
 // Health returns the state of the outside services as the last cycle saw them.
 func (r *Reconciler) Health() Health {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.health
+	h := r.health
+	r.mu.Unlock()
+	if r.rep != nil {
+		h.Leases = r.rep.Ready()
+	}
+	return h
 }
 
 // Status returns a copy of a stand's status (nil when it has none).
@@ -348,6 +372,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		return fmt.Errorf("read inventory: %w", err) // nothing is decided without the stacks
 	}
 	actual, found := r.actual(stacks)
+	r.claim(ctx, slices.Sorted(maps.Keys(found))) // stacks of stands the repository no longer declares
 	in := diff.Input{Desired: append(d.desired, d.ev.ownerChanges(actual, r.cfg.Owner)...), Actual: actual, SourceOK: len(d.unreadable) == 0, MaxDestroyShare: r.cfg.MaxDestroyShare,
 		AllowDestroy: d.allow, AllowMassDestroy: r.cfg.AllowMassDestroy}
 	switch {
@@ -382,7 +407,9 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		r.ops.Add(1)
 		go r.run(o)
 	}
-	r.schedulePreviews(previewJob{main: d.ev, commit: snap.Source, actual: actual})
+	if r.rep == nil || r.rep.Leader() {
+		r.schedulePreviews(previewJob{main: d.ev, commit: snap.Source, actual: actual})
+	}
 	return nil
 }
 
@@ -402,6 +429,7 @@ func (r *Reconciler) judge(ctx context.Context, snap *gitsource.Snapshot) (*desi
 	if err != nil {
 		return nil, err
 	}
+	r.claim(ctx, r.known(ev)) // before the verdicts are recorded: a stand newly held continues from its record
 	d := &desiredState{ev: ev, inputs: map[string]*stands.Input{}, allow: ev.allow, secretsErr: ev.secretsErr, unreadable: ev.unreadable}
 	r.mu.Lock()
 	defer r.mu.Unlock()

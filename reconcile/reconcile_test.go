@@ -579,9 +579,15 @@ func TestRenamedManifestIsNotARemoval(t *testing.T) {
 // waitUntil polls cond for up to 10 s, failing the test with what it waited for.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+	waitWithin(t, 10*time.Second, time.Millisecond, what, cond)
+}
+
+// waitWithin checks cond every poll until it holds, failing the test after within.
+func waitWithin(t *testing.T, within, poll time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !cond(); time.Sleep(poll) {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within 10 s: %s", what)
+			t.Fatalf("not within %s: %s", within, what)
 		}
 	}
 }

@@ -112,10 +112,11 @@ func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*
 }
 
 // dbPassword says whether a database password is configured; without one, lib/pq's own ways apply
-// (a pgpass file named in the URL, PGPASSFILE, ~/.pgpass, or none for trust and certificates).
+// (a pgpass file named in the URL, PGPASSFILE, ~/.pgpass, or none for trust and certificates). An
+// empty credential file is none: the unit loads db-password whether or not the backend needs one.
 func dbPassword(getenv env) bool {
-	v, file, _ := credential.Source(getenv, "STANDS_DB_PASSWORD")
-	return v != "" || file != ""
+	v, err := credential.Read(getenv, "STANDS_DB_PASSWORD")
+	return err == nil && v != ""
 }
 
 func (f *engineFlags) pulumiBin() (string, error) {

@@ -150,6 +150,20 @@ func (f *daemonFlags) check(c *settings, getenv env) []error {
 	if f.lockLease < 0 {
 		bad("lock-lease", "want 0 (never) or more")
 	}
+	if f.replicas {
+		if u, err := url.Parse(f.backend); err != nil || u.Scheme != "postgres" {
+			bad("replicas", "needs a postgres:// --backend: it holds the Pulumi state and the leases of every replica")
+		}
+		if f.leaseTTL < 2*time.Second {
+			bad("lease-ttl", "want 2s or more: a lease is renewed every third of it")
+		}
+		if f.leaseGrace < time.Second {
+			bad("lease-grace", "want 1s or more: the time a replica that lost a lease has to stop its Pulumi processes")
+		}
+		if strings.ContainsAny(f.replicaID, " \t\n/") {
+			bad("replica-id", "%q: no spaces or slashes", f.replicaID)
+		}
+	}
 	if f.workers < 1 {
 		bad("workers", "%d: want at least 1", f.workers)
 	}

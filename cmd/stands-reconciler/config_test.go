@@ -115,6 +115,12 @@ func TestConfigRefusals(t *testing.T) {
 		{"a share above one", merged(creds, map[string]string{"STANDS_MAX_DESTROY_SHARE": "1.5"}), []string{"--repo", "/tmp/r"},
 			[]string{"--max-destroy-share (from $STANDS_MAX_DESTROY_SHARE): 1.5: want a share from 0 to 1"}},
 		{"a bad log level", creds, []string{"--repo", "/tmp/r", "--log-level", "loud"}, []string{"--log-level=loud"}},
+		{"replicas on a file backend", merged(creds, map[string]string{"STANDS_REPLICAS": "true"}), []string{"--repo", "/tmp/r"},
+			[]string{"--replicas (from $STANDS_REPLICAS): needs a postgres:// --backend"}},
+		{"replicas with a short lease", creds, []string{"--repo", "/tmp/r", "--replicas", "--backend", "postgres://stands@127.0.0.1/stands", "--lease-ttl", "1s", "--lease-grace", "0s"},
+			[]string{"--lease-ttl (from --lease-ttl): want 2s or more", "--lease-grace (from --lease-grace): want 1s or more"}},
+		{"a database password in the backend URL", creds, []string{"--repo", "/tmp/r", "--backend", "postgres://stands:db-SENTINEL@127.0.0.1/stands"},
+			[]string{"--backend (from --backend): holds a password"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			vars := merged(map[string]string{"STANDS_PULUMI_BIN": fakePulumi(t), "STANDS_STATE_DIR": t.TempDir()}, c.vars)
@@ -155,4 +161,12 @@ func merged(a, b map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// TestReplicasNotForOnce: one cycle cannot keep leases; `reconcile --once --replicas` says to use run.
+func TestReplicasNotForOnce(t *testing.T) {
+	r := runCLI(t, context.Background(), newRecorder(nil), "reconcile", "--once", "--replicas", "--repo", "/tmp/r")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--replicas is for `stands-reconciler run`") {
+		t.Errorf("exit %d: %s", r.code, r.stderr)
+	}
 }

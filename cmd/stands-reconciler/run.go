@@ -17,7 +17,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 
-	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/control"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
@@ -35,12 +34,13 @@ type daemonFlags struct {
 	engineFlags
 	repo, branch, statusBranch, gitUser, gitName, gitEmail    string
 	listen, vaultAddr, vaultRoleID, vaultMount, vaultPrefix   string
-	giteaURL, knownHosts, controlSocket                       string
+	giteaURL, knownHosts, controlSocket, replicaID            string
 	poll, drain, drift, opTimeout, statusDelay, secretRefresh time.Duration
-	healthInterval                                            time.Duration
+	healthInterval, leaseTTL, leaseGrace                      time.Duration
 	workers, healLimit                                        int
 	share                                                     float64
 	massDestroy, driftApply, previews, planOnly, heal         bool
+	replicas                                                  bool
 }
 
 func (f *daemonFlags) register(c *settings) {
@@ -74,6 +74,10 @@ func (f *daemonFlags) register(c *settings) {
 	fs.BoolVar(&f.previews, "previews", bound(c, "previews", "STANDS_PREVIEWS", true), "plan open pull requests into the tracked branch: one comment each and the stands/plan commit status ($STANDS_PREVIEWS=false turns it off)")
 	fs.BoolVar(&f.planOnly, "plan-only", bound(c, "plan-only", "STANDS_PLAN_ONLY", false), "decide and report in each stand's status what would be applied or destroyed, and apply nothing ($STANDS_PLAN_ONLY=true)")
 	fs.StringVar(&f.controlSocket, "control-socket", bound(c, "control-socket", "STANDS_CONTROL_SOCKET", ""), "the operator controls' Unix socket (stands-reconciler ctl; default <state-dir>/control.sock; \"none\": no controls) ($STANDS_CONTROL_SOCKET)")
+	fs.BoolVar(&f.replicas, "replicas", bound(c, "replicas", "STANDS_REPLICAS", false), "run as one of several reconcilers on one repository and one postgres:// backend: each stand is operated by the replica holding its lease, one replica commits status and plans pull requests (docs/operations.md#several-replicas) ($STANDS_REPLICAS=true)")
+	fs.StringVar(&f.replicaID, "replica-id", bound(c, "replica-id", "STANDS_REPLICA_ID", ""), "with --replicas, this replica's name in logs, metrics and leases (default: the host name); each start adds a suffix of its own ($STANDS_REPLICA_ID)")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", bound(c, "lease-ttl", "STANDS_LEASE_TTL", 30*time.Second), "with --replicas, how long a stand's lease lasts unrenewed: a replica that dies loses its stands after this, plus --lease-grace ($STANDS_LEASE_TTL)")
+	fs.DurationVar(&f.leaseGrace, "lease-grace", bound(c, "lease-grace", "STANDS_LEASE_GRACE", 10*time.Second), "with --replicas, how long an expired lease stays unclaimed: longer than a replica takes to stop its Pulumi processes ($STANDS_LEASE_GRACE)")
 	fs.BoolVar(&f.massDestroy, "allow-mass-destroy", false, "lift the share and last-stand guards for this run (protect still holds); prefer committing .stands/allow-destroy")
 }
 
@@ -100,6 +104,11 @@ func runReconcile(ctx context.Context, args []string, std stdio, getenv env) int
 	}
 	if !*once {
 		fmt.Fprintln(std.err, "reconcile: give --once, or use `stands-reconciler run` for the daemon")
+		return exitUsage
+	}
+	if f.replicas {
+		// One cycle cannot hold leases for long: it would take stands from the replicas and leave.
+		fmt.Fprintln(std.err, "reconcile: --replicas is for `stands-reconciler run`; one cycle works alone")
 		return exitUsage
 	}
 	return daemon(ctx, &f, conf, true, std)
@@ -184,7 +193,7 @@ func serve(ctx context.Context, w *wiring, f *daemonFlags, getenv env) int {
 		srv, err := httpapi.Listen(f.listen, httpapi.Handler(w.rec, func() []byte {
 			v, _ := secret.Value()
 			return []byte(v)
-		}, log, append(engine.Metrics(), w.rec.Metrics())...), log)
+		}, log, w.collectors()...), log)
 		if err != nil {
 			fmt.Fprintf(w.stderr, "run: %v\n", err)
 			return exitError

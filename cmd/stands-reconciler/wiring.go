@@ -1,16 +1,26 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
+	"github.com/stands-engine/stands-reconciler/lease"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // wiring is what the daemon runs on. Everything with a goroutine of its own (credential watchers,
@@ -19,9 +29,19 @@ import (
 type wiring struct {
 	rec     *reconcile.Reconciler
 	src     *gitsource.Source
+	member  *lease.Member // with --replicas
 	log     *slog.Logger
 	stderr  io.Writer
 	closers []io.Closer
+}
+
+// collectors are the metrics /metrics serves.
+func (w *wiring) collectors() []prometheus.Collector {
+	c := append(engine.Metrics(), w.rec.Metrics())
+	if w.member != nil {
+		c = append(c, w.member.Collectors()...)
+	}
+	return c
 }
 
 func (w *wiring) own(c io.Closer) { w.closers = append(w.closers, c) }
@@ -45,17 +65,29 @@ func wire(f *daemonFlags, std stdio, getenv env, filesOnly bool, log *slog.Logge
 			w.Close()
 		}
 	}()
+	name, holder := replicaNames(f.replicaID)
+	if f.replicas {
+		log = log.With("replica", holder)
+		w.log = log
+	}
 	hcloudToken, err := credential.Watch(getenv, "HCLOUD_TOKEN", log)
 	if err != nil {
 		return nil, err
 	}
 	w.own(hcloudToken)
 	// One logger for the loop and the engine: two handlers on one writer would each lock only itself.
-	eng, pass, err := f.engine(std, getenv, f.owner, func(c *engine.Config) { c.HcloudTokenFunc, c.Log = hcloudToken.Value, log })
+	eng, pass, err := f.engine(std, getenv, f.owner, func(c *engine.Config) {
+		c.HcloudTokenFunc, c.Log, c.LeaseCheck = hcloudToken.Value, log, w.leaseCheck(f)
+	})
 	if err != nil {
 		return nil, err
 	}
 	w.own(eng) // a postgres:// backend's connection pool
+	if f.replicas {
+		if w.member, err = joinReplicas(eng, name, holder, f, log, w.own); err != nil {
+			return nil, err
+		}
+	}
 	gitToken, err := credential.Watch(getenv, "STANDS_GIT_TOKEN", log)
 	if err != nil {
 		return nil, err
@@ -78,6 +110,9 @@ func wire(f *daemonFlags, std stdio, getenv env, filesOnly bool, log *slog.Logge
 		HealthInterval: f.healthInterval, Heal: f.heal, HealLimit: f.healLimit}
 	if eng.NodesMode() == engine.NodesFull {
 		cfg.Checker = eng
+	}
+	if w.member != nil {
+		cfg.Replicas = w.member
 	}
 	if cfg.ControlState, err = filepath.Abs(filepath.Join(f.stateDir, "controls.json")); err != nil {
 		return nil, err
@@ -123,3 +158,63 @@ func (g *goroutine) Close() error {
 	<-g.done
 	return nil
 }
+
+// replicaNames are the replica's name, by which the stands are shared out (--replica-id, the host's
+// by default), and the holder name of this process: the name and a suffix of its own, so a replica
+// restarted before its leases expired never takes them as its own while a stack lock of its
+// previous life may still carry their tokens.
+func replicaNames(id string) (name, holder string) {
+	if id == "" {
+		id, _ = os.Hostname()
+	}
+	name = cmp.Or(id, "replica")
+	return name, name + "." + strings.ToLower(rand.Text()[:6])
+}
+
+// leaseCheck is, with --replicas, how the engine judges a stack lock taken under a lease: abandoned
+// once the stand's lease has another token. The member is joined before any operation runs.
+func (w *wiring) leaseCheck(f *daemonFlags) engine.LeaseCheck {
+	if !f.replicas {
+		return nil
+	}
+	return func(ctx context.Context, ref stands.StackRef, token int64) (bool, error) {
+		return w.member.TokenLive(ctx, standLease(f.owner, ref), token)
+	}
+}
+
+// standLease is the lease a stand is operated under: its id.
+func standLease(owner string, ref stands.StackRef) string {
+	return cmp.Or(ref.StandID, owner+"_"+ref.Project+"_"+ref.Env)
+}
+
+// joinReplicas makes this reconciler a member of the replicas on the backend's database, for as
+// long as the wiring is open: its Close gives every lease up (the drain has ended what ran under
+// them) and leaves, after the loop's drain.
+func joinReplicas(eng *engine.Engine, name, holder string, f *daemonFlags, log *slog.Logger, own func(io.Closer)) (*lease.Member, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := eng.OpenStateDB(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("--replicas: %w", err)
+	}
+	own(db)
+	store, err := lease.New(ctx, db, holder, lease.WithName(name), lease.WithTTL(f.leaseTTL), lease.WithGrace(f.leaseGrace))
+	if err != nil {
+		return nil, fmt.Errorf("--replicas: %w", err)
+	}
+	m := lease.NewMember(store, lease.WithLogger(log))
+	run := goAsLongAs(m.Run)
+	own(closerFunc(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := m.ReleaseAll(ctx)
+		run.Close()
+		return err
+	}))
+	log.Info("joined the replicas", "lease_ttl", f.leaseTTL, "lease_grace", f.leaseGrace)
+	return m, nil
+}
+
+type closerFunc func() error
+
+func (c closerFunc) Close() error { return c() }

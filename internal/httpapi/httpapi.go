@@ -57,7 +57,7 @@ func Handler(l Loop, secret func() []byte, log *slog.Logger, collectors ...prome
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		h := l.Health()
 		problems := map[string]string{}
-		for name, err := range map[string]error{"source": h.Source, "secrets": h.Secrets, "backend": h.Backend, "operations": h.Timeout} {
+		for name, err := range h.Dependencies() {
 			if err != nil {
 				problems[name] = err.Error()
 			}

@@ -1,0 +1,318 @@
+package reconcile
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/lease"
+	"github.com/stands-engine/stands-reconciler/stands"
+)
+
+// With several replicas (--replicas), every replica polls the repository, judges every stand and
+// reads the whole inventory, so each decides the same; each operates only the stands whose leases it
+// holds, which it takes for the stands that are its own by rendezvous over the live replicas. A
+// replica writes its stands' statuses to their records under their leases (refused by the database
+// once a lease has passed on); the replica holding the leader lease alone commits the status files
+// from those records, sets no commit status of a stand it does not hold, and plans the pull requests.
+// A stand changes hands when its replica dies (after its lease expires and a grace) or when the
+// live replicas change (its holder hands it over between operations): the new holder starts from the
+// stand's record, as a restarted reconciler starts from its status file.
+
+// Replicas is this replica's place among the others (lease.Member).
+type Replicas interface {
+	// Name is the replica's name, stable across restarts (Owner names one).
+	Name() string
+	// Ready is nil while the lease store answers (the replica's heartbeat is current).
+	Ready() error
+	// Renewing says whether the last renewal reached the lease store: nothing starts while it did not.
+	Renewing() bool
+	Leader() bool
+	// Owner is the replica a stand belongs to by rendezvous ("" while the store is cut off).
+	Owner(name string) string
+	// Held is this replica's lease on a stand, with the channel closed when the lease nears expiry.
+	Held(name string) (lease.Lease, <-chan struct{}, bool)
+	Acquire(ctx context.Context, name string) (l lease.Lease, stop <-chan struct{}, ok bool, holder string, err error)
+	Release(ctx context.Context, name string) error
+	// Current is the held lease when the database still has it live: the check before a write the
+	// database cannot fence.
+	Current(ctx context.Context, name string) (lease.Lease, bool, error)
+	// Put writes a stand's record under the held lease (lease.ErrLost when it has passed on).
+	Put(ctx context.Context, name string, body []byte) error
+	Versions(ctx context.Context) (map[string]int64, error)
+	Records(ctx context.Context, names []string) (map[string]lease.Record, error)
+}
+
+// publishEvery is how often the leader looks for statuses the others wrote, when no status delay
+// sets it.
+const publishEvery = 2 * time.Second
+
+// holds says whether this replica operates the stand: always without replicas. Called with r.mu held.
+func (r *Reconciler) holds(id string) bool {
+	if r.rep == nil {
+		return true
+	}
+	st, ok := r.stands[id]
+	if !ok || st.token == 0 {
+		return false
+	}
+	if l, _, held := r.rep.Held(id); held && l.Token == st.token {
+		return true
+	}
+	st.token = 0 // lost: a later acquire starts again from the stand's record
+	return false
+}
+
+// claim takes the leases of the stands among ids that are this replica's by rendezvous and hands
+// over those that are not any more and run nothing here. A stand newly held continues from its
+// record, which the replica that held it before wrote.
+func (r *Reconciler) claim(ctx context.Context, ids []string) {
+	if r.rep == nil || r.rep.Ready() != nil {
+		return // cut off from the store: nothing new starts, the held leases run out on their own
+	}
+	me := r.rep.Name()
+	var taken, handoff []string
+	tokens := map[string]int64{}
+	for _, id := range ids {
+		owner := r.rep.Owner(id)
+		r.mu.Lock()
+		st := r.state(id)
+		running, held := st.running, r.holds(id)
+		r.mu.Unlock()
+		switch {
+		case held && owner != "" && owner != me && !running:
+			handoff = append(handoff, id)
+		case !held && owner == me:
+			l, _, ok, holder, err := r.rep.Acquire(ctx, id)
+			switch {
+			case err != nil:
+				r.log.Warn("stand lease not acquired; tried again next cycle", "stand", id, "err", err)
+			case !ok:
+				r.log.Debug("stand held by another replica until it hands it over or its lease expires", "stand", id, "holder", holder)
+			default:
+				taken, tokens[id] = append(taken, id), l.Token
+			}
+		}
+	}
+	if len(taken) > 0 {
+		r.adopt(ctx, taken, tokens)
+	}
+	if len(handoff) > 0 {
+		r.share(ctx) // its last status first: the next holder starts from it
+		for _, id := range handoff {
+			r.mu.Lock()
+			r.state(id).token = 0
+			r.mu.Unlock()
+			if err := r.rep.Release(ctx, id); err != nil {
+				r.log.Warn("stand lease not released; it expires on its own", "stand", id, "err", err)
+				continue
+			}
+			r.log.Info("stand handed over to the replica it belongs to now", "stand", id, "to", r.rep.Owner(id))
+		}
+	}
+}
+
+// known is every stand the snapshot declares or this replica has a status of, sorted.
+func (r *Reconciler) known(ev *evaluation) []string {
+	if r.rep == nil {
+		return nil
+	}
+	ids := map[string]bool{}
+	for _, v := range ev.verdicts {
+		ids[v.id] = true
+	}
+	r.mu.Lock()
+	for id := range r.stands {
+		ids[id] = true
+	}
+	r.mu.Unlock()
+	return slices.Sorted(maps.Keys(ids))
+}
+
+// adopt makes newly held stands continue from their records: the status their last holder wrote
+// (a record that cannot be read leaves the status as this replica knew it, which it then writes).
+func (r *Reconciler) adopt(ctx context.Context, ids []string, tokens map[string]int64) {
+	recs, err := r.rep.Records(ctx, ids)
+	if err != nil {
+		r.log.Warn("stand records not read; their statuses continue from the status files", "err", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range ids {
+		st := r.state(id)
+		st.token, st.shared, st.rt = tokens[id], nil, retries{}
+		if rec, ok := recs[id]; ok {
+			if s, ok := decodeRecord(id, rec.Body); ok {
+				st.status, st.shared = s, rec.Body
+			}
+		}
+	}
+	r.log.Info("stand leases acquired", "stands", ids)
+}
+
+// decodeRecord reads a stand's record: its status file as its holder wrote it.
+func decodeRecord(id string, body []byte) (*Status, bool) {
+	var s Status
+	if json.Unmarshal(body, &s) != nil || s.SchemaVersion != SchemaVersion || s.ID != id {
+		return nil, false
+	}
+	return &s, true
+}
+
+// share writes the statuses of the stands this replica holds to their records, those that changed
+// since it last wrote them. A write refused because the lease passed on is dropped: the new holder
+// writes the stand's status from then on.
+func (r *Reconciler) share(ctx context.Context) {
+	r.shareMu.Lock()
+	defer r.shareMu.Unlock()
+	type write struct {
+		id   string
+		body []byte
+	}
+	var writes []write
+	r.mu.Lock()
+	for id, st := range r.stands {
+		if st.status == nil || !r.holds(id) {
+			continue
+		}
+		if body := st.status.encode(); !bytes.Equal(body, st.shared) {
+			writes = append(writes, write{id, body})
+		}
+	}
+	r.mu.Unlock()
+	for _, w := range writes {
+		err := r.rep.Put(ctx, w.id, w.body)
+		switch {
+		case errors.Is(err, lease.ErrLost):
+			r.log.Warn("status not shared: the stand's lease has passed on, and its new holder writes it", "stand", w.id)
+			continue
+		case err != nil:
+			r.log.Warn("status not shared; retrying at the next change", "stand", w.id, "err", err)
+			continue
+		}
+		r.mu.Lock()
+		r.state(w.id).shared = w.body
+		r.mu.Unlock()
+	}
+}
+
+// publishShared is publish with replicas: this replica's statuses to their records, and, on the
+// leader, the records to the status files, under the leader lease: a leader that lost it commits
+// nothing, and what it commits lands before the lease could pass on.
+func (r *Reconciler) publishShared(ctx context.Context) error {
+	r.share(ctx)
+	if !r.rep.Leader() {
+		return nil
+	}
+	ctx, cancel, ok := r.underLease(ctx, lease.LeaderLease)
+	if !ok {
+		return nil
+	}
+	defer cancel()
+	r.pubMu.Lock()
+	defer r.pubMu.Unlock()
+	versions, err := r.rep.Versions(ctx)
+	if err != nil {
+		r.log.Warn("stand records not read; status committed at the next change", "err", err)
+		return err
+	}
+	var changed []string
+	for name, v := range versions {
+		if r.seen[name] != v {
+			changed = append(changed, name)
+		}
+	}
+	if len(changed) > 0 {
+		slices.Sort(changed)
+		recs, err := r.rep.Records(ctx, changed)
+		if err != nil {
+			r.log.Warn("stand records not read; status committed at the next change", "err", err)
+			return err
+		}
+		for name, rec := range recs {
+			r.seen[name] = rec.Version
+			if s, ok := decodeRecord(name, rec.Body); ok {
+				r.sharedSt[name] = s
+			}
+		}
+	}
+	r.mu.Lock()
+	unreadable, banner := r.unreadable, r.controlBanner()
+	r.mu.Unlock()
+	return r.commitStatuses(ctx, r.sharedSt, unreadable, banner)
+}
+
+// runPublisher makes the leader commit what the others wrote, every status delay (publishEvery
+// without one), until ctx ends.
+func (r *Reconciler) runPublisher(ctx context.Context) {
+	every := max(r.cfg.StatusDelay, publishEvery)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if r.rep.Leader() {
+				_ = r.publish(ctx)
+			}
+		}
+	}
+}
+
+// underLease is ctx bounded by the lease's deadline when the database still has this replica's
+// lease live (ok), for a write the database cannot fence: it lands before a successor may start.
+// Without replicas it is ctx itself.
+func (r *Reconciler) underLease(ctx context.Context, name string) (context.Context, context.CancelFunc, bool) {
+	if r.rep == nil {
+		return ctx, func() {}, true
+	}
+	l, ok, err := r.rep.Current(ctx, name)
+	if err != nil || !ok {
+		r.log.Debug("write skipped: the lease is not this replica's any more", "lease", name, "err", err)
+		return ctx, func() {}, false
+	}
+	ctx, cancel := context.WithDeadline(ctx, l.Deadline)
+	return ctx, cancel, true
+}
+
+// fence is an operation's context under its stand's lease: cancelled when the lease nears expiry,
+// with the lease as the engine's fence (its CLIs killed then). lost reports whether that happened.
+func (r *Reconciler) fence(ctx context.Context, id string) (_ context.Context, cancel context.CancelFunc, lost func() bool, err error) {
+	if r.rep == nil {
+		return ctx, func() {}, func() bool { return false }, nil
+	}
+	l, stop, ok := r.rep.Held(id)
+	switch {
+	case !ok:
+		return ctx, func() {}, func() bool { return true }, fmt.Errorf("%s: %w", id, errLeaseLost)
+	case !r.rep.Renewing():
+		return ctx, func() {}, func() bool { return true }, fmt.Errorf("%s: %w", id, errNotRenewing)
+	}
+	ctx, cancel = context.WithCancel(stands.WithFence(ctx, stands.Fence{Token: l.Token, Stop: stop}))
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel, func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}, nil
+}
+
+var (
+	errLeaseLost   = errors.New("the stand's lease was lost before its operation ended: the replica that takes it over runs it")
+	errNotRenewing = errors.New("the lease store did not answer the last renewal: nothing new starts until it does")
+)

@@ -1,0 +1,310 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/lease"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
+)
+
+// The replicas' loops against real leases on a real PostgreSQL; the engine is the fake one, shared
+// as the replicas share one Pulumi backend. cmd/stands-reconciler's TestReplicas runs the daemons
+// themselves with the real Pulumi CLI.
+
+const (
+	replicaTTL    = 2 * time.Second
+	replicaGrace  = 2 * time.Second
+	replicaBudget = 500 * time.Millisecond
+)
+
+// replica is one reconciler of a group: its own pool, member, view of the source and engine.
+type replica struct {
+	name string
+	db   *sql.DB
+	m    *lease.Member
+	r    *Reconciler
+	src  *replicaSource
+	eng  *replicaEngine
+	stop context.CancelFunc
+}
+
+// replicaSource is the shared repository as one replica sees it: its status commits are counted.
+type replicaSource struct {
+	*fakeSource
+	mu      sync.Mutex
+	commits int
+}
+
+func (s *replicaSource) Publish(ctx context.Context, files map[string][]byte, msg string) (string, error) {
+	s.mu.Lock()
+	s.commits++
+	s.mu.Unlock()
+	return s.fakeSource.Publish(ctx, files, msg)
+}
+
+func (s *replicaSource) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.commits
+}
+
+// replicaEngine is the shared engine as one replica calls it: it logs when each apply of this
+// replica started and ended, and checks every apply runs under its stand's lease.
+type replicaEngine struct {
+	*fakeEngine
+	t   *testing.T
+	log *opLog
+	by  string
+}
+
+type opSpan struct {
+	by, id     string
+	start, end time.Time
+	err        error
+}
+
+type opLog struct {
+	mu    sync.Mutex
+	spans []opSpan
+}
+
+func (l *opLog) of(id string) []opSpan {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []opSpan
+	for _, s := range l.spans {
+		if s.id == id {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (e *replicaEngine) Apply(ctx context.Context, in stands.Input, force bool) (*stands.Result, error) {
+	if f, ok := stands.FenceOf(ctx); !ok || f.Token == 0 || f.Stop == nil {
+		e.t.Errorf("%s applied %s outside a lease: %+v", e.by, in.Stand.ID, f)
+	}
+	span := opSpan{by: e.by, id: in.Stand.ID, start: time.Now()}
+	res, err := e.fakeEngine.Apply(ctx, in, force)
+	span.end, span.err = time.Now(), err
+	e.log.mu.Lock()
+	e.log.spans = append(e.log.spans, span)
+	e.log.mu.Unlock()
+	return res, err
+}
+
+// startReplicas runs n reconcilers on one repository, engine and PostgreSQL, each with a member
+// running; it returns once every member sees all n live (the order they start in decides nothing).
+func startReplicas(t *testing.T, pg *testenv.Postgres, src *fakeSource, eng *fakeEngine, names ...string) ([]*replica, *opLog) {
+	t.Helper()
+	log := &opLog{}
+	var out []*replica
+	for _, name := range names {
+		db := pg.DB(t)
+		s, err := lease.New(context.Background(), db, name, lease.WithTTL(replicaTTL), lease.WithGrace(replicaGrace))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := lease.NewMember(s, lease.WithStopBudget(replicaBudget), lease.WithLogger(testenv.Logger(t).With("replica", name)))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); m.Run(ctx) }()
+		rp := &replica{name: name, db: db, m: m, src: &replicaSource{fakeSource: src}, eng: &replicaEngine{fakeEngine: eng, t: t, log: log, by: name}}
+		rp.stop = func() { cancel(); <-done }
+		rp.r = New(Config{Owner: "local", Passphrase: "pass", BackoffBase: time.Second, Replicas: m,
+			Log: testenv.Logger(t).With("replica", name)}, rp.src, rp.eng, newFakeSecrets())
+		t.Cleanup(func() { rp.r.Drain(5 * time.Second); rp.stop() })
+		out = append(out, rp)
+	}
+	waitWithin(t, 15*time.Second, 50*time.Millisecond, "every replica to see the others", func() bool {
+		for _, rp := range out {
+			if len(rp.m.Live()) != len(out) {
+				return false
+			}
+		}
+		return true
+	})
+	return out, log
+}
+
+// cycleAll runs a cycle on every replica given, in turn, and waits for their operations.
+func cycleAll(t *testing.T, rs ...*replica) {
+	t.Helper()
+	for _, rp := range rs {
+		if err := rp.r.Cycle(context.Background()); err != nil {
+			t.Logf("%s: cycle: %v", rp.name, err)
+		}
+	}
+	for _, rp := range rs {
+		rp.r.Wait()
+	}
+}
+
+// TestReplicasSplitTheStands: three replicas on twelve stands apply each stand once, each the
+// stands that are its own by rendezvous (and only under its lease), and only the leader commits
+// status, from the records the others wrote: every stand Ready in the status files.
+func TestReplicasSplitTheStands(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	var ids, files []string
+	for i := range 12 {
+		files = append(files, fmt.Sprintf("s%02d", i))
+		ids = append(ids, fmt.Sprintf("local_s%02d_dev", i))
+	}
+	src, eng := newFakeSource(t, repoWith(files...)), newFakeEngine()
+	rs, log := startReplicas(t, pg, src, eng, "r0", "r1", "r2")
+	// Two rounds: the first takes the leases and applies, the second finds nothing to do; the
+	// leader commits what the others wrote at its next publish.
+	cycleAll(t, rs...)
+	cycleAll(t, rs...)
+	var leader *replica
+	for _, rp := range rs {
+		if rp.m.Leader() {
+			leader = rp
+		}
+	}
+	if leader == nil {
+		t.Fatal("no leader")
+	}
+	waitWithin(t, 10*time.Second, 50*time.Millisecond, "the leader to commit every stand Ready", func() bool {
+		_ = leader.r.publish(context.Background())
+		for _, id := range ids {
+			if !src.has("status/"+id+".json") || src.statusOf(t, id).Phase != reason.Ready {
+				return false
+			}
+		}
+		return true
+	})
+	live := []string{"r0", "r1", "r2"}
+	per := map[string]int{}
+	for _, id := range ids {
+		spans := log.of(id)
+		if len(spans) != 1 || eng.upsOf(id) != 1 {
+			t.Errorf("%s: applied %d times (%d ups): %+v", id, len(spans), eng.upsOf(id), spans)
+			continue
+		}
+		if want := lease.Owner(id, live); spans[0].by != want {
+			t.Errorf("%s applied by %s, its rendezvous owner is %s", id, spans[0].by, want)
+		}
+		per[spans[0].by]++
+	}
+	t.Logf("stands applied per replica: %v; leader %s", per, leader.name)
+	for _, rp := range rs {
+		if per[rp.name] == 0 {
+			t.Errorf("%s applied nothing: %v", rp.name, per)
+		}
+		if rp != leader && rp.src.count() != 0 {
+			t.Errorf("%s is not the leader and committed status %d times", rp.name, rp.src.count())
+		}
+	}
+	if leader.src.count() == 0 {
+		t.Error("the leader committed nothing")
+	}
+}
+
+// TestReplicaCutOffStopsBeforeTakeover: a replica that loses PostgreSQL mid-apply stops the apply
+// before its lease can expire for the others (its operation's context ends, as the engine's fence
+// kills its CLIs); the survivor takes the stand over only after the expiry and the grace, applies it
+// once, becomes the leader and commits it Ready. The cut-off replica's failure never reaches the
+// status files.
+func TestReplicaCutOffStopsBeforeTakeover(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	// A stand that is a's by rendezvous among a and b.
+	var id, file string
+	for i := 0; id == ""; i++ {
+		if c := fmt.Sprintf("local_x%d_dev", i); lease.Owner(c, []string{"a", "b"}) == "a" {
+			id, file = c, fmt.Sprintf("x%d", i)
+		}
+	}
+	src, eng := newFakeSource(t, repoWith(file)), newFakeEngine()
+	eng.hang = map[string]bool{id: true}
+	rs, log := startReplicas(t, pg, src, eng, "a", "b")
+	a, b := rs[0], rs[1]
+	if err := a.r.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitWithin(t, 10*time.Second, 50*time.Millisecond, "a's apply to start", func() bool {
+		eng.mu.Lock()
+		defer eng.mu.Unlock()
+		return eng.running == 1
+	})
+	if _, _, ok := a.m.Held(id); !ok {
+		t.Fatal("a applies without holding the stand's lease")
+	}
+	cut := time.Now()
+	a.db.Close()                       // a can no longer renew anything
+	time.Sleep(100 * time.Millisecond) // a renewal that was on its way has moved the deadline by now
+	held, _, ok := a.m.Held(id)
+	if !ok {
+		t.Fatal("a lost the stand's lease at once")
+	}
+	eng.mu.Lock()
+	eng.hang = nil
+	eng.mu.Unlock()
+	// b cycles until it has applied the stand.
+	waitWithin(t, 30*time.Second, 50*time.Millisecond, "b to take the stand over and apply it", func() bool {
+		cycleAll(t, b)
+		for _, s := range log.of(id) {
+			if s.by == "b" && s.err == nil {
+				return true
+			}
+		}
+		return false
+	})
+	waitWithin(t, 10*time.Second, 50*time.Millisecond, "a's apply to end", func() bool { return len(log.of(id)) == 2 })
+	spans := log.of(id)
+	if len(spans) != 2 || spans[0].by != "a" || spans[1].by != "b" {
+		t.Fatalf("applies of %s: %+v", id, spans)
+	}
+	aEnd, bStart := spans[0].end, spans[1].start
+	t.Logf("cut off at +0; a's apply ended at +%s (its lease's deadline +%s); b's apply started at +%s",
+		aEnd.Sub(cut).Round(time.Millisecond), held.Deadline.Sub(cut).Round(time.Millisecond), bStart.Sub(cut).Round(time.Millisecond))
+	if !aEnd.Before(held.Deadline) {
+		t.Errorf("a's apply ended %s after its lease's deadline", aEnd.Sub(held.Deadline))
+	}
+	if !aEnd.Before(bStart) || bStart.Sub(held.Deadline) < replicaGrace-replicaBudget {
+		t.Errorf("b started %s after a's deadline (grace %s), a ended %s before it", bStart.Sub(held.Deadline), replicaGrace, bStart.Sub(aEnd))
+	}
+	if st := a.r.Status(id); st == nil || st.Reason != reason.LeaseLost {
+		t.Errorf("a's own view of the stand: %+v, want LeaseLost", st)
+	}
+	if eng.upsOf(id) != 1 {
+		t.Errorf("%d ups, want 1", eng.upsOf(id))
+	}
+	waitWithin(t, 20*time.Second, 50*time.Millisecond, "b to lead and commit the stand Ready", func() bool {
+		_ = b.r.publish(context.Background())
+		return b.m.Leader() && src.has("status/"+id+".json") && src.statusOf(t, id).Phase == reason.Ready
+	})
+	for _, files := range src.publishedFiles() {
+		if data, ok := files["status/"+id+".json"]; ok && slices.Contains([]string{string(reason.LeaseLost)}, string(decodeOrEmpty(id, data).Reason)) {
+			t.Errorf("a status commit carried the cut-off replica's failure: %s", data)
+		}
+	}
+}
+
+func decodeOrEmpty(id string, data []byte) Status {
+	if s, ok := decodeRecord(id, data); ok {
+		return *s
+	}
+	return Status{}
+}
+
+func (s *fakeSource) has(path string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.files[path]
+	return ok
+}
+
+func (s *fakeSource) publishedFiles() []map[string][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.published)
+}
