@@ -18,7 +18,8 @@ import (
 
 // benchReplicas: 3 replicas on one PostgreSQL (the Pulumi state and the leases) against one reconciler
 // without --replicas on the same backend, on a workload
-// that waits on Hetzner as the real one does (every server action takes 10 s): the time to create
+// that waits on Hetzner as the real one does (every server action takes 30 s, as a create and boot
+// on Hetzner about does): the time to create
 // 24 stands, and the time to finish an apply whose replica is killed with -9 in the middle — by
 // another replica after the default lease time and grace (30 s + 10 s), and, for the one reconciler,
 // by itself restarted after systemd's RestartSec (10 s), which a dead host never is.
@@ -26,7 +27,7 @@ func benchReplicas(t *testing.T, bin string, res *results) {
 	const stands = 24
 	created, failover := map[int]time.Duration{}, map[int]time.Duration{}
 	for _, n := range []int{1, 3} {
-		h := testenv.StartHetzner(t, "bench-token", hcloudsim.WithActionDelay(10*time.Second))
+		h := testenv.StartHetzner(t, "bench-token", hcloudsim.WithActionDelay(30*time.Second))
 		w := newWorld(t, bin, h)
 		pg := testenv.StartPostgres(t)
 		files := baseFiles(t)
@@ -94,7 +95,7 @@ func benchReplicas(t *testing.T, bin string, res *results) {
 			}
 		}
 	}
-	res.add(fmt.Sprintf("%d creates, 3 replicas vs 1 reconciler", stands), "hcloudsim actions 10 s, 4 workers each",
+	res.add(fmt.Sprintf("%d creates, 3 replicas vs 1 reconciler", stands), "hcloudsim actions 30 s, 4 workers each",
 		fmt.Sprintf("%.0f s", created[3].Seconds()), fmt.Sprintf("%.0f s", created[1].Seconds()),
 		fmt.Sprintf("%.1f× faster", created[1].Seconds()/created[3].Seconds()),
 		"from the first replica's start to the last Ready status; one PostgreSQL holds the state and the leases")

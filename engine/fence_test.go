@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
+	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
@@ -49,19 +51,6 @@ func readPids(t *testing.T, file string) []int {
 	}
 }
 
-func waitGone(t *testing.T, pids []int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for _, pid := range pids {
-		for alive(pid) {
-			if time.Now().After(deadline) {
-				t.Fatalf("pid %d still runs %v later", pid, within)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-}
-
 // TestFenceKillsTheProcessGroup: when an operation's fence closes, its CLI and what the CLI started
 // die at once, though they ignore the interrupt (the ordinary cancel would wait CancelGrace, 30 s).
 func TestFenceKillsTheProcessGroup(t *testing.T) {
@@ -83,7 +72,7 @@ func TestFenceKillsTheProcessGroup(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the CLI still runs 5 s after its fence closed")
 	}
-	waitGone(t, pids, 5*time.Second)
+	testenv.WaitGone(t, pids, 5*time.Second)
 }
 
 // TestCLIDiesWithItsDaemon: a daemon killed with -9 leaves no Pulumi CLI behind (it would go on
@@ -107,7 +96,7 @@ func TestCLIDiesWithItsDaemon(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	// The CLI dies with its daemon; its child, a plugin, is the CLI's to end and is not checked here.
-	waitGone(t, pids[:1], 5*time.Second)
+	testenv.WaitGone(t, pids[:1], 5*time.Second)
 }
 
 // TestFenceEndsTheProvider: with the real Pulumi CLI and provider, a fence closing while a server
@@ -134,9 +123,13 @@ func TestFenceEndsTheProvider(t *testing.T) {
 			t.Fatal("no server create within 2 minutes")
 		}
 	}
-	providers := providersOf(t, f.eng.cfg.WorkDir)
-	if len(providers) == 0 {
-		t.Fatal("no provider process found for the apply")
+	procs := testenv.ProcessesWithEnv(f.eng.cfg.WorkDir) // the CLI and the provider it started
+	if !slices.ContainsFunc(procs, func(pid int) bool {
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+		return filepath.Base(argv0) == provider.BinaryName
+	}) {
+		t.Fatalf("no provider among the apply's processes %v", procs)
 	}
 	close(stop)
 	select {
@@ -147,7 +140,7 @@ func TestFenceEndsTheProvider(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the apply still runs 10 s after its fence closed")
 	}
-	waitGone(t, providers, 5*time.Second)
+	testenv.WaitGone(t, procs, 5*time.Second)
 	calls := len(f.Sim.Calls())
 	time.Sleep(3 * time.Second) // hcloud-go polls a running action every few hundred milliseconds
 	if after := f.Sim.Calls()[calls:]; len(after) > 0 {
@@ -162,26 +155,4 @@ func created(calls []hcloudsim.Call) bool {
 		}
 	}
 	return false
-}
-
-// providersOf lists the stands provider processes serving the engine whose work folder is dir.
-func providersOf(t *testing.T, dir string) []int {
-	t.Helper()
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
-		if filepath.Base(argv0) != provider.BinaryName {
-			continue
-		}
-		if env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ")); strings.Contains(string(env), dir) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }

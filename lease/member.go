@@ -95,6 +95,7 @@ func (m *Member) run(ctx context.Context, leave bool) {
 	m.tick(ctx)
 	t := time.NewTicker(m.every)
 	defer t.Stop()
+	defer m.end()
 	for {
 		select {
 		case <-ctx.Done():
@@ -108,6 +109,15 @@ func (m *Member) run(ctx context.Context, leave bool) {
 		case <-t.C:
 			m.tick(ctx)
 		}
+	}
+}
+
+// end closes the Stop of every lease still held when the member stops: nothing renews them any more.
+func (m *Member) end() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name := range m.held {
+		m.dropLocked(name)
 	}
 }
 

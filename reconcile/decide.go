@@ -24,7 +24,8 @@ type op struct {
 	in     *stands.Input
 	ref    stands.StackRef
 	commit string
-	repair bool // an apply a heal asked for: forced, reading the instances back first
+	repair bool            // an apply a heal asked for: forced, reading the instances back first
+	yield  <-chan struct{} // replicas: closed while it waits for a worker when the stand is another's now
 }
 
 // decide turns the plan into outcomes and operations. Called with r.mu held.
@@ -58,8 +59,12 @@ func (r *Reconciler) decide(plan []diff.Action, d *desiredState, found map[strin
 	if len(d.unreadable) == 0 {
 		r.forgetGone(plan)
 	}
-	for _, o := range ops {
+	for i, o := range ops {
 		r.stands[o.id].running = true
+		if r.rep != nil {
+			r.stands[o.id].queued = make(chan struct{})
+			ops[i].yield = r.stands[o.id].queued
+		}
 		if o.kind == opApply || o.kind == opDestroy {
 			started := outcome{kind: outStarted, op: o.kind, commit: commit}
 			if o.in != nil {

@@ -19,14 +19,17 @@ import (
 // run executes one operation in the worker pool and records its outcome.
 func (r *Reconciler) run(o op) {
 	defer r.ops.Done()
+	log := r.log.With("stand", o.id, "operation", o.kind)
 	select {
 	case r.sem <- struct{}{}:
 	case <-r.opsCtx.Done():
 		r.finish(o, nil, r.opsCtx.Err(), r.cfg.Now(), true)
 		return
+	case <-o.yield:
+		r.leave(o, log)
+		return
 	}
 	release := r.holdWorker()
-	log := r.log.With("stand", o.id, "operation", o.kind)
 	// With replicas, under the stand's lease: ended when the lease nears expiry (lost reports it).
 	ctx, unfence, lost, ferr := r.fence(r.opsCtx, o.id)
 	defer unfence()
@@ -34,6 +37,11 @@ func (r *Reconciler) run(o op) {
 		release()
 		log.Warn("operation not started", "err", ferr)
 		r.finish(o, nil, reason.Wrap(reason.LeaseLost, ferr), r.cfg.Now(), true)
+		return
+	}
+	if r.yields(o.id) {
+		release()
+		r.leave(o, log)
 		return
 	}
 	if o.kind == opDestroy && r.declared(o.id) {
@@ -92,7 +100,7 @@ func (r *Reconciler) operateBounded(ctx context.Context, o *op, log *slog.Logger
 	octx, cancel := context.WithTimeout(ctx, r.cfg.OperationTimeout)
 	defer cancel()
 	res, err := r.operate(octx, o, log)
-	if err != nil && ctx.Err() != nil {
+	if err != nil && r.opsCtx.Err() != nil { // not ctx's own end: a lost lease ends that too (run says so)
 		// The stop's drain ran out (or a second signal came): whatever the CLI made of its interrupt.
 		return res, reason.Wrap(reason.Canceled, fmt.Errorf("%s of %s was interrupted by the reconciler's stop; it runs again after the next start: %w", o.kind, o.id, err))
 	}

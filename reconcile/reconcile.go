@@ -179,6 +179,7 @@ type stand struct {
 	repair    bool                   // a heal asked for an apply that reads the instances back
 	token     int64                  // replicas: the token of the held lease its status continues under (0: not held)
 	shared    []byte                 // replicas: the status last written to its record
+	queued    chan struct{}          // replicas: while its operation waits for a worker; closed, it leaves
 }
 
 // Health is what /readyz reports: the outside services of the last cycle.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
@@ -87,6 +88,13 @@ func (r *Reconciler) claim(ctx context.Context, ids []string) {
 		switch {
 		case held && owner != "" && owner != me && !running:
 			handoff = append(handoff, id)
+		case held && owner != "" && owner != me:
+			r.mu.Lock()
+			if st.queued != nil { // waiting for a worker: it leaves, and the stand is handed over next
+				close(st.queued)
+				st.queued = nil
+			}
+			r.mu.Unlock()
 		case !held && owner == me:
 			l, _, ok, holder, err := r.rep.Acquire(ctx, id)
 			switch {
@@ -263,6 +271,30 @@ func (r *Reconciler) runPublisher(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// yields says whether an operation about to start belongs to another live replica now, and marks
+// it started otherwise.
+func (r *Reconciler) yields(id string) bool {
+	r.mu.Lock()
+	r.state(id).queued = nil
+	r.mu.Unlock()
+	if r.rep == nil {
+		return false
+	}
+	owner := r.rep.Owner(id)
+	return owner != "" && owner != r.rep.Name()
+}
+
+// leave gives up an operation that has not started: another replica joined while it waited for a
+// worker, and the stand is that replica's now. claim hands the stand over at the next cycle, instead
+// of this replica working through a queue of others' stands.
+func (r *Reconciler) leave(o op, log *slog.Logger) {
+	log.Info("operation left, unstarted, to the replica the stand belongs to now", "to", r.rep.Owner(o.id))
+	r.mu.Lock()
+	st := r.state(o.id)
+	st.running, st.queued = false, nil
+	r.mu.Unlock()
 }
 
 // underLease is ctx bounded by the lease's deadline when the database still has this replica's

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,31 +109,43 @@ func startReplicas(t *testing.T, pg *testenv.Postgres, src *fakeSource, eng *fak
 	log := &opLog{}
 	var out []*replica
 	for _, name := range names {
-		db := pg.DB(t)
-		s, err := lease.New(context.Background(), db, name, lease.WithTTL(replicaTTL), lease.WithGrace(replicaGrace))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := lease.NewMember(s, lease.WithStopBudget(replicaBudget), lease.WithLogger(testenv.Logger(t).With("replica", name)))
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); m.Run(ctx) }()
-		rp := &replica{name: name, db: db, m: m, src: &replicaSource{fakeSource: src}, eng: &replicaEngine{fakeEngine: eng, t: t, log: log, by: name}}
-		rp.stop = func() { cancel(); <-done }
-		rp.r = New(Config{Owner: "local", Passphrase: "pass", BackoffBase: time.Second, Replicas: m,
-			Log: testenv.Logger(t).With("replica", name)}, rp.src, rp.eng, newFakeSecrets())
-		t.Cleanup(func() { rp.r.Drain(5 * time.Second); rp.stop() })
-		out = append(out, rp)
+		out = append(out, startReplica(t, pg, src, eng, log, name, 4))
 	}
+	waitLive(t, out...)
+	return out, log
+}
+
+// startReplica runs one reconciler of the group, with workers workers.
+func startReplica(t *testing.T, pg *testenv.Postgres, src *fakeSource, eng *fakeEngine, log *opLog, name string, workers int) *replica {
+	t.Helper()
+	db := pg.DB(t)
+	s, err := lease.New(context.Background(), db, name, lease.WithTTL(replicaTTL), lease.WithGrace(replicaGrace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := lease.NewMember(s, lease.WithStopBudget(replicaBudget), lease.WithLogger(testenv.Logger(t).With("replica", name)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	rp := &replica{name: name, db: db, m: m, src: &replicaSource{fakeSource: src}, eng: &replicaEngine{fakeEngine: eng, t: t, log: log, by: name}}
+	rp.stop = func() { cancel(); <-done }
+	rp.r = New(Config{Owner: "local", Passphrase: "pass", BackoffBase: time.Second, Replicas: m, Workers: workers,
+		Log: testenv.Logger(t).With("replica", name)}, rp.src, rp.eng, newFakeSecrets())
+	t.Cleanup(func() { rp.r.Drain(5 * time.Second); rp.stop() })
+	return rp
+}
+
+// waitLive waits until every replica given sees them all live.
+func waitLive(t *testing.T, rs ...*replica) {
+	t.Helper()
 	waitWithin(t, 15*time.Second, 50*time.Millisecond, "every replica to see the others", func() bool {
-		for _, rp := range out {
-			if len(rp.m.Live()) != len(out) {
+		for _, rp := range rs {
+			if len(rp.m.Live()) != len(rs) {
 				return false
 			}
 		}
 		return true
 	})
-	return out, log
 }
 
 // cycleAll runs a cycle on every replica given, in turn, and waits for their operations.
@@ -272,8 +285,8 @@ func TestReplicaCutOffStopsBeforeTakeover(t *testing.T) {
 	if !aEnd.Before(bStart) || bStart.Sub(held.Deadline) < replicaGrace-replicaBudget {
 		t.Errorf("b started %s after a's deadline (grace %s), a ended %s before it", bStart.Sub(held.Deadline), replicaGrace, bStart.Sub(aEnd))
 	}
-	if st := a.r.Status(id); st == nil || st.Reason != reason.LeaseLost {
-		t.Errorf("a's own view of the stand: %+v, want LeaseLost", st)
+	if st := a.r.Status(id); st == nil || st.Reason != reason.LeaseLost || strings.Contains(st.Message, "reconciler's stop") {
+		t.Errorf("a's own view of the stand: %+v, want LeaseLost (and no stop: a is running)", st)
 	}
 	if eng.upsOf(id) != 1 {
 		t.Errorf("%d ups, want 1", eng.upsOf(id))
@@ -307,4 +320,85 @@ func (s *fakeSource) publishedFiles() []map[string][]byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.published)
+}
+
+// TestQueuedStandsMoveToANewReplica: a replica alone takes every stand; the operations still
+// waiting for its one worker when a second replica joins are left to the one each belongs to now,
+// not worked through by the first: each stand applied once, the queued ones by their owners.
+func TestQueuedStandsMoveToANewReplica(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	var files, ids []string
+	for i := range 6 {
+		files = append(files, fmt.Sprintf("q%d", i))
+		ids = append(ids, fmt.Sprintf("local_q%d_dev", i))
+	}
+	src, eng := newFakeSource(t, repoWith(files...)), newFakeEngine()
+	eng.gate = make(chan struct{})
+	log := &opLog{}
+	a := startReplica(t, pg, src, eng, log, "a", 1)
+	waitLive(t, a)
+	if err := a.r.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if _, _, ok := a.m.Held(id); !ok {
+			t.Fatalf("a alone does not hold %s", id)
+		}
+	}
+	b := startReplica(t, pg, src, eng, log, "b", 1)
+	waitLive(t, a, b)
+	joined := time.Now()
+	// While a's one worker is still busy, its queued operations of b's stands leave, and the stands
+	// pass to b.
+	var bs []string
+	for _, id := range ids {
+		if lease.Owner(id, []string{"a", "b"}) == "b" {
+			bs = append(bs, id)
+		}
+	}
+	waitWithin(t, 20*time.Second, 50*time.Millisecond, "b to hold its stands while a's worker is busy", func() bool {
+		for _, rp := range []*replica{a, b} {
+			if err := rp.r.Cycle(context.Background()); err != nil {
+				t.Logf("%s: %v", rp.name, err)
+			}
+		}
+		for _, id := range bs {
+			if _, _, ok := b.m.Held(id); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	close(eng.gate) // a's one running apply ends
+	a.r.Wait()
+	waitWithin(t, 20*time.Second, 50*time.Millisecond, "every stand applied", func() bool {
+		cycleAll(t, a, b)
+		for _, id := range ids {
+			if eng.upsOf(id) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	started, byB := 0, 0
+	for _, id := range ids {
+		spans := log.of(id)
+		if len(spans) != 1 || eng.upsOf(id) != 1 {
+			t.Errorf("%s applied %d times: %+v", id, len(spans), spans)
+			continue
+		}
+		if spans[0].start.Before(joined) {
+			started++ // a's one worker had it before b joined: a finishes it
+			continue
+		}
+		if spans[0].by == "b" {
+			byB++
+		}
+		if want := lease.Owner(id, []string{"a", "b"}); spans[0].by != want {
+			t.Errorf("%s, queued when b joined, applied by %s, its owner is %s", id, spans[0].by, want)
+		}
+	}
+	if started != 1 || byB == 0 {
+		t.Errorf("%d applies started before b joined (want 1), %d by b", started, byB)
+	}
 }

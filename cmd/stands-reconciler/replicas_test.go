@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -141,7 +140,7 @@ func TestReplicas(t *testing.T) {
 	reader.waitFor("the victim's server create", time.Minute, func() bool { return countCalls(h.Sim.Calls()[mark:], http.MethodPost, "/servers") > 0 })
 	time.Sleep(200 * time.Millisecond) // its action is being polled
 	r1 := ds["r1"]
-	pids := processesOf(r1.state)
+	pids := testenv.ProcessesWithEnv(r1.state)
 	if len(pids) < 3 {
 		t.Fatalf("r1 runs %d processes mid-apply, want itself, a Pulumi CLI and the provider: %v", len(pids), pids)
 	}
@@ -152,7 +151,7 @@ func TestReplicas(t *testing.T) {
 	<-r1.exited
 	r1.cmd = nil
 	h.Sim.SetActionDelay(20 * time.Millisecond)
-	waitGoneWithin(t, pids, 5*time.Second)
+	testenv.WaitGone(t, pids, 5*time.Second)
 	reader.waitStatus(victim, 2*time.Minute, func(s reconcile.Status) bool {
 		return s.Phase == reason.Ready && s.LastSuccessfulCommit == changed && len(s.Nodes) == 2
 	})
@@ -275,47 +274,6 @@ func noLocks(t *testing.T, pg *testenv.Postgres) {
 			t.Errorf("left in the state: %s", k)
 		}
 	}
-}
-
-// processesOf lists the processes whose environment names dir: a daemon's, its Pulumi CLIs' and
-// their providers'.
-func processesOf(dir string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ")); strings.Contains(string(env), dir) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-func waitGoneWithin(t *testing.T, pids []int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for _, pid := range pids {
-		for running(pid) {
-			if time.Now().After(deadline) {
-				cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-				t.Fatalf("pid %d (%s) still runs %s after its replica was killed", pid, strings.ReplaceAll(string(cmdline), "\x00", " "), within)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-}
-
-// running says whether pid runs: a zombie, waiting for whoever inherited it to reap it, does not.
-func running(pid int) bool {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	_, rest, _ := strings.Cut(string(stat), ") ")
-	return !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
 }
 
 // peakConnections samples the database's connections (its own sampling one not counted) until the

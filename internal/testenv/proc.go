@@ -3,9 +3,11 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
 )
@@ -41,3 +43,45 @@ func ResetPeakRSS(t testing.TB, pid int) {
 // KillTree SIGKILLs pid and every process descending from it, as a crash of the machine would
 // (localserver.KillTree).
 func KillTree(pid int) { localserver.KillTree(pid) }
+
+// ProcessesWithEnv lists the processes (this one aside) whose environment holds s, such as a
+// daemon's state folder: the daemon, its Pulumi CLIs and their providers.
+func ProcessesWithEnv(s string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ")); strings.Contains(string(env), s) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// Running says whether pid runs: a zombie, waiting for whoever inherited it to reap it, does not.
+func Running(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	return !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
+}
+
+// WaitGone fails the test unless every pid has ended within the time given.
+func WaitGone(t testing.TB, pids []int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, pid := range pids {
+		for Running(pid) {
+			if time.Now().After(deadline) {
+				cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+				t.Fatalf("pid %d (%s) still runs %s later", pid, strings.ReplaceAll(string(cmdline), "\x00", " "), within)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
