@@ -73,8 +73,8 @@ func (r *Reconciler) holds(id string) bool {
 // over those that are not any more and run nothing here. A stand newly held continues from its
 // record, which the replica that held it before wrote.
 func (r *Reconciler) claim(ctx context.Context, ids []string) {
-	if r.rep == nil || r.rep.Ready() != nil {
-		return // cut off from the store: nothing new starts, the held leases run out on their own
+	if r.rep == nil || !r.rep.Renewing() {
+		return // cut off from the store: nothing is acquired or handed over; the held leases run out
 	}
 	me := r.rep.Name()
 	var taken, handoff []string
@@ -114,8 +114,15 @@ func (r *Reconciler) claim(ctx context.Context, ids []string) {
 		r.share(ctx) // its last status first: the next holder starts from it
 		for _, id := range handoff {
 			r.mu.Lock()
-			r.state(id).token = 0
+			st := r.state(id)
+			busy := st.running // a health check took it meanwhile: handed over next cycle
+			if !busy {
+				st.token = 0
+			}
 			r.mu.Unlock()
+			if busy {
+				continue
+			}
 			if err := r.rep.Release(ctx, id); err != nil {
 				r.log.Warn("stand lease not released; it expires on its own", "stand", id, "err", err)
 				continue
