@@ -198,6 +198,8 @@ func joinReplicas(eng *engine.Engine, name, holder string, f *daemonFlags, log *
 		return nil, fmt.Errorf("--replicas: %w", err)
 	}
 	own(db)
+	// The member's rounds, a cycle's claims, status writes and the leader's reads: a few at a time.
+	db.SetMaxOpenConns(4)
 	store, err := lease.New(ctx, db, holder, lease.WithName(name), lease.WithTTL(f.leaseTTL), lease.WithGrace(f.leaseGrace))
 	if err != nil {
 		return nil, fmt.Errorf("--replicas: %w", err)
