@@ -16,7 +16,7 @@ import (
 const LeaderLease = "leader"
 
 // Member is one replica in the group: it keeps its heartbeat and its leases alive, knows the live
-// replicas (for Owns), and closes a held lease's Stop channel a StopBudget before the lease's
+// replicas (for Owner), and closes a held lease's Stop channel a StopBudget before the lease's
 // deadline if no renewal moved that deadline, so what runs under the lease ends in time. When the
 // database does not answer, nothing is renewed and every Stop closes on time: a replica cut off from
 // PostgreSQL stops its work before anyone may take it over, and nobody takes over meanwhile, since
@@ -194,17 +194,6 @@ func (m *Member) Renewing() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.beatErr == nil && !m.lastBeat.IsZero()
-}
-
-// Owns says whether the name is this replica's to operate: its rendezvous owner among the live
-// replicas, or a lease it holds (it finishes what it started before the name moves).
-func (m *Member) Owns(name string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.held[name]; ok {
-		return true
-	}
-	return m.beatErr == nil && Owner(name, m.live) == m.s.name
 }
 
 // Leader says whether this replica holds the leader lease.

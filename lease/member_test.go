@@ -77,7 +77,7 @@ func (g *group) claim(t *testing.T, names []string) map[string]string {
 	got := map[string]string{}
 	for _, m := range g.members {
 		for _, n := range names {
-			if !m.Owns(n) {
+			if m.Owner(n) != m.Name() {
 				continue
 			}
 			if _, _, ok, _, err := m.Acquire(context.Background(), n); err == nil && ok {

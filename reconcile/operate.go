@@ -39,7 +39,7 @@ func (r *Reconciler) run(o op) {
 		r.finish(o, nil, reason.Wrap(reason.LeaseLost, ferr), r.cfg.Now(), true)
 		return
 	}
-	if r.yields(o.id) {
+	if !r.mayStart(o.id) {
 		release()
 		r.leave(o, log)
 		return

@@ -280,17 +280,17 @@ func (r *Reconciler) runPublisher(ctx context.Context) {
 	}
 }
 
-// yields says whether an operation about to start belongs to another live replica now, and marks
-// it started otherwise.
-func (r *Reconciler) yields(id string) bool {
+// mayStart marks an operation that got its worker as started (claim no longer makes it leave), and
+// says whether it may run: not when its stand belongs to another live replica now.
+func (r *Reconciler) mayStart(id string) bool {
 	r.mu.Lock()
 	r.state(id).queued = nil
 	r.mu.Unlock()
 	if r.rep == nil {
-		return false
+		return true
 	}
 	owner := r.rep.Owner(id)
-	return owner != "" && owner != r.rep.Name()
+	return owner == "" || owner == r.rep.Name()
 }
 
 // leave gives up an operation that has not started: another replica joined while it waited for a

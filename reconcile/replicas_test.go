@@ -148,6 +148,15 @@ func waitLive(t *testing.T, rs ...*replica) {
 	})
 }
 
+// standNames are n stands' folder names (prefix00, prefix01, …) and their ids.
+func standNames(prefix string, n int) (files, ids []string) {
+	for i := range n {
+		files = append(files, fmt.Sprintf("%s%02d", prefix, i))
+		ids = append(ids, "local_"+files[i]+"_dev")
+	}
+	return files, ids
+}
+
 // cycleAll runs a cycle on every replica given, in turn, and waits for their operations.
 func cycleAll(t *testing.T, rs ...*replica) {
 	t.Helper()
@@ -166,11 +175,7 @@ func cycleAll(t *testing.T, rs ...*replica) {
 // status, from the records the others wrote: every stand Ready in the status files.
 func TestReplicasSplitTheStands(t *testing.T) {
 	pg := testenv.StartPostgres(t)
-	var ids, files []string
-	for i := range 12 {
-		files = append(files, fmt.Sprintf("s%02d", i))
-		ids = append(ids, fmt.Sprintf("local_s%02d_dev", i))
-	}
+	files, ids := standNames("s", 12)
 	src, eng := newFakeSource(t, repoWith(files...)), newFakeEngine()
 	rs, log := startReplicas(t, pg, src, eng, "r0", "r1", "r2")
 	// Two rounds: the first takes the leases and applies, the second finds nothing to do; the
@@ -327,11 +332,7 @@ func (s *fakeSource) publishedFiles() []map[string][]byte {
 // not worked through by the first: each stand applied once, the queued ones by their owners.
 func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 	pg := testenv.StartPostgres(t)
-	var files, ids []string
-	for i := range 6 {
-		files = append(files, fmt.Sprintf("q%d", i))
-		ids = append(ids, fmt.Sprintf("local_q%d_dev", i))
-	}
+	files, ids := standNames("q", 6)
 	src, eng := newFakeSource(t, repoWith(files...)), newFakeEngine()
 	eng.gate = make(chan struct{})
 	log := &opLog{}
