@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -75,6 +76,14 @@ type opSpan struct {
 type opLog struct {
 	mu    sync.Mutex
 	spans []opSpan
+	begun map[string]string // stand → the replica whose apply of it has begun
+}
+
+// applying is the stands whose applies have begun and not ended, with who applies them.
+func (l *opLog) applying() map[string]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.begun)
 }
 
 func (l *opLog) of(id string) []opSpan {
@@ -94,9 +103,16 @@ func (e *replicaEngine) Apply(ctx context.Context, in stands.Input, force bool) 
 		e.t.Errorf("%s applied %s outside a lease: %+v", e.by, in.Stand.ID, f)
 	}
 	span := opSpan{by: e.by, id: in.Stand.ID, start: time.Now()}
+	e.log.mu.Lock()
+	if e.log.begun == nil {
+		e.log.begun = map[string]string{}
+	}
+	e.log.begun[span.id] = e.by
+	e.log.mu.Unlock()
 	res, err := e.fakeEngine.Apply(ctx, in, force)
 	span.end, span.err = time.Now(), err
 	e.log.mu.Lock()
+	delete(e.log.begun, span.id)
 	e.log.spans = append(e.log.spans, span)
 	e.log.mu.Unlock()
 	return res, err
@@ -346,6 +362,15 @@ func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 			t.Fatalf("a alone does not hold %s", id)
 		}
 	}
+	// a's one worker is inside an apply before b joins: the others wait in a's queue. Which stand it
+	// took is the scheduler's choice; if that stand is b's, it stays with a until the apply ends.
+	var busy string
+	waitWithin(t, 10*time.Second, 10*time.Millisecond, "a's worker to begin an apply", func() bool {
+		for id := range log.applying() {
+			busy = id
+		}
+		return busy != ""
+	})
 	b := startReplica(t, pg, src, eng, log, "b", 1)
 	waitLive(t, a, b)
 	joined := time.Now()
@@ -353,9 +378,12 @@ func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 	// pass to b.
 	var bs []string
 	for _, id := range ids {
-		if lease.Owner(id, []string{"a", "b"}) == "b" {
+		if lease.Owner(id, []string{"a", "b"}) == "b" && id != busy {
 			bs = append(bs, id)
 		}
+	}
+	if len(bs) == 0 {
+		t.Fatalf("no stand queued at a is b's by rendezvous: %v, a applies %s", ids, busy)
 	}
 	waitWithin(t, 20*time.Second, 50*time.Millisecond, "b to hold its stands while a's worker is busy", func() bool {
 		for _, rp := range []*replica{a, b} {
