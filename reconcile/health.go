@@ -108,6 +108,14 @@ func (r *Reconciler) checkStand(ctx context.Context, id string, ref stands.Stack
 		r.state(id).running = false
 		r.mu.Unlock()
 	}()
+	// With replicas, under the stand's lease as an operation is: a restart over SSH must not go on
+	// on servers another replica has taken over by then.
+	ctx, unfence, _, err := r.fence(ctx, id)
+	defer unfence()
+	if err != nil {
+		log.Debug("health check not made", "err", err)
+		return
+	}
 	h, ok := r.check(ctx, id, ref, log)
 	if !ok || !r.cfg.Heal || h.Healthy() {
 		return
@@ -207,6 +215,12 @@ func (r *Reconciler) restartUnhealthy(ctx context.Context, id string, ref stands
 		cctx, cancel := context.WithTimeout(ctx, healthTimeout)
 		err := r.cfg.Checker.Restart(cctx, ref, in.Instance)
 		cancel()
+		if ctx.Err() != nil {
+			// The stand's lease neared expiry or the reconciler stops: whether the unit restarted
+			// is for the next check (this replica's or the next holder's) to find, not a heal step.
+			log.Warn("healing: restart interrupted", "instance", in.Instance, "err", err)
+			break
+		}
 		step := HealStep{Instance: in.Instance, Action: "restart", At: r.cfg.Now().UTC(), Result: "restarted"}
 		if err != nil {
 			// The error names the unit and its state; the unit's log, which may print what it was

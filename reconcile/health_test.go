@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +26,10 @@ type fakeChecker struct {
 	restarts []string // project/instance
 	// heals: a restart makes the instance healthy (otherwise it stays as it was).
 	heals bool
+	// hang: a restart returns only when its context ends (as over SSH to a server that stopped
+	// answering), at restartEnded.
+	hang         bool
+	restartEnded time.Time
 }
 
 func newFakeChecker() *fakeChecker { return &fakeChecker{health: map[string]*stands.Health{}} }
@@ -49,10 +54,17 @@ func (c *fakeChecker) Health(_ context.Context, ref stands.StackRef) (*stands.He
 	return out, nil
 }
 
-func (c *fakeChecker) Restart(_ context.Context, ref stands.StackRef, instance string) error {
+func (c *fakeChecker) Restart(ctx context.Context, ref stands.StackRef, instance string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.restarts = append(c.restarts, ref.Project+"/"+instance)
+	if c.hang {
+		c.mu.Unlock()
+		<-ctx.Done()
+		c.mu.Lock()
+		c.restartEnded = time.Now()
+		return fmt.Errorf("restart %s: %w", instance, ctx.Err())
+	}
 	if h, ok := c.health[ref.Project]; ok && c.heals {
 		for i := range h.Instances {
 			if h.Instances[i].Instance == instance {

@@ -132,7 +132,7 @@ func startReplicas(t *testing.T, pg *testenv.Postgres, src *fakeSource, eng *fak
 }
 
 // startReplica runs one reconciler of the group, with workers workers.
-func startReplica(t *testing.T, pg *testenv.Postgres, src *fakeSource, eng *fakeEngine, log *opLog, name string, workers int) *replica {
+func startReplica(t *testing.T, pg *testenv.Postgres, src *fakeSource, eng *fakeEngine, log *opLog, name string, workers int, tune ...func(*Config)) *replica {
 	t.Helper()
 	db := pg.DB(t)
 	s, err := lease.New(context.Background(), db, name, lease.WithTTL(replicaTTL), lease.WithGrace(replicaGrace))
@@ -145,8 +145,12 @@ func startReplica(t *testing.T, pg *testenv.Postgres, src *fakeSource, eng *fake
 	go func() { defer close(done); m.Run(ctx) }()
 	rp := &replica{name: name, db: db, m: m, src: &replicaSource{fakeSource: src}, eng: &replicaEngine{fakeEngine: eng, t: t, log: log, by: name}}
 	rp.stop = func() { cancel(); <-done }
-	rp.r = New(Config{Owner: "local", Passphrase: "pass", BackoffBase: time.Second, Replicas: m, Workers: workers,
-		Log: testenv.Logger(t).With("replica", name)}, rp.src, rp.eng, newFakeSecrets())
+	cfg := Config{Owner: "local", Passphrase: "pass", BackoffBase: time.Second, Replicas: m, Workers: workers,
+		Log: testenv.Logger(t).With("replica", name)}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	rp.r = New(cfg, rp.src, rp.eng, newFakeSecrets())
 	t.Cleanup(func() { rp.r.Drain(5 * time.Second); rp.stop() })
 	return rp
 }
@@ -162,6 +166,17 @@ func waitLive(t *testing.T, rs ...*replica) {
 		}
 		return true
 	})
+}
+
+// standOf is the first stand (its id and folder: prefix0, prefix1, …) that is owner's by rendezvous
+// among live.
+func standOf(owner, prefix string, live ...string) (id, file string) {
+	for i := 0; ; i++ {
+		file = fmt.Sprintf("%s%d", prefix, i)
+		if id = "local_" + file + "_dev"; lease.Owner(id, live) == owner {
+			return id, file
+		}
+	}
 }
 
 // standNames are n stands' folder names (prefix00, prefix01, …) and their ids.
@@ -250,13 +265,7 @@ func TestReplicasSplitTheStands(t *testing.T) {
 // status files.
 func TestReplicaCutOffStopsBeforeTakeover(t *testing.T) {
 	pg := testenv.StartPostgres(t)
-	// A stand that is a's by rendezvous among a and b.
-	var id, file string
-	for i := 0; id == ""; i++ {
-		if c := fmt.Sprintf("local_x%d_dev", i); lease.Owner(c, []string{"a", "b"}) == "a" {
-			id, file = c, fmt.Sprintf("x%d", i)
-		}
-	}
+	id, file := standOf("a", "x", "a", "b")
 	src, eng := newFakeSource(t, repoWith(file)), newFakeEngine()
 	eng.hang = map[string]bool{id: true}
 	rs, log := startReplicas(t, pg, src, eng, "a", "b")
@@ -429,5 +438,57 @@ func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 	}
 	if started != 1 || byB == 0 {
 		t.Errorf("%d applies started before b joined (want 1), %d by b", started, byB)
+	}
+}
+
+// TestHealOfACutOffReplicaStops: a heal's restart over SSH runs under the stand's lease, as an
+// operation does: cut off from the database, the replica ends it before the lease's deadline,
+// records no heal step for it, and makes no further check or restart of the stand.
+func TestHealOfACutOffReplicaStops(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	id, file := standOf("a", "h", "a", "b")
+	src, eng := newFakeSource(t, repoWith(file)), newFakeEngine()
+	eng.nodesMode = "full"
+	chk := newFakeChecker()
+	chk.set(file, &stands.Health{Instances: []stands.InstanceHealth{{Instance: "web--front", Server: "s1", State: "failed",
+		Problems: []string{"unit failed"}}}})
+	chk.hang = true
+	log := &opLog{}
+	a := startReplica(t, pg, src, eng, log, "a", 1, func(c *Config) { c.Checker, c.Heal, c.HealSettle = chk, true, time.Millisecond })
+	b := startReplica(t, pg, src, eng, log, "b", 1)
+	waitLive(t, a, b)
+	cycleAll(t, a)
+	if st := a.r.Status(id); st == nil || st.Phase != reason.Ready {
+		t.Fatalf("after the apply: %+v", st)
+	}
+	healed := make(chan struct{})
+	go func() { defer close(healed); a.r.HealthCycle(context.Background()) }()
+	waitWithin(t, 10*time.Second, 10*time.Millisecond, "a's restart to begin", func() bool {
+		chk.mu.Lock()
+		defer chk.mu.Unlock()
+		return len(chk.restarts) == 1
+	})
+	a.db.Close()
+	time.Sleep(100 * time.Millisecond) // a renewal on its way has moved the deadline by now
+	held, _, ok := a.m.Held(id)
+	if !ok {
+		t.Fatal("a lost the stand's lease at once")
+	}
+	select {
+	case <-healed:
+	case <-time.After(time.Until(held.Deadline) + replicaGrace):
+		t.Fatalf("a's restart still runs %s after its lease's deadline", replicaGrace)
+	}
+	chk.mu.Lock()
+	ended, checks, restarts := chk.restartEnded, chk.checks, len(chk.restarts)
+	chk.mu.Unlock()
+	if !ended.Before(held.Deadline) {
+		t.Errorf("a's restart ended %s after its lease's deadline", ended.Sub(held.Deadline))
+	}
+	if checks != 1 || restarts != 1 {
+		t.Errorf("%d checks and %d restarts, want 1 each: nothing after the cut", checks, restarts)
+	}
+	if st := a.r.Status(id); st == nil || len(st.Healing) != 0 {
+		t.Errorf("a recorded a heal step of an interrupted restart: %+v", st)
 	}
 }
