@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
@@ -145,12 +146,13 @@ type fakeEngine struct {
 	previewSecrets []string          // every secret value a preview was given
 	configs        map[string]string // stand → its instances' configuration at the last apply
 	// previewGate, when set, holds every Preview until it is closed; each says so on previewing.
-	previewGate chan struct{}
-	hang        map[string]bool // stands whose operations never return by themselves
-	previewing  chan string
-	calls       int    // Apply calls, observes included
-	nodesMode   string // of its applies ("skipped" when unset)
-	repairs     int    // forced applies that read the instances back (stands.Input.Repair)
+	previewGate   chan struct{}
+	previewsEnded []time.Time     // when held previews ended by their context
+	hang          map[string]bool // stands whose operations never return by themselves
+	previewing    chan string
+	calls         int    // Apply calls, observes included
+	nodesMode     string // of its applies ("skipped" when unset)
+	repairs       int    // forced applies that read the instances back (stands.Input.Repair)
 }
 
 var _ Engine = (*fakeEngine)(nil)
@@ -365,8 +367,10 @@ apps:
 func standFile(p string) string { return "stands/" + p + "/stand.yml" }
 
 // Planner side of the fake engine: previews count, never change the stacks.
-func (e *fakeEngine) Preview(_ context.Context, in stands.Input) (*stands.Result, error) {
-	e.hold(in)
+func (e *fakeEngine) Preview(ctx context.Context, in stands.Input) (*stands.Result, error) {
+	if err := e.hold(ctx, in); err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.previews++
@@ -392,14 +396,23 @@ func (e *fakeEngine) Preview(_ context.Context, in stands.Input) (*stands.Result
 	return res, nil
 }
 
-// hold waits on previewGate when the test set one.
-func (e *fakeEngine) hold(in stands.Input) {
+// hold waits on previewGate when the test set one, or until ctx ends (as a CLI interrupted).
+func (e *fakeEngine) hold(ctx context.Context, in stands.Input) error {
 	e.mu.Lock()
 	gate, started := e.previewGate, e.previewing
 	e.mu.Unlock()
-	if gate != nil {
-		started <- in.Stand.ID
-		<-gate
+	if gate == nil {
+		return nil
+	}
+	started <- in.Stand.ID
+	select {
+	case <-gate:
+		return nil
+	case <-ctx.Done():
+		e.mu.Lock()
+		e.previewsEnded = append(e.previewsEnded, time.Now())
+		e.mu.Unlock()
+		return fmt.Errorf("preview %s: %w", in.Stand.ID, ctx.Err())
 	}
 }
 
@@ -412,8 +425,10 @@ func configOf(in stands.Input) string {
 	return digest(out.Instances)
 }
 
-func (e *fakeEngine) PreviewNew(_ context.Context, in stands.Input) (*stands.Result, error) {
-	e.hold(in)
+func (e *fakeEngine) PreviewNew(ctx context.Context, in stands.Input) (*stands.Result, error) {
+	if err := e.hold(ctx, in); err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.previews++

@@ -50,7 +50,10 @@ func (r *Reconciler) schedulePreviews(job previewJob) {
 	go func() {
 		defer w.wg.Done()
 		for {
-			r.previews(w.ctx, job.main, job.commit, job.actual)
+			if ctx, cancel, ok := r.leading(w.ctx); ok {
+				r.previews(ctx, job.main, job.commit, job.actual)
+				cancel()
+			}
 			w.mu.Lock()
 			if w.next == nil || w.ctx.Err() != nil {
 				w.running, w.next = false, nil

@@ -326,21 +326,11 @@ func (r *Reconciler) fence(ctx context.Context, id string) (_ context.Context, c
 	if r.rep == nil {
 		return ctx, func() {}, func() bool { return false }, nil
 	}
-	l, stop, ok := r.rep.Held(id)
-	switch {
-	case !ok:
-		return ctx, func() {}, func() bool { return true }, fmt.Errorf("%s: %w", id, errLeaseLost)
-	case !r.rep.Renewing():
-		return ctx, func() {}, func() bool { return true }, fmt.Errorf("%s: %w", id, errNotRenewing)
+	l, stop, err := r.heldLease(id)
+	if err != nil {
+		return ctx, func() {}, func() bool { return true }, err
 	}
-	ctx, cancel = context.WithCancel(stands.WithFence(ctx, stands.Fence{Token: l.Token, Stop: stop}))
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, cancel = untilClosed(stands.WithFence(ctx, stands.Fence{Token: l.Token, Stop: stop}), stop)
 	return ctx, cancel, func() bool {
 		select {
 		case <-stop:
@@ -349,6 +339,46 @@ func (r *Reconciler) fence(ctx context.Context, id string) (_ context.Context, c
 			return false
 		}
 	}, nil
+}
+
+// leading is ctx while this replica leads: cancelled when the leader lease nears expiry, so a pull
+// request's plan that is running then ends (and is tried again by whoever leads) instead of editing
+// its comment beside the next leader's. ok is false when this replica does not lead.
+func (r *Reconciler) leading(ctx context.Context) (_ context.Context, cancel context.CancelFunc, ok bool) {
+	if r.rep == nil {
+		return ctx, func() {}, true
+	}
+	_, stop, err := r.heldLease(lease.LeaderLease)
+	if err != nil {
+		return ctx, func() {}, false
+	}
+	ctx, cancel = untilClosed(ctx, stop)
+	return ctx, cancel, true
+}
+
+// heldLease is this replica's lease name with its stop, while the store answers renewals.
+func (r *Reconciler) heldLease(name string) (lease.Lease, <-chan struct{}, error) {
+	l, stop, ok := r.rep.Held(name)
+	switch {
+	case !ok:
+		return l, nil, fmt.Errorf("%s: %w", name, errLeaseLost)
+	case !r.rep.Renewing():
+		return l, nil, fmt.Errorf("%s: %w", name, errNotRenewing)
+	}
+	return l, stop, nil
+}
+
+// untilClosed is ctx cancelled also when stop closes.
+func untilClosed(ctx context.Context, stop <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 var (

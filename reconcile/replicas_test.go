@@ -492,3 +492,66 @@ func TestHealOfACutOffReplicaStops(t *testing.T) {
 		t.Errorf("a recorded a heal step of an interrupted restart: %+v", st)
 	}
 }
+
+// TestPlanOfALeaderCutOffStops: a pull request's plan runs under the leader lease: cut off from the
+// database, the leader ends the plan before the lease's deadline and writes no comment or commit
+// status of it, so it never edits the plan beside the next leader.
+func TestPlanOfALeaderCutOffStops(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	src, eng, f := newFakeSource(t, repoWith("p0")), newFakeEngine(), newFakeForge()
+	a := startReplica(t, pg, src, eng, &opLog{}, "a", 1, func(c *Config) {
+		c.Branch, c.StatusBranch, c.Forge, c.Refs, c.Planner = "main", "main", f, f, eng
+	})
+	waitWithin(t, 10*time.Second, 50*time.Millisecond, "a to lead", a.m.Leader)
+	cycleAll(t, a)
+	eng.mu.Lock()
+	gate := make(chan struct{})
+	eng.previewGate, eng.previewing = gate, make(chan string, 1)
+	eng.mu.Unlock()
+	src.mu.Lock()
+	base := maps.Clone(src.files)
+	src.mu.Unlock()
+	f.open(1, "head1", base, map[string]string{standFile("p0"): standYML("p0", "node_profiles:\n  small:\n    type_serv: cx32")}, true)
+	if err := a.r.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-eng.previewing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the plan did not start")
+	}
+	f.mu.Lock()
+	statuses := maps.Clone(f.statuses)
+	f.mu.Unlock()
+	a.db.Close()
+	time.Sleep(100 * time.Millisecond) // a renewal on its way has moved the deadline by now
+	held, _, ok := a.m.Held(lease.LeaderLease)
+	if !ok {
+		t.Fatal("a lost the leader lease at once")
+	}
+	waitWithin(t, time.Until(held.Deadline)+replicaGrace, 20*time.Millisecond, "a's plan to end", func() bool {
+		eng.mu.Lock()
+		defer eng.mu.Unlock()
+		return len(eng.previewsEnded) == 1
+	})
+	close(gate) // a plan still running would go on to its comment now
+	waitWithin(t, 10*time.Second, 20*time.Millisecond, "a's preview worker to stop", func() bool {
+		a.r.pw.mu.Lock()
+		defer a.r.pw.mu.Unlock()
+		return !a.r.pw.running
+	})
+	eng.mu.Lock()
+	ended := eng.previewsEnded[0]
+	eng.mu.Unlock()
+	if !ended.Before(held.Deadline) {
+		t.Errorf("a's plan ended %s after its leader lease's deadline", ended.Sub(held.Deadline))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.comments[1]; c != "" {
+		t.Errorf("a, cut off, commented its plan:\n%s", c)
+	}
+	if !maps.Equal(f.statuses, statuses) {
+		t.Errorf("a, cut off, set commit statuses: %v, before the cut %v", f.statuses, statuses)
+	}
+}
