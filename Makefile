@@ -60,10 +60,13 @@ deps:
 test: fuzz unit soak
 
 # The Vault contract suite runs verbose on its own, so CI's log lists every case the real Vault passed.
+# UNIT_TIMEOUT is per package: engine and cmd/stands-reconciler each take 7-8 min alone under -race on
+# 2 cores, and over 10 min (go test's default) when they run side by side on a slower day.
+UNIT_TIMEOUT ?= 30m
 unit:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -v -run '^TestVaultContract$$' ./vault/
-	$(GO) test -race -count=1 -skip '^(TestVaultContract|TestSoak)$$' ./...
+	$(GO) test -race -count=1 -timeout $(UNIT_TIMEOUT) -skip '^(TestVaultContract|TestSoak)$$' ./...
 
 # 500 no-op cycles of the daemon against the real Pulumi CLI: nothing may pile up (fds, goroutines,
 # folders, RSS). Without -race: the detector's own memory and speed are not what production runs, and
