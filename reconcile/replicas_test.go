@@ -155,6 +155,19 @@ func startReplica(t *testing.T, pg *testenv.Postgres, src *fakeSource, eng *fake
 	return rp
 }
 
+// cutOff closes the replica's database, so it can no longer renew anything, and returns its lease
+// name as it stands once a renewal that was on its way has landed.
+func (rp *replica) cutOff(t *testing.T, name string) lease.Lease {
+	t.Helper()
+	rp.db.Close()
+	time.Sleep(100 * time.Millisecond)
+	held, _, ok := rp.m.Held(name)
+	if !ok {
+		t.Fatalf("%s lost the lease %s at once", rp.name, name)
+	}
+	return held
+}
+
 // waitLive waits until every replica given sees them all live.
 func waitLive(t *testing.T, rs ...*replica) {
 	t.Helper()
@@ -282,12 +295,7 @@ func TestReplicaCutOffStopsBeforeTakeover(t *testing.T) {
 		t.Fatal("a applies without holding the stand's lease")
 	}
 	cut := time.Now()
-	a.db.Close()                       // a can no longer renew anything
-	time.Sleep(100 * time.Millisecond) // a renewal that was on its way has moved the deadline by now
-	held, _, ok := a.m.Held(id)
-	if !ok {
-		t.Fatal("a lost the stand's lease at once")
-	}
+	held := a.cutOff(t, id)
 	eng.mu.Lock()
 	eng.hang = nil
 	eng.mu.Unlock()
@@ -468,12 +476,7 @@ func TestHealOfACutOffReplicaStops(t *testing.T) {
 		defer chk.mu.Unlock()
 		return len(chk.restarts) == 1
 	})
-	a.db.Close()
-	time.Sleep(100 * time.Millisecond) // a renewal on its way has moved the deadline by now
-	held, _, ok := a.m.Held(id)
-	if !ok {
-		t.Fatal("a lost the stand's lease at once")
-	}
+	held := a.cutOff(t, id)
 	select {
 	case <-healed:
 	case <-time.After(time.Until(held.Deadline) + replicaGrace):
@@ -523,12 +526,7 @@ func TestPlanOfALeaderCutOffStops(t *testing.T) {
 	f.mu.Lock()
 	statuses := maps.Clone(f.statuses)
 	f.mu.Unlock()
-	a.db.Close()
-	time.Sleep(100 * time.Millisecond) // a renewal on its way has moved the deadline by now
-	held, _, ok := a.m.Held(lease.LeaderLease)
-	if !ok {
-		t.Fatal("a lost the leader lease at once")
-	}
+	held := a.cutOff(t, lease.LeaderLease)
 	waitWithin(t, time.Until(held.Deadline)+replicaGrace, 20*time.Millisecond, "a's plan to end", func() bool {
 		eng.mu.Lock()
 		defer eng.mu.Unlock()
