@@ -24,6 +24,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // TestBench runs every measurement and writes the results (bench/results.md, docs/performance.md).
@@ -115,7 +116,7 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 		id := "local_" + p + "_dev"
 		stack := cloneStack(t, d.state, "b0000", p, hashes["local_b0000_dev"], hashes[id])
 		more[standPath(p)] = files[standPath(p)]
-		more["status/"+id+".json"] = string(cloneStatus(t, tmplStatus, "b0000", p, hashes["local_b0000_dev"], hashes[id], stack))
+		more[stands.StatusPath(id)] = string(cloneStatus(t, tmplStatus, "b0000", p, hashes["local_b0000_dev"], hashes[id], stack))
 	}
 	w.repo.Change(fmt.Sprintf("%d more stands, with the status the reconciler would have written", n-3), more)
 	listed := w.cliListing(t, d.state, project(n/2))
@@ -163,12 +164,12 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 	for i := 3; i < 3+k; i++ {
 		id := "local_" + project(i) + "_dev"
 		var m map[string]any
-		if err := json.Unmarshal([]byte(more["status/"+id+".json"]), &m); err != nil {
+		if err := json.Unmarshal([]byte(more[stands.StatusPath(id)]), &m); err != nil {
 			t.Fatal(err)
 		}
 		delete(m, "stateDigest")
 		data, _ := json.MarshalIndent(m, "", "  ")
-		stale["status/"+id+".json"] = string(data) + "\n"
+		stale[stands.StatusPath(id)] = string(data) + "\n"
 	}
 	w.repo.Change("20 statuses as the previous version wrote them", stale)
 	a = sample{processes: w.processes()}

@@ -32,6 +32,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // TestFaults is the fault suite (make faults; FAULTS=short runs the subset .ci/run runs,
@@ -336,7 +337,7 @@ func (s *suite) history(standID string) []reconcile.Status {
 	return out
 }
 
-func statusFile(standID string) string { return "status/" + standID + ".json" }
+func statusFile(standID string) string { return stands.StatusPath(standID) }
 
 func ptr[T any](v T) *T { return &v }
 

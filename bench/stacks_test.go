@@ -300,6 +300,6 @@ func inventoryOf(t *testing.T, eng *engine.Engine) []stands.StackInfo {
 
 // readStatus reads status/<id>.json of a snapshot's files.
 func readStatus(files fs.FS, id string) []byte {
-	data, _ := fs.ReadFile(files, "status/"+id+".json")
+	data, _ := fs.ReadFile(files, stands.StatusPath(id))
 	return data
 }

@@ -14,6 +14,7 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // Gitea is the repository's Gitea API: its open pull requests, one comment per pull request kept by
@@ -28,32 +29,6 @@ type Gitea struct {
 	mu sync.Mutex
 	me string // the token's user: the author of the comments it may edit
 }
-
-// PullRequest is an open pull request as previews need it.
-type PullRequest struct {
-	Index   int64
-	Title   string
-	HeadSHA string
-	HeadRef string // the branch
-	// SameRepo is false for a pull request from a fork: it gets no preview, since previews run with
-	// production credentials (DESIGN.md).
-	SameRepo bool
-	URL      string
-}
-
-// Ref is the git ref Gitea keeps for the pull request's head.
-func (p PullRequest) Ref() string { return fmt.Sprintf("refs/pull/%d/head", p.Index) }
-
-// CommitState is a commit status state.
-type CommitState string
-
-// Commit status states.
-const (
-	StatePending CommitState = CommitState(gitea.StatusPending)
-	StateSuccess CommitState = CommitState(gitea.StatusSuccess)
-	StateFailure CommitState = CommitState(gitea.StatusFailure)
-	StateError   CommitState = CommitState(gitea.StatusError)
-)
 
 // NewGitea derives the API of the repository at an HTTP(S) clone URL
 // (https://host[/sub]/owner/repo.git). token is asked at every call, so a rotated credential file
@@ -82,12 +57,12 @@ func (g *Gitea) client(ctx context.Context) (*gitea.Client, error) {
 }
 
 // PullRequests lists the open pull requests into base.
-func (g *Gitea) PullRequests(ctx context.Context, base string) ([]PullRequest, error) {
+func (g *Gitea) PullRequests(ctx context.Context, base string) ([]stands.PullRequest, error) {
 	c, err := g.client(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []PullRequest
+	var out []stands.PullRequest
 	for page := 1; ; page++ {
 		prs, _, err := c.ListRepoPullRequests(g.owner, g.repo, gitea.ListPullRequestsOptions{State: gitea.StateOpen,
 			ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
@@ -98,7 +73,7 @@ func (g *Gitea) PullRequests(ctx context.Context, base string) ([]PullRequest, e
 			if pr.Base == nil || pr.Head == nil || pr.Base.Ref != base {
 				continue
 			}
-			out = append(out, PullRequest{Index: pr.Index, Title: pr.Title, HeadSHA: pr.Head.Sha, HeadRef: pr.Head.Ref,
+			out = append(out, stands.PullRequest{Index: pr.Index, Title: pr.Title, HeadSHA: pr.Head.Sha, HeadRef: pr.Head.Ref,
 				SameRepo: pr.Head.RepoID == pr.Base.RepoID, URL: pr.HTMLURL})
 		}
 		if len(prs) < 50 {
@@ -183,7 +158,7 @@ func (g *Gitea) self(c *gitea.Client) (string, error) {
 const maxDescription = 200
 
 // SetStatus sets the commit status named context on sha.
-func (g *Gitea) SetStatus(ctx context.Context, sha, context string, state CommitState, description, targetURL string) error {
+func (g *Gitea) SetStatus(ctx context.Context, sha, context string, state stands.CommitState, description, targetURL string) error {
 	c, err := g.client(ctx)
 	if err != nil {
 		return err
@@ -206,7 +181,7 @@ func (g *Gitea) FileURL(branch, path string) string {
 
 // FetchRef returns the snapshot of any ref of the repository, e.g. a pull request's head. It does not
 // change the tracked branch's last good snapshot.
-func (s *Source) FetchRef(ctx context.Context, ref string) (*Snapshot, error) {
+func (s *Source) FetchRef(ctx context.Context, ref string) (*stands.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -240,6 +215,6 @@ func (s *Source) FetchRef(ctx context.Context, ref string) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Snapshot{Commit: c.Hash.String(), Source: c.Hash.String(), Message: strings.TrimSpace(c.Message), Author: c.Author.Email,
+	return &stands.Snapshot{Commit: c.Hash.String(), Source: c.Hash.String(), Message: strings.TrimSpace(c.Message), Author: c.Author.Email,
 		Time: c.Committer.When, Files: files}, nil
 }

@@ -26,19 +26,8 @@ import (
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/stands-engine/stands-reconciler/internal/repofs"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
-
-// Snapshot is the tracked branch at one commit. Files is read-only.
-type Snapshot struct {
-	Commit string // head of the tracked branch
-	// Source is the newest commit that is not one of the reconciler's own status commits: what the
-	// stands were declared by. Status commits move Commit, never Source.
-	Source  string
-	Message string // of Source
-	Author  string // of Source
-	Time    time.Time
-	Files   fs.FS
-}
 
 // Identity is who the reconciler commits as.
 type Identity struct {
@@ -48,18 +37,6 @@ type Identity struct {
 
 // DefaultIdentity is the reconciler's commit identity unless configured otherwise.
 var DefaultIdentity = Identity{Name: "stands-reconciler", Email: "stands-reconciler@localhost"}
-
-// Status paths: the only files the reconciler writes. A commit of its identity touching only these is
-// its own and never triggers work.
-const (
-	StatusDir  = "status"
-	StatusFile = "STATUS.md"
-)
-
-// IsStatusPath reports whether p is written by the reconciler only.
-func IsStatusPath(p string) bool {
-	return p == StatusFile || strings.HasPrefix(p, StatusDir+"/")
-}
 
 // ErrUnavailable marks a fetch that failed: the source is down or refuses us. The last good snapshot
 // stays in force.
@@ -83,7 +60,7 @@ type Source struct {
 	store        store
 
 	mu        sync.Mutex
-	last      *Snapshot
+	last      *stands.Snapshot
 	available bool
 	lastErr   error
 }
@@ -157,7 +134,7 @@ func (s *Source) StatusBranch() string { return s.statusBranch }
 
 // Fetch brings the branch up to date and returns its snapshot. On failure it returns the last good
 // snapshot (nil before the first success) and an error wrapping ErrUnavailable.
-func (s *Source) Fetch(ctx context.Context) (*Snapshot, error) {
+func (s *Source) Fetch(ctx context.Context) (*stands.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -172,13 +149,13 @@ func (s *Source) Fetch(ctx context.Context) (*Snapshot, error) {
 }
 
 // Latest is the last good snapshot and whether the last fetch succeeded.
-func (s *Source) Latest() (*Snapshot, bool) {
+func (s *Source) Latest() (*stands.Snapshot, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.last, s.available
 }
 
-func (s *Source) fetch(ctx context.Context) (*Snapshot, error) {
+func (s *Source) fetch(ctx context.Context) (*stands.Snapshot, error) {
 	auth, err := s.auth()
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
@@ -203,7 +180,7 @@ func (s *Source) fetch(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Snapshot{Commit: commit.Hash.String(), Source: source.Hash.String(), Message: strings.TrimSpace(source.Message),
+	return &stands.Snapshot{Commit: commit.Hash.String(), Source: source.Hash.String(), Message: strings.TrimSpace(source.Message),
 		Author: source.Author.Email, Time: source.Committer.When, Files: files}, nil
 }
 
@@ -245,7 +222,7 @@ func (s *Source) isOwn(c *object.Commit) (bool, error) {
 		return false, fmt.Errorf("diff %s: %w", c.Hash, err)
 	}
 	for _, ch := range changes {
-		if !IsStatusPath(ch.From.Name) && ch.From.Name != "" || !IsStatusPath(ch.To.Name) && ch.To.Name != "" {
+		if !stands.IsStatusPath(ch.From.Name) && ch.From.Name != "" || !stands.IsStatusPath(ch.To.Name) && ch.To.Name != "" {
 			return false, nil
 		}
 	}
@@ -283,8 +260,8 @@ func (s *Source) StatusFiles(ctx context.Context) (fs.FS, error) {
 // nothing changed.
 func (s *Source) Publish(ctx context.Context, files map[string][]byte, message string) (string, error) {
 	for p := range files {
-		if !IsStatusPath(p) {
-			return "", fmt.Errorf("publish %s: only %s/ and %s are written by the reconciler", p, StatusDir, StatusFile)
+		if !stands.IsStatusPath(p) {
+			return "", fmt.Errorf("publish %s: only %s/ and %s are written by the reconciler", p, stands.StatusDir, stands.StatusFile)
 		}
 	}
 	s.mu.Lock()
@@ -353,15 +330,8 @@ func (s *Source) publish(ctx context.Context, files map[string][]byte, message s
 	return hash.String(), nil
 }
 
-// MaxTreeSize bounds what a snapshot holds in memory: a repository of 1,000 stands is a few
-// megabytes; a commit that holds more (a pull request's head, say) is refused as a whole.
-const MaxTreeSize = 64 << 20
-
-// maxTreeSize is MaxTreeSize; tests lower it.
-var maxTreeSize int64 = MaxTreeSize
-
-// ErrTooLarge marks a commit whose files are more than a snapshot holds.
-var ErrTooLarge = errors.New("repository too large")
+// maxTreeSize is stands.MaxTreeSize; tests lower it.
+var maxTreeSize int64 = stands.MaxTreeSize
 
 // treeFS copies a commit's tree into memory: snapshots are small (manifests and templates) and must not
 // change under a running reconcile.
@@ -383,7 +353,7 @@ func treeFS(c *object.Commit) (fs.FS, error) {
 			return nil
 		}
 		if total += f.Size; total > maxTreeSize {
-			return fmt.Errorf("%w: the commit's files hold more than %d MiB", ErrTooLarge, MaxTreeSize>>20)
+			return fmt.Errorf("%w: the commit's files hold more than %d MiB", stands.ErrTooLarge, stands.MaxTreeSize>>20)
 		}
 		if f.Mode == filemode.Symlink {
 			// Kept as a link, which refuses to be read (internal/repofs), as the command line sees it;

@@ -21,9 +21,10 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
-func read(t *testing.T, s *Snapshot, name string) string {
+func read(t *testing.T, s *stands.Snapshot, name string) string {
 	t.Helper()
 	data, err := fs.ReadFile(s.Files, name)
 	if err != nil {

@@ -16,9 +16,10 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
+	"slices"
+
 	"code.gitea.io/sdk/gitea"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
-	"slices"
 )
 
 func TestPublishToGitea(t *testing.T) {

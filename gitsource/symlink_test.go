@@ -20,6 +20,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
 	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // TestSymlinksJudgedAlike: a repository with links (and a file over the size limit) — a template linked to a file outside it, a stand
@@ -123,7 +124,7 @@ func TestTreeSizeBounded(t *testing.T) {
 	commitAll(t, r, "files")
 	defer func(old int64) { maxTreeSize = old }(maxTreeSize)
 	maxTreeSize = 2000 // 4 files of 600 bytes do not fit
-	if _, err := New(dir, "main", WithStatusBranch("stands-status")).Fetch(context.Background()); !errors.Is(err, ErrTooLarge) {
+	if _, err := New(dir, "main", WithStatusBranch("stands-status")).Fetch(context.Background()); !errors.Is(err, stands.ErrTooLarge) {
 		t.Fatalf("a commit over the limit: %v", err)
 	}
 	maxTreeSize = 2400

@@ -3,9 +3,9 @@ package lease
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/lib/pq"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // Records are what replicas write under their leases for another replica to read (a stand's status,
@@ -23,19 +23,9 @@ CREATE TABLE IF NOT EXISTS stands_records (
 	updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );`
 
-// Record is one stored record.
-type Record struct {
-	Name    string // the lease's name
-	Token   int64
-	Holder  string
-	Body    []byte
-	Version int64 // one more at each write: a reader tells what changed since it last read
-	Updated time.Time
-}
-
 // Put stores body as the record of l's name, if l is still the live lease: otherwise ErrLost and
 // nothing changes.
-func (s *Store) Put(ctx context.Context, l Lease, body []byte) error {
+func (s *Store) Put(ctx context.Context, l stands.Lease, body []byte) error {
 	res, err := s.db.ExecContext(ctx, `INSERT INTO stands_records (name, token, holder, body)
 		SELECT $1, $2, $3, $4 FROM stands_leases WHERE `+CurrentSQL("$1", "$2")+` AND stands_leases.holder = $3
 		ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder, body = EXCLUDED.body,
@@ -45,7 +35,7 @@ func (s *Store) Put(ctx context.Context, l Lease, body []byte) error {
 		return fmt.Errorf("write record %s: %w", l.Name, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("write record %s with token %d: %w", l.Name, l.Token, ErrLost)
+		return fmt.Errorf("write record %s with token %d: %w", l.Name, l.Token, stands.ErrLeaseLost)
 	}
 	return nil
 }
@@ -71,7 +61,7 @@ func (s *Store) Versions(ctx context.Context) (map[string]int64, error) {
 }
 
 // Records reads the named records (every one when names is nil), by name.
-func (s *Store) Records(ctx context.Context, names []string) (map[string]Record, error) {
+func (s *Store) Records(ctx context.Context, names []string) (map[string]stands.LeaseRecord, error) {
 	q, args := `SELECT name, token, holder, body, version, updated_at FROM stands_records`, []any{}
 	if names != nil {
 		q, args = q+` WHERE name = ANY($1)`, []any{pq.Array(names)}
@@ -81,9 +71,9 @@ func (s *Store) Records(ctx context.Context, names []string) (map[string]Record,
 		return nil, fmt.Errorf("read records: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]Record{}
+	out := map[string]stands.LeaseRecord{}
 	for rows.Next() {
-		var r Record
+		var r stands.LeaseRecord
 		if err := rows.Scan(&r.Name, &r.Token, &r.Holder, &r.Body, &r.Version, &r.Updated); err != nil {
 			return nil, fmt.Errorf("read records: %w", err)
 		}
@@ -93,7 +83,7 @@ func (s *Store) Records(ctx context.Context, names []string) (map[string]Record,
 }
 
 // DeleteRecord removes a record under l (a destroyed stand's), if l is still live.
-func (s *Store) DeleteRecord(ctx context.Context, l Lease) error {
+func (s *Store) DeleteRecord(ctx context.Context, l stands.Lease) error {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM stands_records WHERE name = $1 AND EXISTS
 		(SELECT 1 FROM stands_leases WHERE `+CurrentSQL("$1", "$2")+` AND stands_leases.holder = $3)`, l.Name, l.Token, s.id)
 	if err != nil {
@@ -105,7 +95,7 @@ func (s *Store) DeleteRecord(ctx context.Context, l Lease) error {
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("delete record %s with token %d: %w", l.Name, l.Token, ErrLost)
+			return fmt.Errorf("delete record %s with token %d: %w", l.Name, l.Token, stands.ErrLeaseLost)
 		}
 	}
 	return nil

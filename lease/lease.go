@@ -16,21 +16,8 @@ import (
 	"time"
 
 	_ "github.com/lib/pq" // the driver the Pulumi CLI's postgres backend uses
+	"github.com/stands-engine/stands-reconciler/stands"
 )
-
-// ErrLost: the lease was taken over, released, or expired before it was renewed.
-var ErrLost = errors.New("lease lost")
-
-// Lease is one held lease.
-type Lease struct {
-	Name  string
-	Token int64 // larger for every new holder; a renewal keeps it
-	// Deadline is, by this process's clock, when the lease may have expired for the others: what
-	// its holder started must have stopped before then. Renew moves it.
-	Deadline time.Time
-	// Took is the replica it was taken over from: one whose lease expired without a release.
-	Took string
-}
 
 // Store is one replica's view of the leases. A replica has a name, stable across its restarts, by
 // which the stands are shared out among the live replicas (Owner), and an id, its holder name for
@@ -132,24 +119,24 @@ func interval(d time.Duration) string { return fmt.Sprintf("%d microseconds", d.
 // Acquire takes the lease if it is free (never held, released, or expired longer than the grace ago)
 // or already this replica's; held: ok is false and holder names who holds it. A lease this replica
 // still holds is renewed and keeps its token; any other is taken with a new one.
-func (s *Store) Acquire(ctx context.Context, name string) (l Lease, ok bool, holder string, err error) {
+func (s *Store) Acquire(ctx context.Context, name string) (l stands.Lease, ok bool, holder string, err error) {
 	sent := s.now()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return Lease{}, false, "", fmt.Errorf("acquire lease %s: %w", name, err)
+		return stands.Lease{}, false, "", fmt.Errorf("acquire lease %s: %w", name, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
 	if _, err := tx.ExecContext(ctx, `INSERT INTO stands_leases (name, holder, token, expires_at, acquired_at)
 		VALUES ($1, '', 0, '-infinity', now()) ON CONFLICT (name) DO NOTHING`, name); err != nil {
-		return Lease{}, false, "", fmt.Errorf("acquire lease %s: %w", name, err)
+		return stands.Lease{}, false, "", fmt.Errorf("acquire lease %s: %w", name, err)
 	}
 	var token int64
 	var live, free bool
 	if err := tx.QueryRowContext(ctx, `SELECT holder, token, expires_at > now(), holder = '' OR expires_at + $2::interval < now()
 		FROM stands_leases WHERE name = $1 FOR UPDATE`, name, interval(s.grace)).Scan(&holder, &token, &live, &free); err != nil {
-		return Lease{}, false, "", fmt.Errorf("acquire lease %s: %w", name, err)
+		return stands.Lease{}, false, "", fmt.Errorf("acquire lease %s: %w", name, err)
 	}
-	l = Lease{Name: name, Token: token}
+	l = stands.Lease{Name: name, Token: token}
 	switch {
 	case holder == s.id && live:
 		_, err = tx.ExecContext(ctx, `UPDATE stands_leases SET expires_at = now() + $2::interval WHERE name = $1`, name, interval(s.ttl))
@@ -161,13 +148,13 @@ func (s *Store) Acquire(ctx context.Context, name string) (l Lease, ok bool, hol
 			expires_at = now() + $3::interval, acquired_at = now() WHERE name = $1 RETURNING token`,
 			name, s.id, interval(s.ttl)).Scan(&l.Token)
 	default:
-		return Lease{}, false, holder, nil
+		return stands.Lease{}, false, holder, nil
 	}
 	if err == nil {
 		err = tx.Commit()
 	}
 	if err != nil {
-		return Lease{}, false, "", fmt.Errorf("acquire lease %s: %w", name, err)
+		return stands.Lease{}, false, "", fmt.Errorf("acquire lease %s: %w", name, err)
 	}
 	l.Deadline = sent.Add(s.ttl)
 	return l, true, s.id, nil
@@ -176,7 +163,7 @@ func (s *Store) Acquire(ctx context.Context, name string) (l Lease, ok bool, hol
 // Renew extends every lease this replica holds, in one statement, and returns them as they are now
 // (with new deadlines), by name: a lease the caller holds that is missing was lost (taken over or
 // expired). An error means nothing was renewed: the deadlines stand.
-func (s *Store) Renew(ctx context.Context) (map[string]Lease, error) {
+func (s *Store) Renew(ctx context.Context) (map[string]stands.Lease, error) {
 	sent := s.now()
 	rows, err := s.db.QueryContext(ctx, `UPDATE stands_leases SET expires_at = now() + $2::interval
 		WHERE holder = $1 AND expires_at > now() RETURNING name, token`, s.id, interval(s.ttl))
@@ -184,9 +171,9 @@ func (s *Store) Renew(ctx context.Context) (map[string]Lease, error) {
 		return nil, fmt.Errorf("renew leases: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]Lease{}
+	out := map[string]stands.Lease{}
 	for rows.Next() {
-		l := Lease{Deadline: sent.Add(s.ttl)}
+		l := stands.Lease{Deadline: sent.Add(s.ttl)}
 		if err := rows.Scan(&l.Name, &l.Token); err != nil {
 			return nil, fmt.Errorf("renew leases: %w", err)
 		}
@@ -200,14 +187,14 @@ func (s *Store) Renew(ctx context.Context) (map[string]Lease, error) {
 
 // Release gives the lease up at once (what its holder started has stopped): the next Acquire needs
 // no grace. A lease no longer held is ErrLost.
-func (s *Store) Release(ctx context.Context, l Lease) error {
+func (s *Store) Release(ctx context.Context, l stands.Lease) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE stands_leases SET holder = '', expires_at = '-infinity'
 		WHERE name = $1 AND holder = $2 AND token = $3`, l.Name, s.id, l.Token)
 	if err != nil {
 		return fmt.Errorf("release lease %s: %w", l.Name, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("release lease %s: %w", l.Name, ErrLost)
+		return fmt.Errorf("release lease %s: %w", l.Name, stands.ErrLeaseLost)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 func stores(t *testing.T, db *sql.DB, ttl, grace time.Duration, ids ...string) []*Store {
@@ -103,7 +104,7 @@ func TestTakeoverWaitsForExpiryAndGrace(t *testing.T) {
 		t.Errorf("deadline %v from now, want about %v", time.Until(la.Deadline), ttl)
 	}
 	start := time.Now()
-	var lb Lease
+	var lb stands.Lease
 	for {
 		l, ok, holder, err := b.Acquire(ctx, "demo/x")
 		if err != nil {
@@ -133,7 +134,7 @@ func TestTakeoverWaitsForExpiryAndGrace(t *testing.T) {
 	if cur, _ := a.Current(ctx, "demo/x", la.Token); cur {
 		t.Error("the old token is current")
 	}
-	if err := a.Release(ctx, la); !errors.Is(err, ErrLost) {
+	if err := a.Release(ctx, la); !errors.Is(err, stands.ErrLeaseLost) {
 		t.Errorf("the old holder released the new one's lease: %v", err)
 	}
 	// A write fenced by the token: the old holder's changes nothing, the new holder's lands.
@@ -141,7 +142,7 @@ func TestTakeoverWaitsForExpiryAndGrace(t *testing.T) {
 	if _, err := db.Exec(`CREATE TABLE fenced (name TEXT PRIMARY KEY, token BIGINT)`); err != nil {
 		t.Fatal(err)
 	}
-	write := func(l Lease) int64 {
+	write := func(l stands.Lease) int64 {
 		res, err := db.Exec(`INSERT INTO fenced (name, token) SELECT $1, $2 FROM stands_leases WHERE `+CurrentSQL("$1", "$2")+`
 			ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token`, l.Name, l.Token)
 		if err != nil {
@@ -266,7 +267,7 @@ func TestRecordsAreFenced(t *testing.T) {
 	if err := a.Put(ctx, la, []byte("a: applying")); err != nil {
 		t.Fatal(err)
 	}
-	var lb Lease
+	var lb stands.Lease
 	waitFor(t, 10*time.Second, "b to take the lease over", func() bool {
 		l, ok, _, err := b.Acquire(ctx, "demo/s")
 		lb = l
@@ -275,10 +276,10 @@ func TestRecordsAreFenced(t *testing.T) {
 	if err := b.Put(ctx, lb, []byte("b: ready")); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Put(ctx, la, []byte("a: failed")); !errors.Is(err, ErrLost) {
+	if err := a.Put(ctx, la, []byte("a: failed")); !errors.Is(err, stands.ErrLeaseLost) {
 		t.Errorf("the old holder's late write: %v", err)
 	}
-	if err := a.DeleteRecord(ctx, la); !errors.Is(err, ErrLost) {
+	if err := a.DeleteRecord(ctx, la); !errors.Is(err, stands.ErrLeaseLost) {
 		t.Errorf("the old holder's delete: %v", err)
 	}
 	recs, err := a.Records(ctx, nil)
@@ -293,7 +294,7 @@ func TestRecordsAreFenced(t *testing.T) {
 		t.Errorf("records by name: %+v %v", one, err)
 	}
 	// A never-held lease cannot be written with a made-up token either.
-	if err := a.Put(ctx, Lease{Name: "demo/other", Token: lb.Token + 100}, []byte("x")); !errors.Is(err, ErrLost) {
+	if err := a.Put(ctx, stands.Lease{Name: "demo/other", Token: lb.Token + 100}, []byte("x")); !errors.Is(err, stands.ErrLeaseLost) {
 		t.Errorf("a write without a lease: %v", err)
 	}
 	if err := b.DeleteRecord(ctx, lb); err != nil {
@@ -334,7 +335,7 @@ func TestRestartedReplicaWaits(t *testing.T) {
 		t.Fatalf("the new life took its old life's live lease: ok %v holder %q err %v", ok, holder, err)
 	}
 	start := time.Now()
-	var got Lease
+	var got stands.Lease
 	waitFor(t, 10*time.Second, "the new life to take the lease", func() bool {
 		l, ok, _, err := now.Acquire(ctx, "demo/x")
 		got = l

@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
-
-// LeaderLease is the lease of the replica that publishes for all (package doc of cmd: --replicas).
-const LeaderLease = "leader"
 
 // Member is one replica in the group: it keeps its heartbeat and its leases alive, knows the live
 // replicas (for Owner), and closes a held lease's Stop channel a StopBudget before the lease's
@@ -41,7 +39,7 @@ type Member struct {
 }
 
 type held struct {
-	Lease
+	stands.Lease
 	stop  chan struct{}
 	timer *time.Timer
 }
@@ -144,8 +142,8 @@ func (m *Member) tick(ctx context.Context) {
 		return
 	}
 	m.renew(ctx)
-	if _, ok := m.lease(LeaderLease); !ok {
-		if _, _, err := m.acquire(ctx, LeaderLease); err != nil {
+	if _, ok := m.lease(stands.LeaderLease); !ok {
+		if _, _, err := m.acquire(ctx, stands.LeaderLease); err != nil {
 			m.log.Warn("leader lease not acquired", "err", err)
 		}
 	}
@@ -198,22 +196,22 @@ func (m *Member) Renewing() bool {
 
 // Leader says whether this replica holds the leader lease.
 func (m *Member) Leader() bool {
-	_, ok := m.lease(LeaderLease)
+	_, ok := m.lease(stands.LeaderLease)
 	return ok
 }
 
 // Acquire takes the name's lease for work that must end when Stop closes; held elsewhere, ok is
 // false and holder names who holds it. Nothing is acquired while the store is cut off.
-func (m *Member) Acquire(ctx context.Context, name string) (l Lease, stop <-chan struct{}, ok bool, holder string, err error) {
+func (m *Member) Acquire(ctx context.Context, name string) (l stands.Lease, stop <-chan struct{}, ok bool, holder string, err error) {
 	m.mu.Lock()
 	down := m.beatErr
 	m.mu.Unlock()
 	if down != nil {
-		return Lease{}, nil, false, "", down
+		return stands.Lease{}, nil, false, "", down
 	}
 	h, holder, err := m.acquire(ctx, name)
 	if err != nil || h == nil {
-		return Lease{}, nil, false, holder, err
+		return stands.Lease{}, nil, false, holder, err
 	}
 	return h.Lease, h.stop, true, m.s.id, nil
 }
@@ -227,7 +225,7 @@ func (m *Member) acquire(ctx context.Context, name string) (*held, string, error
 		return nil, holder, err
 	}
 	if l.Took != "" {
-		if name != LeaderLease {
+		if name != stands.LeaderLease {
 			m.takeovers.Inc()
 		}
 		m.log.Info("lease taken over from a replica that did not renew it", "lease", name, "from", l.Took, "token", l.Token)
@@ -264,7 +262,7 @@ func (m *Member) dropLocked(name string) {
 func (m *Member) setGauges() {
 	n := len(m.held)
 	lead := 0.0
-	if _, ok := m.held[LeaderLease]; ok {
+	if _, ok := m.held[stands.LeaderLease]; ok {
 		n--
 		lead = 1
 	}
@@ -308,12 +306,12 @@ func (m *Member) Owner(name string) string {
 }
 
 // Held is the member's lease on name and its Stop, while it holds it.
-func (m *Member) Held(name string) (Lease, <-chan struct{}, bool) {
+func (m *Member) Held(name string) (stands.Lease, <-chan struct{}, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h, ok := m.held[name]
 	if !ok {
-		return Lease{}, nil, false
+		return stands.Lease{}, nil, false
 	}
 	return h.Lease, h.stop, true
 }
@@ -322,14 +320,14 @@ func (m *Member) Held(name string) (Lease, <-chan struct{}, bool) {
 // made under the lease somewhere the database cannot fence (a forge, a secret store) checks it
 // first and finishes before the lease's Deadline, after which a successor may start only a grace
 // later.
-func (m *Member) Current(ctx context.Context, name string) (Lease, bool, error) {
+func (m *Member) Current(ctx context.Context, name string) (stands.Lease, bool, error) {
 	l, _, ok := m.Held(name)
 	if !ok {
-		return Lease{}, false, nil
+		return stands.Lease{}, false, nil
 	}
 	live, err := m.s.Current(ctx, name, l.Token)
 	if err != nil || !live {
-		return Lease{}, false, err
+		return stands.Lease{}, false, err
 	}
 	return l, true, nil
 }
@@ -345,7 +343,7 @@ func (m *Member) TokenLive(ctx context.Context, name string, token int64) (bool,
 func (m *Member) Put(ctx context.Context, name string, body []byte) error {
 	l, _, ok := m.Held(name)
 	if !ok {
-		return fmt.Errorf("write record %s: %w", name, ErrLost)
+		return fmt.Errorf("write record %s: %w", name, stands.ErrLeaseLost)
 	}
 	return m.s.Put(ctx, l, body)
 }
@@ -354,7 +352,7 @@ func (m *Member) Put(ctx context.Context, name string, body []byte) error {
 func (m *Member) Versions(ctx context.Context) (map[string]int64, error) { return m.s.Versions(ctx) }
 
 // Records reads the named records (Store.Records).
-func (m *Member) Records(ctx context.Context, names []string) (map[string]Record, error) {
+func (m *Member) Records(ctx context.Context, names []string) (map[string]stands.LeaseRecord, error) {
 	return m.s.Records(ctx, names)
 }
 
@@ -369,7 +367,7 @@ func (m *Member) ReleaseAll(ctx context.Context) error {
 	m.mu.Unlock()
 	var errs []error
 	for _, name := range names {
-		if err := m.Release(ctx, name); err != nil && !errors.Is(err, ErrLost) {
+		if err := m.Release(ctx, name); err != nil && !errors.Is(err, stands.ErrLeaseLost) {
 			errs = append(errs, err)
 		}
 	}

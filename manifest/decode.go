@@ -155,7 +155,7 @@ func (d *decoder) stand(root *node, file string, opts LoadOptions) *Stand {
 	d.idPart(s.Owner, ownerPos, "stand.owner")
 	d.idPart(s.Project, posOf(meta.get("project"), s.Pos), "stand.project")
 	d.idPart(s.Env, posOf(meta.get("env"), s.Pos), "stand.env")
-	s.ID = s.Owner + "_" + s.Project + "_" + s.Env
+	s.ID = StandID(s.Owner, s.Project, s.Env)
 
 	d.accounts(s, meta)
 	d.profiles(s, root.get("node_profiles"))

@@ -14,6 +14,21 @@ const (
 	maxPath       = 4096
 )
 
+// StandID is a stand's id, <owner>_<project>_<env>: its stack in the backend, the stands.dev/stand
+// label of its servers, its status file and its lease. No part holds "_" (validate checks each
+// against [a-z0-9-]+), so the id splits back into its parts (ParseStandID).
+func StandID(owner, project, env string) string { return owner + "_" + project + "_" + env }
+
+// ParseStandID splits a stand id into owner, project and env; ok is false when id is not three
+// non-empty parts.
+func ParseStandID(id string) (owner, project, env string, ok bool) {
+	parts := strings.Split(id, "_")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}
+
 // InstanceUnitName is the user systemd service of an instance with Quadlet: stands-<app>--<instance>.
 func InstanceUnitName(app, instance string) string {
 	return "stands-" + app + "--" + instance + ".service"

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/diff"
-	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -42,7 +41,7 @@ type evaluation struct {
 // SecretRefresh while the branch has no commit but the reconciler's own status commits (which touch
 // status files only): a no-op cycle then reads no secret and renders no template, whatever the
 // number of stands. A judgement that met an unavailable secret store is never kept.
-func (r *Reconciler) evaluate(ctx context.Context, snap *gitsource.Snapshot) (*evaluation, error) {
+func (r *Reconciler) evaluate(ctx context.Context, snap *stands.Snapshot) (*evaluation, error) {
 	now := r.cfg.Now()
 	if c := r.lastEval; c != nil && c.source == snap.Source && now.Sub(c.at) < r.cfg.SecretRefresh {
 		return c.ev, nil
@@ -165,17 +164,17 @@ func (ev *evaluation) ownerChanges(actual []diff.Actual, owner string) []diff.De
 	byPlace := map[string]string{} // project_env → the id declaring it
 	for _, v := range ev.verdicts {
 		declared[v.id] = true
-		if parts := strings.SplitN(v.id, "_", 3); len(parts) == 3 {
-			byPlace[parts[1]+"_"+parts[2]] = v.id
+		if _, project, env, ok := manifest.ParseStandID(v.id); ok {
+			byPlace[project+"/"+env] = v.id
 		}
 	}
 	var out []diff.Desired
 	for _, a := range actual {
-		parts := strings.SplitN(a.ID, "_", 3)
-		if declared[a.ID] || !a.Owned || len(parts) != 3 || parts[0] != owner {
+		was, project, env, ok := manifest.ParseStandID(a.ID)
+		if declared[a.ID] || !a.Owned || !ok || was != owner {
 			continue
 		}
-		if now, ok := byPlace[parts[1]+"_"+parts[2]]; ok {
+		if now, ok := byPlace[project+"/"+env]; ok {
 			out = append(out, diff.Desired{ID: a.ID, Invalid: true, Reason: reason.OwnerChanged,
 				Problem: fmt.Sprintf("stand.owner changed: the repository declares %s where %s was; the stack stays as it is. Change owner back, or destroy %s first", now, a.ID, a.ID)})
 		}

@@ -72,14 +72,14 @@ func (s *fakeSource) commit(files map[string]string) {
 	s.humans++
 }
 
-func (s *fakeSource) Fetch(context.Context) (*gitsource.Snapshot, error) {
+func (s *fakeSource) Fetch(context.Context) (*stands.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fetches++
 	if s.down {
 		return nil, fmt.Errorf("%w: connection refused", gitsource.ErrUnavailable)
 	}
-	return &gitsource.Snapshot{Commit: fmt.Sprintf("c%03d", s.n), Source: fmt.Sprintf("h%03d", s.humans), Files: maps.Clone(s.files)}, nil
+	return &stands.Snapshot{Commit: fmt.Sprintf("c%03d", s.n), Source: fmt.Sprintf("h%03d", s.humans), Files: maps.Clone(s.files)}, nil
 }
 
 func (s *fakeSource) StatusFiles(context.Context) (fs.FS, error) {
@@ -115,7 +115,7 @@ func (s *fakeSource) statusOf(t *testing.T, id string) Status {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, ok := s.files["status/"+id+".json"]
+	f, ok := s.files[stands.StatusPath(id)]
 	if !ok {
 		t.Fatalf("no status file for %s", id)
 	}
@@ -457,7 +457,7 @@ func serverName(in stands.Input) string {
 // fakeForge is Gitea's API: pull requests, comments by marker, commit statuses.
 type fakeForge struct {
 	mu       sync.Mutex
-	prs      []gitsource.PullRequest
+	prs      []stands.PullRequest
 	heads    map[string]fstest.MapFS // ref → files
 	comments map[int64]string
 	edits    int
@@ -489,7 +489,7 @@ func (f *fakeForge) open(n int64, head string, base fstest.MapFS, change map[str
 			files[p] = &fstest.MapFile{Data: []byte(c)}
 		}
 	}
-	pr := gitsource.PullRequest{Index: n, HeadSHA: head, HeadRef: fmt.Sprintf("pr-%d", n), SameRepo: sameRepo, URL: fmt.Sprintf("http://gitea/pulls/%d", n)}
+	pr := stands.PullRequest{Index: n, HeadSHA: head, HeadRef: fmt.Sprintf("pr-%d", n), SameRepo: sameRepo, URL: fmt.Sprintf("http://gitea/pulls/%d", n)}
 	f.heads[pr.Ref()] = files
 	f.tips[pr.HeadRef] = head
 	for i := range f.prs {
@@ -517,16 +517,16 @@ func (f *fakeForge) BranchTip(_ context.Context, branch string) (string, error) 
 func (f *fakeForge) close(n int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.prs = slices.DeleteFunc(f.prs, func(p gitsource.PullRequest) bool { return p.Index == n })
+	f.prs = slices.DeleteFunc(f.prs, func(p stands.PullRequest) bool { return p.Index == n })
 }
 
-func (f *fakeForge) PullRequests(context.Context, string) ([]gitsource.PullRequest, error) {
+func (f *fakeForge) PullRequests(context.Context, string) ([]stands.PullRequest, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.prs), nil
 }
 
-func (f *fakeForge) FetchRef(_ context.Context, ref string) (*gitsource.Snapshot, error) {
+func (f *fakeForge) FetchRef(_ context.Context, ref string) (*stands.Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fetches++
@@ -535,9 +535,9 @@ func (f *fakeForge) FetchRef(_ context.Context, ref string) (*gitsource.Snapshot
 		return nil, fmt.Errorf("no ref %s", ref)
 	}
 	if f.tooLarge {
-		return nil, fmt.Errorf("fetch %s: %w: the commit's files hold more than 64 MiB", ref, gitsource.ErrTooLarge)
+		return nil, fmt.Errorf("fetch %s: %w: the commit's files hold more than 64 MiB", ref, stands.ErrTooLarge)
 	}
-	return &gitsource.Snapshot{Commit: ref, Source: ref, Files: maps.Clone(files)}, nil
+	return &stands.Snapshot{Commit: ref, Source: ref, Files: maps.Clone(files)}, nil
 }
 
 func (f *fakeForge) UpsertComment(_ context.Context, n int64, marker, body string) error {
@@ -553,7 +553,7 @@ func (f *fakeForge) UpsertComment(_ context.Context, n int64, marker, body strin
 	return nil
 }
 
-func (f *fakeForge) SetStatus(_ context.Context, sha, name string, state gitsource.CommitState, description, _ string) error {
+func (f *fakeForge) SetStatus(_ context.Context, sha, name string, state stands.CommitState, description, _ string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.statuses[sha+" "+name] = string(state) + ": " + description

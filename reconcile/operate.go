@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -160,21 +159,21 @@ func (r *Reconciler) commitStatus(ctx context.Context, o op, st Status) {
 }
 
 // commitState is the commit status a phase shows on the commit that led to it.
-func commitState(p reason.Phase) gitsource.CommitState {
+func commitState(p reason.Phase) stands.CommitState {
 	switch p {
 	case reason.Progressing:
-		return gitsource.StatePending
+		return stands.StatePending
 	case reason.Failed, reason.Stalled, reason.Blocked, reason.Degraded:
-		return gitsource.StateFailure
+		return stands.StateFailure
 	}
-	return gitsource.StateSuccess
+	return stands.StateSuccess
 }
 
 func (r *Reconciler) statusURL(id string) string {
 	if r.cfg.Forge == nil {
 		return ""
 	}
-	return r.cfg.Forge.FileURL(r.cfg.StatusBranch, statusPath(id))
+	return r.cfg.Forge.FileURL(r.cfg.StatusBranch, stands.StatusPath(id))
 }
 
 // declared reports whether the last evaluated snapshot declares the stand.

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/stands-engine/stands-reconciler/diff"
-	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -17,11 +16,11 @@ import (
 
 // Forge is the Gitea API: commit statuses, pull requests and the one comment per pull request.
 type Forge interface {
-	PullRequests(ctx context.Context, base string) ([]gitsource.PullRequest, error)
+	PullRequests(ctx context.Context, base string) ([]stands.PullRequest, error)
 	// BranchTip is the commit a branch of the repository points at, "" when there is no such branch.
 	BranchTip(ctx context.Context, branch string) (string, error)
 	UpsertComment(ctx context.Context, index int64, marker, body string) error
-	SetStatus(ctx context.Context, sha, context string, state gitsource.CommitState, description, targetURL string) error
+	SetStatus(ctx context.Context, sha, context string, state stands.CommitState, description, targetURL string) error
 	FileURL(branch, path string) string
 }
 
@@ -35,7 +34,7 @@ type Planner interface {
 
 // RefSource fetches a pull request's head.
 type RefSource interface {
-	FetchRef(ctx context.Context, ref string) (*gitsource.Snapshot, error)
+	FetchRef(ctx context.Context, ref string) (*stands.Snapshot, error)
 }
 
 // PlanContext is the commit status every pull request head gets; branch protection can require it.
@@ -84,7 +83,7 @@ func (r *Reconciler) previews(ctx context.Context, main *evaluation, commit stri
 }
 
 // planOne plans one pull request's head, or says why it gets no plan.
-func (r *Reconciler) planOne(ctx context.Context, pr gitsource.PullRequest, main *evaluation, commit string, actual []diff.Actual) {
+func (r *Reconciler) planOne(ctx context.Context, pr stands.PullRequest, main *evaluation, commit string, actual []diff.Actual) {
 	log := r.log.With("pull_request", pr.Index, "head", short(pr.HeadSHA))
 	why, err := r.untrusted(ctx, pr)
 	if err != nil {
@@ -94,13 +93,13 @@ func (r *Reconciler) planOne(ctx context.Context, pr gitsource.PullRequest, main
 	if why != "" {
 		// Previews read production state and render the head's templates: only for code someone
 		// with write access pushed.
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure, why, pr.URL)
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, why, pr.URL)
 		r.finishPlan(pr.Index, pr.HeadSHA)
 		r.metrics.plans.WithLabelValues("untrusted").Inc()
 		log.Info("pull request not planned", "why", why)
 		return
 	}
-	r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StatePending, "planning", pr.URL)
+	r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StatePending, "planning", pr.URL)
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PlanTimeout)
 	plan, err := r.planPR(pctx, pr, main, commit, actual)
 	cancel()
@@ -111,17 +110,17 @@ func (r *Reconciler) planOne(ctx context.Context, pr gitsource.PullRequest, main
 	case err != nil && ctx.Err() != nil:
 		return // stopping: the try counts, the head is tried again after the restart
 	case err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded):
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure, fmt.Sprintf("not planned: planning took longer than %s", r.cfg.PlanTimeout), pr.URL)
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, fmt.Sprintf("not planned: planning took longer than %s", r.cfg.PlanTimeout), pr.URL)
 		r.finishPlan(pr.Index, pr.HeadSHA)
 		log.Warn("pull request plan timed out", "timeout", r.cfg.PlanTimeout)
 		return
 	case errors.Is(err, errTooManySecrets):
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure, fmt.Sprintf("not planned: the commit names more than %d secrets", maxSecretNames), pr.URL)
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, fmt.Sprintf("not planned: the commit names more than %d secrets", maxSecretNames), pr.URL)
 		r.finishPlan(pr.Index, pr.HeadSHA)
 		log.Warn("pull request not planned", "err", err)
 		return
-	case errors.Is(err, gitsource.ErrTooLarge):
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure, "not planned: the commit holds more files than the reconciler reads (64 MiB)", pr.URL)
+	case errors.Is(err, stands.ErrTooLarge):
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, "not planned: the commit holds more files than the reconciler reads (64 MiB)", pr.URL)
 		r.finishPlan(pr.Index, pr.HeadSHA)
 		log.Warn("pull request not planned", "err", err)
 		return
@@ -129,16 +128,16 @@ func (r *Reconciler) planOne(ctx context.Context, pr gitsource.PullRequest, main
 		// Tried again at the next cycle, up to maxPlanAttempts.
 		log.Warn("pull request not planned; retrying", "err", err)
 		// The error's text goes to the log only: a preview's may quote the pull request's content.
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateError, "planning failed, will retry ("+string(reason.Of(err))+")", pr.URL)
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateError, "planning failed, will retry ("+string(reason.Of(err))+")", pr.URL)
 		return
 	}
 	if err := r.cfg.Forge.UpsertComment(ctx, pr.Index, CommentMarker, plan.comment(pr)); err != nil {
 		log.Warn("plan comment not written; retrying", "err", err)
 		return
 	}
-	state := gitsource.StateSuccess
+	state := stands.StateSuccess
 	if plan.failed {
-		state = gitsource.StateFailure
+		state = stands.StateFailure
 	}
 	r.metrics.plans.WithLabelValues(string(state)).Inc()
 	r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, state, plan.summary(), pr.URL)
@@ -149,7 +148,7 @@ func (r *Reconciler) planOne(ctx context.Context, pr gitsource.PullRequest, main
 // untrusted says why a pull request gets no plan: its head must be the tip of a branch of this
 // repository, which only users with write access can push. A fork's pull request is not, and
 // neither is an AGit one (refs/for/..., which users with read access can open on this repository).
-func (r *Reconciler) untrusted(ctx context.Context, pr gitsource.PullRequest) (string, error) {
+func (r *Reconciler) untrusted(ctx context.Context, pr stands.PullRequest) (string, error) {
 	if !pr.SameRepo {
 		return "no plan for a pull request from a fork: push its branch to this repository", nil
 	}
@@ -163,7 +162,7 @@ func (r *Reconciler) untrusted(ctx context.Context, pr gitsource.PullRequest) (s
 	return "", nil
 }
 
-func (r *Reconciler) setCommitStatus(ctx context.Context, sha, name string, state gitsource.CommitState, description, url string) {
+func (r *Reconciler) setCommitStatus(ctx context.Context, sha, name string, state stands.CommitState, description, url string) {
 	if r.cfg.Forge == nil || sha == "" {
 		return
 	}
@@ -196,7 +195,7 @@ type planRow struct {
 // planPR plans what merging the pull request would do. What it changes is where the diff of its head
 // and the diff of the tracked branch, each against the backend's stacks, decide differently; only
 // those stands are previewed.
-func (r *Reconciler) planPR(ctx context.Context, pr gitsource.PullRequest, main *evaluation, commit string, actual []diff.Actual) (*prPlan, error) {
+func (r *Reconciler) planPR(ctx context.Context, pr stands.PullRequest, main *evaluation, commit string, actual []diff.Actual) (*prPlan, error) {
 	snap, err := r.cfg.Refs.FetchRef(ctx, pr.Ref())
 	if err != nil {
 		return nil, err
@@ -414,7 +413,7 @@ func money(v float64, cur string) string {
 
 // comment is the pull request comment: stands, actions, servers and costs, and the problems with
 // file and line. It names servers and types, never a value of the manifest.
-func (p *prPlan) comment(pr gitsource.PullRequest) string {
+func (p *prPlan) comment(pr stands.PullRequest) string {
 	var b strings.Builder
 	b.WriteString(CommentMarker + "\n")
 	fmt.Fprintf(&b, "### Stands plan for `%s`\n\n", short(p.head))

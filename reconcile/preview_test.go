@@ -8,6 +8,7 @@ import (
 	"testing/fstest"
 
 	"errors"
+
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/diff"
-	"github.com/stands-engine/stands-reconciler/gitsource"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // Pull request plans run off the poll path: a cycle hands its evaluation to one preview worker and
@@ -131,7 +131,7 @@ func (r *Reconciler) savePlanned() {
 
 // startPlan records a try of pr's head before it starts; false when the head is done, or when its
 // tries are used up (then it is done, with stands/plan failure saying why).
-func (r *Reconciler) startPlan(ctx context.Context, pr gitsource.PullRequest) bool {
+func (r *Reconciler) startPlan(ctx context.Context, pr stands.PullRequest) bool {
 	h := r.prs.heads[pr.Index]
 	if h.Head != pr.HeadSHA {
 		h = plannedHead{Head: pr.HeadSHA}
@@ -141,7 +141,7 @@ func (r *Reconciler) startPlan(ctx context.Context, pr gitsource.PullRequest) bo
 	}
 	if h.Attempts >= maxPlanAttempts {
 		r.finishPlan(pr.Index, pr.HeadSHA)
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, gitsource.StateFailure,
+		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure,
 			fmt.Sprintf("not planned: %d tries failed or were interrupted; push a new commit to try again", h.Attempts), pr.URL)
 		r.log.Warn("pull request given up on", "pull_request", pr.Index, "head", short(pr.HeadSHA), "tries", h.Attempts)
 		return false

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // loadPublished starts, once, from the status files the repository already has, so a restart
@@ -33,11 +33,11 @@ func (r *Reconciler) loadPublished(ctx context.Context) error {
 		if st := r.state(id); st.status == nil {
 			st.status = s
 		}
-		r.published[statusPath(id)] = s.encode()
+		r.published[stands.StatusPath(id)] = s.encode()
 		r.sharedSt[id] = s // with replicas, the leader commits the records over these
 	}
-	if data, err := fs.ReadFile(files, gitsource.StatusFile); err == nil {
-		r.published[gitsource.StatusFile] = data
+	if data, err := fs.ReadFile(files, stands.StatusFile); err == nil {
+		r.published[stands.StatusFile] = data
 	}
 	r.loaded = true
 	return nil
@@ -104,15 +104,15 @@ func (r *Reconciler) commitStatuses(ctx context.Context, all map[string]*Status,
 	phases := map[string]reason.Phase{}
 	for id, st := range all {
 		phases[id] = st.Phase
-		files[statusPath(id)] = st.encode()
+		files[stands.StatusPath(id)] = st.encode()
 	}
-	files[gitsource.StatusFile] = statusTable(all, unreadable, banner)
+	files[stands.StatusFile] = statusTable(all, unreadable, banner)
 	changed := map[string][]byte{}
 	var what []string
 	for p, data := range files {
 		if string(r.published[p]) != string(data) {
 			changed[p] = data
-			if id, ok := strings.CutSuffix(strings.TrimPrefix(p, gitsource.StatusDir+"/"), ".json"); ok {
+			if id, ok := strings.CutSuffix(strings.TrimPrefix(p, stands.StatusDir+"/"), ".json"); ok {
 				what = append(what, id+" "+string(phases[id]))
 			}
 		}

@@ -15,12 +15,10 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/diff"
-	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -28,7 +26,7 @@ import (
 
 // Source is the stands repository.
 type Source interface {
-	Fetch(ctx context.Context) (*gitsource.Snapshot, error)
+	Fetch(ctx context.Context) (*stands.Snapshot, error)
 	// StatusFiles is the status branch's tree, where the last published statuses are.
 	StatusFiles(ctx context.Context) (fs.FS, error)
 	Publish(ctx context.Context, files map[string][]byte, message string) (string, error)
@@ -425,7 +423,7 @@ type desiredState struct {
 }
 
 // judge evaluates the snapshot and records what it says of each stand that is not running.
-func (r *Reconciler) judge(ctx context.Context, snap *gitsource.Snapshot) (*desiredState, error) {
+func (r *Reconciler) judge(ctx context.Context, snap *stands.Snapshot) (*desiredState, error) {
 	ev, err := r.evaluate(ctx, snap)
 	if err != nil {
 		return nil, err
@@ -460,11 +458,8 @@ func (r *Reconciler) actual(stacks []stands.StackInfo) ([]diff.Actual, map[strin
 	var out []diff.Actual
 	found := map[string]stands.StackInfo{}
 	for _, s := range stacks {
-		id := s.StandID
-		if id == "" {
-			id = r.cfg.Owner + "_" + s.Project + "_" + s.Env
-		}
-		if owner, _, _ := strings.Cut(id, "_"); owner != r.cfg.Owner {
+		id := s.Stand(r.cfg.Owner)
+		if owner, _, _, _ := manifest.ParseStandID(id); owner != r.cfg.Owner {
 			continue // another owner's reconciler's, on a shared backend: not ours to count or judge
 		}
 		out = append(out, diff.Actual{ID: id, Owned: s.Owned, SpecHash: s.SpecHash, Protected: s.Protect})

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/lease"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
@@ -37,16 +36,16 @@ type Replicas interface {
 	// Owner is the replica a stand belongs to by rendezvous ("" while the store is cut off).
 	Owner(name string) string
 	// Held is this replica's lease on a stand, with the channel closed when the lease nears expiry.
-	Held(name string) (lease.Lease, <-chan struct{}, bool)
-	Acquire(ctx context.Context, name string) (l lease.Lease, stop <-chan struct{}, ok bool, holder string, err error)
+	Held(name string) (stands.Lease, <-chan struct{}, bool)
+	Acquire(ctx context.Context, name string) (l stands.Lease, stop <-chan struct{}, ok bool, holder string, err error)
 	Release(ctx context.Context, name string) error
 	// Current is the held lease when the database still has it live: the check before a write the
 	// database cannot fence.
-	Current(ctx context.Context, name string) (lease.Lease, bool, error)
-	// Put writes a stand's record under the held lease (lease.ErrLost when it has passed on).
+	Current(ctx context.Context, name string) (stands.Lease, bool, error)
+	// Put writes a stand's record under the held lease (stands.ErrLeaseLost when it has passed on).
 	Put(ctx context.Context, name string, body []byte) error
 	Versions(ctx context.Context) (map[string]int64, error)
-	Records(ctx context.Context, names []string) (map[string]lease.Record, error)
+	Records(ctx context.Context, names []string) (map[string]stands.LeaseRecord, error)
 }
 
 // publishEvery is how often the leader looks for statuses the others wrote, when no status delay
@@ -203,7 +202,7 @@ func (r *Reconciler) share(ctx context.Context) {
 	for _, w := range writes {
 		err := r.rep.Put(ctx, w.id, w.body)
 		switch {
-		case errors.Is(err, lease.ErrLost):
+		case errors.Is(err, stands.ErrLeaseLost):
 			r.log.Warn("status not shared: the stand's lease has passed on, and its new holder writes it", "stand", w.id)
 			continue
 		case err != nil:
@@ -224,7 +223,7 @@ func (r *Reconciler) publishShared(ctx context.Context) error {
 	if !r.rep.Leader() {
 		return nil
 	}
-	ctx, cancel, ok := r.underLease(ctx, lease.LeaderLease)
+	ctx, cancel, ok := r.underLease(ctx, stands.LeaderLease)
 	if !ok {
 		return nil
 	}
@@ -348,7 +347,7 @@ func (r *Reconciler) leading(ctx context.Context) (_ context.Context, cancel con
 	if r.rep == nil {
 		return ctx, func() {}, true
 	}
-	_, stop, err := r.heldLease(lease.LeaderLease)
+	_, stop, err := r.heldLease(stands.LeaderLease)
 	if err != nil {
 		return ctx, func() {}, false
 	}
@@ -357,7 +356,7 @@ func (r *Reconciler) leading(ctx context.Context) (_ context.Context, cancel con
 }
 
 // heldLease is this replica's lease name with its stop, while the store answers renewals.
-func (r *Reconciler) heldLease(name string) (lease.Lease, <-chan struct{}, error) {
+func (r *Reconciler) heldLease(name string) (stands.Lease, <-chan struct{}, error) {
 	l, stop, ok := r.rep.Held(name)
 	switch {
 	case !ok:

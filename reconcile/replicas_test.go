@@ -157,7 +157,7 @@ func startReplica(t *testing.T, pg *testenv.Postgres, src *fakeSource, eng *fake
 
 // cutOff closes the replica's database, so it can no longer renew anything, and returns its lease
 // name as it stands once a renewal that was on its way has landed.
-func (rp *replica) cutOff(t *testing.T, name string) lease.Lease {
+func (rp *replica) cutOff(t *testing.T, name string) stands.Lease {
 	t.Helper()
 	rp.db.Close()
 	time.Sleep(100 * time.Millisecond)
@@ -238,7 +238,7 @@ func TestReplicasSplitTheStands(t *testing.T) {
 	waitWithin(t, 10*time.Second, 50*time.Millisecond, "the leader to commit every stand Ready", func() bool {
 		_ = leader.r.publish(context.Background())
 		for _, id := range ids {
-			if !src.has("status/"+id+".json") || src.statusOf(t, id).Phase != reason.Ready {
+			if !src.has(stands.StatusPath(id)) || src.statusOf(t, id).Phase != reason.Ready {
 				return false
 			}
 		}
@@ -331,10 +331,10 @@ func TestReplicaCutOffStopsBeforeTakeover(t *testing.T) {
 	}
 	waitWithin(t, 20*time.Second, 50*time.Millisecond, "b to lead and commit the stand Ready", func() bool {
 		_ = b.r.publish(context.Background())
-		return b.m.Leader() && src.has("status/"+id+".json") && src.statusOf(t, id).Phase == reason.Ready
+		return b.m.Leader() && src.has(stands.StatusPath(id)) && src.statusOf(t, id).Phase == reason.Ready
 	})
 	for _, files := range src.publishedFiles() {
-		if data, ok := files["status/"+id+".json"]; ok && slices.Contains([]string{string(reason.LeaseLost)}, string(decodeOrEmpty(id, data).Reason)) {
+		if data, ok := files[stands.StatusPath(id)]; ok && slices.Contains([]string{string(reason.LeaseLost)}, string(decodeOrEmpty(id, data).Reason)) {
 			t.Errorf("a status commit carried the cut-off replica's failure: %s", data)
 		}
 	}
@@ -526,7 +526,7 @@ func TestPlanOfALeaderCutOffStops(t *testing.T) {
 	f.mu.Lock()
 	statuses := maps.Clone(f.statuses)
 	f.mu.Unlock()
-	held := a.cutOff(t, lease.LeaderLease)
+	held := a.cutOff(t, stands.LeaderLease)
 	waitWithin(t, time.Until(held.Deadline)+replicaGrace, 20*time.Millisecond, "a's plan to end", func() bool {
 		eng.mu.Lock()
 		defer eng.mu.Unlock()

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -56,8 +55,6 @@ type Timings struct {
 	Seconds   float64   `json:"seconds,omitempty"`
 }
 
-func statusPath(id string) string { return gitsource.StatusDir + "/" + id + ".json" }
-
 // encode is the file's exact bytes: indented, keys in struct order, a final newline.
 func (s *Status) encode() []byte {
 	var buf bytes.Buffer
@@ -73,7 +70,7 @@ func (s *Status) encode() []byte {
 // rewritten from what the reconciler observes.
 func loadStatuses(files fs.FS) map[string]*Status {
 	out := map[string]*Status{}
-	entries, err := fs.ReadDir(files, gitsource.StatusDir)
+	entries, err := fs.ReadDir(files, stands.StatusDir)
 	if err != nil {
 		return out
 	}
@@ -81,7 +78,7 @@ func loadStatuses(files fs.FS) map[string]*Status {
 		if e.IsDir() || path.Ext(e.Name()) != ".json" {
 			continue
 		}
-		data, err := fs.ReadFile(files, path.Join(gitsource.StatusDir, e.Name()))
+		data, err := fs.ReadFile(files, path.Join(stands.StatusDir, e.Name()))
 		if err != nil {
 			continue
 		}
@@ -111,7 +108,7 @@ func statusTable(all map[string]*Status, unreadable []string, banner string) []b
 		for _, n := range s.Nodes {
 			nodes = append(nodes, fmt.Sprintf("%s %s", n.Name, n.PublicIPv4))
 		}
-		fmt.Fprintf(&b, "| [%s](%s) | %s | %s | %s | %s | %s |\n", id, statusPath(id), s.Phase, s.Reason,
+		fmt.Fprintf(&b, "| [%s](%s) | %s | %s | %s | %s | %s |\n", id, stands.StatusPath(id), s.Phase, s.Reason,
 			cell(strings.Join(nodes, ", ")), short(s.LastSuccessfulCommit), cell(firstLine(s.Message)))
 	}
 	if len(unreadable) > 0 {

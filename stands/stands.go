@@ -1,10 +1,12 @@
-// Package stands holds the plain types the loop and the engine exchange: what an operation takes,
-// what it returns, what the inventory lists. It has no behaviour and no Pulumi in it, so the loop
-// (package reconcile) depends on these and on small interfaces only, never on the engine itself.
+// Package stands holds the plain types the packages exchange: what an operation takes, what it
+// returns, what the inventory lists (stands.go); a snapshot of the repository, a pull request and a
+// commit status (repo.go); a lease and what is written under it (lease.go). It has no behaviour and
+// imports no Git, Gitea, PostgreSQL or Pulumi library, so the loop (package reconcile) and the pull
+// request plans (package prplan) depend on these and on small interfaces only.
 package stands
 
 import (
-	"context"
+	"cmp"
 	"encoding/json"
 	"io/fs"
 
@@ -63,13 +65,19 @@ type SecretJSON []byte
 func (SecretJSON) String() string   { return "***" }
 func (SecretJSON) GoString() string { return "***" }
 
-// StackRef names a stand's stack: project = stand.project, stack = stand.env (seed §2).
+// StackRef names a stand's stack: project = stand.project, stack = stand.env.
 type StackRef struct {
 	Project string
 	Env     string
 	// StandID, when set, is the stand the caller expects the stack to hold: Destroy refuses a stack
 	// that records another (another owner's stand on a shared backend).
 	StandID string
+}
+
+// Stand is the id of the stand the stack holds: the one the caller expects, else owner's stand of
+// its project and env.
+func (r StackRef) Stand(owner string) string {
+	return cmp.Or(r.StandID, manifest.StandID(owner, r.Project, r.Env))
 }
 
 // Step is one planned or applied change to a stand: what a reviewer needs to see, never an input's
@@ -118,6 +126,12 @@ type StackInfo struct {
 	// StateDigest names the version of the stack's state file (engine.stateDigest): any update
 	// changes it, reads do not.
 	StateDigest string `json:"stateDigest,omitempty"`
+}
+
+// Stand is the id of the stand the stack holds: the one it records, else owner's stand of its
+// project and env (a stack applied before stacks recorded their stand).
+func (s StackInfo) Stand(owner string) string {
+	return cmp.Or(s.StandID, manifest.StandID(owner, s.Project, s.Env))
 }
 
 // Price is a server type's monthly list price at a location, gross, as the Hetzner API states it.
@@ -176,25 +190,4 @@ type InstanceHealth struct {
 type UnreachableNode struct {
 	Server string `json:"server"`
 	Error  string `json:"error"`
-}
-
-// Fence is the lease an operation runs under, with several replicas (package lease): its token is
-// recorded beside every stack lock the operation's Pulumi CLIs take, and Stop closes when the lease
-// is about to expire, at which the engine kills those CLIs at once (engine/fence.go).
-type Fence struct {
-	Token int64           // the lease's fencing token
-	Stop  <-chan struct{} // closed when the operation's CLIs must be gone
-}
-
-type fenceKey struct{}
-
-// WithFence runs the operations under ctx under the lease f.
-func WithFence(ctx context.Context, f Fence) context.Context {
-	return context.WithValue(ctx, fenceKey{}, f)
-}
-
-// FenceOf is the lease the operations under ctx run under, if any.
-func FenceOf(ctx context.Context) (Fence, bool) {
-	f, ok := ctx.Value(fenceKey{}).(Fence)
-	return f, ok
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // The stand the pull request adds: one server with the kv store, from the example's shared base.
@@ -201,7 +202,7 @@ func (s *story) mergeIsApplied(ctx context.Context) error {
 		"%s Ready at the merge commit %s", newStandID, short(s.d.mergeCommit)); err != nil {
 		return err
 	}
-	author, err := s.d.lastAuthor("status/" + newStandID + ".json")
+	author, err := s.d.lastAuthor(stands.StatusPath(newStandID))
 	if err := s.expect(err == nil && author == botName, "its status commit is the bot's (author %q)", author); err != nil {
 		return err
 	}
@@ -289,7 +290,7 @@ func (d *demo) secretsShown(all map[string]*reconcile.Status) ([]string, error) 
 	}
 	places := map[string]string{}
 	for id := range all {
-		places["status/"+id+".json"], _ = d.file("status/" + id + ".json")
+		places[stands.StatusPath(id)], _ = d.file(stands.StatusPath(id))
 	}
 	places["STATUS.md"], _ = d.file("STATUS.md")
 	commits, _, err := d.api.ListRepoCommits(adminName, repoName, gitea.ListCommitOptions{SHA: "main", ListOptions: gitea.ListOptions{PageSize: 50}})

@@ -311,7 +311,7 @@ func runDestroy(ctx context.Context, args []string, std stdio, getenv env) int {
 		fail(std, "destroy", err)
 		return exitError
 	}
-	return writeRecord(std, map[string]any{"id_stand": owner + "_" + project + "_" + envName, "operation": "destroy", "status": "success", "changed": res.Changed})
+	return writeRecord(std, map[string]any{"id_stand": manifest.StandID(owner, project, envName), "operation": "destroy", "status": "success", "changed": res.Changed})
 }
 
 // destroyTarget reads <owner>_<project>_<env>, or the identity of the stand.yml at a path without
@@ -341,11 +341,11 @@ func destroyTarget(arg, defaultOwner string, roots resourceRoots) (owner, projec
 		}
 		return id.Owner, id.Project, id.Env, nil
 	}
-	parts := strings.Split(arg, "_")
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+	owner, project, env, ok := manifest.ParseStandID(arg)
+	if !ok {
 		return "", "", "", fmt.Errorf("%q is neither a path nor a stand id <owner>_<project>_<env>", arg)
 	}
-	return parts[0], parts[1], parts[2], nil
+	return owner, project, env, nil
 }
 
 func runOrphans(ctx context.Context, args []string, std stdio, getenv env) int {

@@ -32,6 +32,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/testfs"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // daemonStand is a one-node stand of project p on the example base; port varies its spec.
@@ -491,7 +492,7 @@ func (e *daemonEnv) waitStatus(id string, timeout time.Duration, cond func(*reco
 	e.t.Helper()
 	var last *reconcile.Status
 	e.waitFor("status of "+id, timeout, func() bool {
-		data := e.file("status/" + id + ".json")
+		data := e.file(stands.StatusPath(id))
 		if data == "" {
 			return false
 		}
@@ -639,7 +640,7 @@ func (e *daemonEnv) history() map[string]string {
 			for _, fp := range patch.FilePatches() {
 				from, to := fp.Files()
 				for _, f := range []interface{ Path() string }{from, to} {
-					if f != nil && !gitsource.IsStatusPath(f.Path()) {
+					if f != nil && !stands.IsStatusPath(f.Path()) {
 						t.Errorf("status commit %s touches %s", c.Hash, f.Path())
 					}
 				}

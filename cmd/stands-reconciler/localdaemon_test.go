@@ -15,6 +15,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // localDaemon is `run` in a process of its own on a repository on disk, in local mode (no Vault:
@@ -150,7 +151,7 @@ func (d *localDaemon) waitStatus(id string, timeout time.Duration, cond func(rec
 	d.t.Helper()
 	var s reconcile.Status
 	d.waitFor("the status of "+id, timeout, func() bool {
-		data := d.statusFile("status/" + id + ".json")
+		data := d.statusFile(stands.StatusPath(id))
 		s = reconcile.Status{}
 		return data != "" && json.Unmarshal([]byte(data), &s) == nil && cond(s)
 	})

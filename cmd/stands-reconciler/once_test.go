@@ -18,6 +18,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // TestReconcileOnceLocalRepository: `reconcile --once` on a repository on disk in local mode (secrets
@@ -113,7 +114,7 @@ func (l *localStandsRepo) status(id string) reconcile.Status {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := fs.ReadFile(snap.Files, "status/"+id+".json")
+	data, err := fs.ReadFile(snap.Files, stands.StatusPath(id))
 	if err != nil {
 		t.Fatal(err)
 	}

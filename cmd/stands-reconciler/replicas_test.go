@@ -16,6 +16,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/lease"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // The lease time is short for a test, yet long enough that a loaded CI machine (three daemons, a
@@ -113,7 +114,7 @@ func TestReplicas(t *testing.T) {
 	for _, id := range ids {
 		per[lease.Owner(id, names)]++
 	}
-	t.Logf("stands per replica: %v; leader %s", per, holders()[lease.LeaderLease])
+	t.Logf("stands per replica: %v; leader %s", per, holders()[stands.LeaderLease])
 	for _, n := range names {
 		if per[n] == 0 {
 			t.Errorf("%s holds no stand", n)

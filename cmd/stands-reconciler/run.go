@@ -17,6 +17,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 
+	"io"
+
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/control"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
@@ -26,7 +28,6 @@ import (
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/vault"
-	"io"
 )
 
 // daemonFlags configure `run` and `reconcile`.

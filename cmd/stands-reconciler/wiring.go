@@ -178,13 +178,8 @@ func (w *wiring) leaseCheck(f *daemonFlags) engine.LeaseCheck {
 		return nil
 	}
 	return func(ctx context.Context, ref stands.StackRef, token int64) (bool, error) {
-		return w.member.TokenLive(ctx, standLease(f.owner, ref), token)
+		return w.member.TokenLive(ctx, ref.Stand(f.owner), token) // a stand's lease is named by its id
 	}
-}
-
-// standLease is the lease a stand is operated under: its id.
-func standLease(owner string, ref stands.StackRef) string {
-	return cmp.Or(ref.StandID, owner+"_"+ref.Project+"_"+ref.Env)
 }
 
 // joinReplicas makes this reconciler a member of the replicas on the backend's database, for as
