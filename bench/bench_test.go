@@ -21,10 +21,10 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/prplan"
 	"github.com/stands-engine/stands-reconciler/reason"
-	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // TestBench runs every measurement and writes the results (bench/results.md, docs/performance.md).
@@ -238,7 +238,7 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 // workers.
 func (w *world) naive(t *testing.T, eng *engine.Engine, files map[string]string, hashes map[string]string, n int) (processes, seconds float64) {
 	t.Helper()
-	inputs := judge(t, files, w.pl.Passphrase)
+	inputs := judgeAll(t, files, w.pl.Passphrase)
 	before, start := w.processes(), time.Now()
 	const k = 10
 	for i := 10; i < 10+k; i++ {
@@ -468,7 +468,7 @@ func (w *world) planStatus(t *testing.T, sha string, timeout time.Duration) *git
 		statuses, _, err := w.gitea.API(t).ListStatuses(w.repo.Info.Owner.UserName, w.repo.Info.Name, sha, gitea.ListStatusesOption{})
 		var newest *gitea.Status
 		for _, s := range statuses {
-			if s.Context == reconcile.PlanContext && (newest == nil || s.ID > newest.ID) {
+			if s.Context == prplan.PlanContext && (newest == nil || s.ID > newest.ID) {
 				newest = s
 			}
 		}

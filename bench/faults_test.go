@@ -29,10 +29,11 @@ import (
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // TestFaults is the fault suite (make faults; FAULTS=short runs the subset .ci/run runs,
@@ -911,7 +912,7 @@ func faultSSH(s *suite, c *caseRun) {
 	}
 	delete(s.live, id("fssh"))
 	// The repository's last stand: its removal is approved, or the guard holds it.
-	s.w.repo.Change("remove fssh", map[string]string{reconcile.AllowDestroyFile: id("fssh") + "\n"}, standPath("fssh"))
+	s.w.repo.Change("remove fssh", map[string]string{judge.AllowDestroyFile: id("fssh") + "\n"}, standPath("fssh"))
 	c.deletes = 1
 	s.waitPhase(c, 3*time.Minute, reason.Destroyed, "", id("fssh"))
 }

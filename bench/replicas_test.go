@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/lease"
 	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // benchReplicas: 3 replicas on one PostgreSQL (the Pulumi state and the leases) against one reconciler

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // results are the rows of a results file (bench/results.md, bench/faults.md), printed as they come.

@@ -38,9 +38,9 @@ func (m mapSecrets) Secret(_ context.Context, ref manifest.SecretRef) (string, e
 	return v, nil
 }
 
-// judge loads every stand as the reconciler does, from the repository's files: the inputs it would
+// judgeAll loads every stand as the reconciler does, from the repository's files: the inputs it would
 // hand the engine, with their spec hashes.
-func judge(t *testing.T, files map[string]string, passphrase string) map[string]stands.Input {
+func judgeAll(t *testing.T, files map[string]string, passphrase string) map[string]stands.Input {
 	t.Helper()
 	fsys := fstest.MapFS{}
 	for p, c := range files {
@@ -73,7 +73,7 @@ func judge(t *testing.T, files map[string]string, passphrase string) map[string]
 func specHashes(t *testing.T, files map[string]string, passphrase string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for id, in := range judge(t, files, passphrase) {
+	for id, in := range judgeAll(t, files, passphrase) {
 		out[id] = in.SpecHash
 	}
 	return out

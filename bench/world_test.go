@@ -26,9 +26,9 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 // counter is a reverse proxy that counts the requests it passes on: the daemon reaches Gitea and

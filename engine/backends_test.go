@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // stateStore is a backend server as the contract test sees it: where the CLI is sent, under which

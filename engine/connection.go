@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/stands-engine/stands-reconciler/manifest"
@@ -138,3 +140,27 @@ func isSecret(s string, secrets []string) bool {
 	}
 	return false
 }
+
+// WriteConnectionFile writes a stand's full connection record to <dir>/<id>.json, indented with its
+// keys in their order, readable by its owner only: apply's --output-dir, and local mode's store.
+func WriteConnectionFile(dir, id string, record []byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create output folder: %w", err)
+	}
+	var buf strings.Builder
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(orderedRecord(record)); err != nil {
+		return err
+	}
+	p := filepath.Join(dir, id+".json")
+	if err := os.WriteFile(p, []byte(buf.String()), 0o600); err != nil {
+		return fmt.Errorf("write connection file: %w", err)
+	}
+	return os.Chmod(p, 0o600)
+}
+
+// orderedRecord keeps the record's key order when it is indented.
+type orderedRecord json.RawMessage
+
+func (o orderedRecord) MarshalJSON() ([]byte, error) { return o, nil }

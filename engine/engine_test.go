@@ -23,11 +23,11 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 // TestMain lets the test binary serve the provider: the engine runs it through the

@@ -16,10 +16,10 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/engine/node"
 	"github.com/stands-engine/stands-reconciler/gitsource"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // healthOnNodes is issue 24's story on the applied two-node stand, on the VMs TestNodesE2E boots:

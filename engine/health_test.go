@@ -6,9 +6,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // TestStateSecretsReadWithoutTheCLI: what the health check reads of a stack's state (its secrets

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim/vm"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // The reconciler as deploy/ installs it, under the VM's systemd (PID 1): deploy/install.sh run for

@@ -19,7 +19,7 @@ import (
 	"slices"
 
 	"code.gitea.io/sdk/gitea"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 func TestPublishToGitea(t *testing.T) {

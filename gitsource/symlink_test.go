@@ -17,10 +17,10 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/stands-engine/stands-reconciler/internal/repofs"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 // TestSymlinksJudgedAlike: a repository with links (and a file over the size limit) — a template linked to a file outside it, a stand

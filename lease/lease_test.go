@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 func stores(t *testing.T, db *sql.DB, ttl, grace time.Duration, ids ...string) []*Store {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // makoContext is what the Stands Engine's templates saw (its guide, §4, and the app templates' names).

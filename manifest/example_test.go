@@ -7,7 +7,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 var updateHashes = flag.Bool("update-hashes", false, "rewrite testdata/example-spechashes.json")

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 const fuzzSentinel = "zq9-SENTINEL-41c7e"

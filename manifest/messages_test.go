@@ -8,7 +8,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 // TestMessagesNeverQuoteOutputThatSawASecret: a diagnostic about rendered output names the place

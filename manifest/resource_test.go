@@ -7,7 +7,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 // assetsRoot is the example's shared bases and app packages as a resource root of their own.

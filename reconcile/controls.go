@@ -1,16 +1,15 @@
 package reconcile
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/diff"
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
+	"github.com/stands-engine/stands-reconciler/internal/statefile"
 	"github.com/stands-engine/stands-reconciler/reason"
 )
 
@@ -94,11 +93,11 @@ func (r *Reconciler) SetPlanOnly(on bool, by string) error {
 }
 
 func (r *Reconciler) setControl(action, by, why string, set func(*Controls, *Switch)) error {
-	why = truncate(why, maxReason)
+	why = mdtext.Truncate(why, maxReason)
 	r.mu.Lock()
 	next := r.controls
 	set(&next, &Switch{By: by, At: r.cfg.Now().UTC(), Reason: why})
-	if err := writeJSONFile(r.cfg.ControlState, next); err != nil {
+	if err := statefile.Write(r.cfg.ControlState, next); err != nil {
 		r.mu.Unlock()
 		return fmt.Errorf("keep the controls: %w", err)
 	}
@@ -161,17 +160,7 @@ func (r *Reconciler) planOnlyLocked() bool { return r.cfg.PlanOnly || r.controls
 // loadControls reads the local switches kept by an earlier run. An unreadable file is an error: a
 // pause an operator turned on must not be lost silently.
 func (r *Reconciler) loadControls() error {
-	if r.cfg.ControlState == "" {
-		return nil
-	}
-	data, err := os.ReadFile(r.cfg.ControlState)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err == nil {
-		err = json.Unmarshal(data, &r.controls)
-	}
-	if err != nil {
+	if _, err := statefile.Read(r.cfg.ControlState, &r.controls); err != nil {
 		return fmt.Errorf("read the operator controls %s: %w", r.cfg.ControlState, err)
 	}
 	return nil
@@ -184,7 +173,7 @@ func repositoryPause(files fs.FS, commit string) *Switch {
 		return nil
 	}
 	line, _, _ := strings.Cut(string(data[:min(len(data), 4096)]), "\n")
-	return &Switch{By: PauseFile + " at " + short(commit), Reason: truncate(strings.TrimSpace(line), maxReason)}
+	return &Switch{By: PauseFile + " at " + mdtext.Short(commit), Reason: mdtext.Truncate(strings.TrimSpace(line), maxReason)}
 }
 
 // held is what a pause or plan-only makes of an action that would start an operation: the outcome
@@ -219,7 +208,7 @@ func because(why string) string {
 func (r *Reconciler) controlBanner() string {
 	var b strings.Builder
 	if p := r.pausedLocked(); p != nil {
-		fmt.Fprintf(&b, "> **Paused** by %s%s%s. No stand is applied, destroyed or checked until it is resumed", cell(p.By), since(p.At), cell(because(p.Reason)))
+		fmt.Fprintf(&b, "> **Paused** by %s%s%s. No stand is applied, destroyed or checked until it is resumed", mdtext.Cell(p.By), since(p.At), mdtext.Cell(because(p.Reason)))
 		if p == r.repoPause {
 			b.WriteString(" (remove `" + PauseFile + "`).\n")
 		} else {
@@ -231,7 +220,7 @@ func (r *Reconciler) controlBanner() string {
 		if s := r.controls.PlanOnly; s != nil {
 			by = s.By + since(s.At)
 		}
-		fmt.Fprintf(&b, "> **Plan-only** (%s): each stand's status says what would be applied or destroyed; nothing is.\n", cell(by))
+		fmt.Fprintf(&b, "> **Plan-only** (%s): each stand's status says what would be applied or destroyed; nothing is.\n", mdtext.Cell(by))
 	}
 	if b.Len() == 0 {
 		return ""
@@ -244,24 +233,4 @@ func since(at time.Time) string {
 		return ""
 	}
 	return " since " + at.UTC().Format(time.RFC3339)
-}
-
-// writeJSONFile writes v to path atomically (mode 0600); "" keeps nothing.
-func writeJSONFile(path string, v any) error {
-	if path == "" {
-		return nil
-	}
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	err = os.MkdirAll(filepath.Dir(tmp), 0o700)
-	if err == nil {
-		err = os.WriteFile(tmp, data, 0o600)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	return err
 }

@@ -10,18 +10,19 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/test/fakes"
 )
 
 // portChange is a commit changing stand p's spec: only a pause or plan-only stands between it and
 // a pulumi up.
 func portChange(p string, port int) map[string]string {
-	return map[string]string{standFile(p): strings.Replace(standYML(p, ""), "cache: {}", "cache: {preferences: {port: "+strconv.Itoa(port)+"}}", 1)}
+	return map[string]string{fakes.StandFile(p): strings.Replace(fakes.StandYML(p, ""), "cache: {}", "cache: {preferences: {port: "+strconv.Itoa(port)+"}}", 1)}
 }
 
 func (h *harness) statusMD() string {
-	h.src.mu.Lock()
-	defer h.src.mu.Unlock()
-	if f := h.src.files["STATUS.md"]; f != nil {
+	h.src.Mu.Lock()
+	defer h.src.Mu.Unlock()
+	if f := h.src.Files["STATUS.md"]; f != nil {
 		return string(f.Data)
 	}
 	return ""
@@ -38,9 +39,9 @@ func TestPause(t *testing.T) {
 		want   string // in the held stands' messages
 	}{
 		{"committed", func(h *harness) {
-			h.src.commit(map[string]string{PauseFile: "incident 42: Hetzner is degraded\nmore text\n"})
+			h.src.Commit(map[string]string{PauseFile: "incident 42: Hetzner is degraded\nmore text\n"})
 		},
-			func(h *harness) { h.src.commit(map[string]string{PauseFile: ""}) }, "paused by .stands/pause at h00"},
+			func(h *harness) { h.src.Commit(map[string]string{PauseFile: ""}) }, "paused by .stands/pause at h00"},
 		{"local", func(h *harness) {
 			if err := h.r.Pause("alice (uid 1000)", "incident 42: Hetzner is degraded"); err != nil {
 				t.Fatal(err)
@@ -57,19 +58,19 @@ func TestPause(t *testing.T) {
 			h.mustCycle()
 			h.now = h.now.Add(2 * time.Hour) // drift checks due
 			c.pause(h)
-			h.src.commit(portChange("a", 6391))
-			h.src.commit(map[string]string{standFile("b"): ""})
-			ups, drifts := h.eng.totalUps(), h.eng.drifts
+			h.src.Commit(portChange("a", 6391))
+			h.src.Commit(map[string]string{fakes.StandFile("b"): ""})
+			ups, drifts := h.eng.TotalUps(), h.eng.Drifts
 			h.mustCycle()
 			if c.name == "local" { // a restart keeps the local pause
 				h.r = New(h.r.cfg, h.src, h.eng, h.sec)
 				h.mustCycle()
 			}
-			if got := h.eng.totalUps() - ups; got != 0 {
+			if got := h.eng.TotalUps() - ups; got != 0 {
 				t.Errorf("%d pulumi up while paused", got)
 			}
-			if len(h.eng.destroys) != 0 || h.eng.drifts != drifts {
-				t.Errorf("while paused: destroys %v, %d drift checks", h.eng.destroys, h.eng.drifts-drifts)
+			if len(h.eng.Destroys) != 0 || h.eng.Drifts != drifts {
+				t.Errorf("while paused: destroys %v, %d drift checks", h.eng.Destroys, h.eng.Drifts-drifts)
 			}
 			for id, would := range map[string]string{"local_a_dev": "apply it", "local_b_dev": "destroy it"} {
 				st := h.src.statusOf(t, id)
@@ -87,16 +88,16 @@ func TestPause(t *testing.T) {
 			if v := h.r.Controls(); !v.Paused {
 				t.Errorf("controls while paused: %+v", v)
 			}
-			commits := h.src.commits()
+			commits := h.src.Commits()
 			h.mustCycle()
-			if h.src.commits() != commits {
+			if h.src.Commits() != commits {
 				t.Error("a second paused cycle committed again")
 			}
 
 			c.resume(h)
 			h.mustCycle()
-			if h.eng.upsOf("local_a_dev") != 2 || len(h.eng.destroys) != 1 {
-				t.Errorf("after the resume: ups %v, destroys %v", h.eng.ups, h.eng.destroys)
+			if h.eng.UpsOf("local_a_dev") != 2 || len(h.eng.Destroys) != 1 {
+				t.Errorf("after the resume: ups %v, destroys %v", h.eng.Ups, h.eng.Destroys)
 			}
 			if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready {
 				t.Errorf("a after the resume: %+v", st)
@@ -113,8 +114,8 @@ func TestPause(t *testing.T) {
 		}
 		h := newHarness(t, repoWith("a"), func(cfg *Config) { cfg.ControlState = state })
 		h.mustCycle()
-		if h.eng.totalUps() != 0 {
-			t.Errorf("%d ups with the controls unreadable", h.eng.totalUps())
+		if h.eng.TotalUps() != 0 {
+			t.Errorf("%d ups with the controls unreadable", h.eng.TotalUps())
 		}
 		if st := h.src.statusOf(t, "local_a_dev"); st.Reason != reason.Paused || !strings.Contains(st.Message, "could not be read") {
 			t.Errorf("a: %+v", st)
@@ -130,16 +131,16 @@ func TestPlanOnly(t *testing.T) {
 	if err := h.r.SetPlanOnly(true, "bob (uid 0)"); err != nil {
 		t.Fatal(err)
 	}
-	h.src.commit(repoWith("n"))
-	h.src.commit(portChange("a", 6392))
-	h.src.commit(map[string]string{standFile("b"): ""})
-	h.eng.drifted["local_a_dev"] = true
-	ups := h.eng.totalUps()
+	h.src.Commit(repoWith("n"))
+	h.src.Commit(portChange("a", 6392))
+	h.src.Commit(map[string]string{fakes.StandFile("b"): ""})
+	h.eng.Drifted["local_a_dev"] = true
+	ups := h.eng.TotalUps()
 	h.mustCycle()
 	h.now = h.now.Add(2 * time.Hour)
 	h.mustCycle()
-	if got := h.eng.totalUps() - ups; got != 0 || len(h.eng.destroys) != 0 {
-		t.Errorf("plan-only: %d ups, destroys %v", got, h.eng.destroys)
+	if got := h.eng.TotalUps() - ups; got != 0 || len(h.eng.Destroys) != 0 {
+		t.Errorf("plan-only: %d ups, destroys %v", got, h.eng.Destroys)
 	}
 	for id, would := range map[string]string{"local_n_dev": "would create it", "local_a_dev": "would apply it", "local_b_dev": "would destroy it"} {
 		st := h.src.statusOf(t, id)
@@ -155,19 +156,19 @@ func TestPlanOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.mustCycle()
-	if h.eng.upsOf("local_n_dev") != 1 || h.eng.upsOf("local_a_dev") != 2 || len(h.eng.destroys) != 1 {
-		t.Errorf("after plan-only: ups %v, destroys %v", h.eng.ups, h.eng.destroys)
+	if h.eng.UpsOf("local_n_dev") != 1 || h.eng.UpsOf("local_a_dev") != 2 || len(h.eng.Destroys) != 1 {
+		t.Errorf("after plan-only: ups %v, destroys %v", h.eng.Ups, h.eng.Destroys)
 	}
 
 	// Drift checks run in plan-only mode; the drift is reported, not applied.
 	h2 := newHarness(t, repoWith("a"), func(cfg *Config) { cfg.DriftInterval, cfg.DriftApply, cfg.PlanOnly = time.Hour, true, false })
 	h2.mustCycle()
 	h2.r.cfg.PlanOnly = true
-	h2.eng.drifted["local_a_dev"] = true
+	h2.eng.Drifted["local_a_dev"] = true
 	h2.now = h2.now.Add(2 * time.Hour)
 	h2.mustCycle()
-	if h2.eng.drifts != 1 || h2.eng.upsOf("local_a_dev") != 1 {
-		t.Errorf("plan-only drift: %d checks, %d ups", h2.eng.drifts, h2.eng.upsOf("local_a_dev"))
+	if h2.eng.Drifts != 1 || h2.eng.UpsOf("local_a_dev") != 1 {
+		t.Errorf("plan-only drift: %d checks, %d ups", h2.eng.Drifts, h2.eng.UpsOf("local_a_dev"))
 	}
 	if st := h2.src.statusOf(t, "local_a_dev"); st.Phase != reason.Drifted {
 		t.Errorf("a drifted in plan-only mode: %+v", st)
@@ -179,18 +180,18 @@ func TestPlanOnly(t *testing.T) {
 func TestRetry(t *testing.T) {
 	h := newHarness(t, repoWith("a"), nil)
 	for range 3 {
-		h.eng.mu.Lock()
-		h.eng.fail["local_a_dev"] = errors.New("exit status 1")
-		h.eng.mu.Unlock()
+		h.eng.Mu.Lock()
+		h.eng.Fail["local_a_dev"] = errors.New("exit status 1")
+		h.eng.Mu.Unlock()
 		h.mustCycle()
 		h.now = h.now.Add(time.Hour)
 	}
 	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Stalled {
 		t.Fatalf("after three failures: %+v", st)
 	}
-	calls := h.eng.calls
+	calls := h.eng.Calls
 	h.mustCycle()
-	if h.eng.calls != calls {
+	if h.eng.Calls != calls {
 		t.Fatalf("a Stalled stand was attempted again without a retry")
 	}
 	if err := h.r.Retry("local_a_dev", "carol (uid 0)"); err != nil {
@@ -198,8 +199,8 @@ func TestRetry(t *testing.T) {
 	}
 	h.mustCycle()
 	st := h.src.statusOf(t, "local_a_dev")
-	if st.Phase != reason.Ready || h.eng.upsOf("local_a_dev") != 1 {
-		t.Errorf("after the retry: %+v, ups %d", st, h.eng.upsOf("local_a_dev"))
+	if st.Phase != reason.Ready || h.eng.UpsOf("local_a_dev") != 1 {
+		t.Errorf("after the retry: %+v, ups %d", st, h.eng.UpsOf("local_a_dev"))
 	}
 	if st.Operator == nil || st.Operator.Action != "retry" || st.Operator.By != "carol (uid 0)" {
 		t.Errorf("the retry is not in the status: %+v", st.Operator)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/fakes"
 )
 
 // fakeChecker answers health checks from what the test sets, per stand project.
@@ -92,15 +93,15 @@ func stopped(instance string) *stands.Health {
 	}}
 }
 
-func healthHarness(t *testing.T, tune func(*Config)) (*harness, *fakeChecker, *fakeForge) {
-	chk, forge := newFakeChecker(), newFakeForge()
+func healthHarness(t *testing.T, tune func(*Config)) (*harness, *fakeChecker, *fakes.Forge) {
+	chk, forge := newFakeChecker(), fakes.NewForge()
 	h := newHarness(t, repoWith("a"), func(c *Config) {
 		c.Checker, c.HealthInterval, c.Forge, c.HealSettle = chk, time.Minute, forge, time.Millisecond
 		if tune != nil {
 			tune(c)
 		}
 	})
-	h.eng.nodesMode = "full"
+	h.eng.NodesMode = "full"
 	h.mustCycle()
 	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready {
 		t.Fatalf("after the apply: %+v", st)
@@ -117,13 +118,13 @@ func TestHealthDegradedOnceAndRecovered(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(h.r.Metrics())
 	applied := h.src.statusOf(t, "local_a_dev").LastSuccessfulCommit
-	ups, calls := h.eng.totalUps(), h.eng.calls
+	ups, calls := h.eng.TotalUps(), h.eng.Calls
 
 	h.r.HealthCycle(context.Background())
 	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready || st.Health != nil {
 		t.Fatalf("healthy: %+v", st)
 	}
-	commits := h.src.commits()
+	commits := h.src.Commits()
 
 	chk.set("a", stopped("web--front"))
 	h.r.HealthCycle(context.Background())
@@ -132,26 +133,26 @@ func TestHealthDegradedOnceAndRecovered(t *testing.T) {
 		st.Health == nil || len(st.Health.Instances) != 1 || st.Health.Instances[0].Instance != "web--front" {
 		t.Fatalf("a unit stopped: %+v (health %+v)", st, st.Health)
 	}
-	if got := forge.statuses[applied+" stands/local_a_dev"]; got != "failure: Degraded: web--front: unit inactive" {
+	if got := forge.Statuses[applied+" stands/local_a_dev"]; got != "failure: Degraded: web--front: unit inactive" {
 		t.Errorf("commit status on the applied commit %s: %q", applied, got)
 	}
-	if md := string(h.src.files["STATUS.md"].Data); !strings.Contains(md, "Degraded") || !strings.Contains(md, "web--front: unit inactive") {
+	if md := string(h.src.Files["STATUS.md"].Data); !strings.Contains(md, "Degraded") || !strings.Contains(md, "web--front: unit inactive") {
 		t.Errorf("STATUS.md does not show the degraded stand:\n%s", md)
 	}
-	if h.src.commits() != commits+1 {
-		t.Errorf("%d status commits for the stand becoming Degraded, want 1", h.src.commits()-commits)
+	if h.src.Commits() != commits+1 {
+		t.Errorf("%d status commits for the stand becoming Degraded, want 1", h.src.Commits()-commits)
 	}
-	degraded := h.src.commits()
+	degraded := h.src.Commits()
 	for range 5 {
 		h.now = h.now.Add(time.Minute)
 		h.r.HealthCycle(context.Background())
 		h.mustCycle()
 	}
-	if n := h.src.commits() - degraded; n != 0 {
+	if n := h.src.Commits() - degraded; n != 0 {
 		t.Errorf("a stand that stays Degraded made %d more status commits over 5 checks", n)
 	}
-	if h.eng.totalUps() != ups || len(h.eng.destroys) != 0 || h.eng.calls != calls {
-		t.Errorf("a Degraded stand was operated on: ups %d→%d, calls %d→%d, destroys %v", ups, h.eng.totalUps(), calls, h.eng.calls, h.eng.destroys)
+	if h.eng.TotalUps() != ups || len(h.eng.Destroys) != 0 || h.eng.Calls != calls {
+		t.Errorf("a Degraded stand was operated on: ups %d→%d, calls %d→%d, destroys %v", ups, h.eng.TotalUps(), calls, h.eng.Calls, h.eng.Destroys)
 	}
 	if len(chk.restarts) != 0 {
 		t.Errorf("restarted without --heal: %v", chk.restarts)
@@ -169,7 +170,7 @@ func TestHealthDegradedOnceAndRecovered(t *testing.T) {
 	if got := gauge(t, reg, "stands_stands", map[string]string{"phase": "Degraded"}); got != 0 {
 		t.Errorf("stands_stands{phase=Degraded} = %v after the recovery", got)
 	}
-	if got := forge.statuses[applied+" stands/local_a_dev"]; !strings.HasPrefix(got, "success: Ready") {
+	if got := forge.Statuses[applied+" stands/local_a_dev"]; !strings.HasPrefix(got, "success: Ready") {
 		t.Errorf("commit status after the recovery: %q", got)
 	}
 }
@@ -178,7 +179,7 @@ func TestHealthDegradedOnceAndRecovered(t *testing.T) {
 // it is neither applied again nor destroyed, healed or not.
 func TestHealthNodeUnreachable(t *testing.T) {
 	h, chk, _ := healthHarness(t, func(c *Config) { c.Heal = true })
-	ups := h.eng.totalUps()
+	ups := h.eng.TotalUps()
 	chk.set("a", &stands.Health{Unreachable: []stands.UnreachableNode{{Server: "local-a-dev-main", Error: "dial tcp: i/o timeout"}}})
 	for range 3 {
 		h.now = h.now.Add(time.Minute)
@@ -189,8 +190,8 @@ func TestHealthNodeUnreachable(t *testing.T) {
 	if st.Phase != reason.Degraded || st.Reason != reason.NodeUnreachable || st.Message != "local-a-dev-main: unreachable over SSH" {
 		t.Errorf("unreachable: %+v", st)
 	}
-	if h.eng.totalUps() != ups || len(h.eng.destroys) != 0 || len(chk.restarts) != 0 || h.eng.repairs != 0 {
-		t.Errorf("an unreachable node was acted on: ups %d→%d, destroys %v, restarts %v, repairs %d", ups, h.eng.totalUps(), h.eng.destroys, chk.restarts, h.eng.repairs)
+	if h.eng.TotalUps() != ups || len(h.eng.Destroys) != 0 || len(chk.restarts) != 0 || h.eng.Repairs != 0 {
+		t.Errorf("an unreachable node was acted on: ups %d→%d, destroys %v, restarts %v, repairs %d", ups, h.eng.TotalUps(), h.eng.Destroys, chk.restarts, h.eng.Repairs)
 	}
 }
 
@@ -210,7 +211,7 @@ func TestHealRestartsThenApplies(t *testing.T) {
 		if len(st.Healing) != 1 || st.Healing[0].Instance != "web--front" || st.Healing[0].Action != "restart" || st.Healing[0].Result != "restarted" {
 			t.Errorf("healing steps: %+v", st.Healing)
 		}
-		if h.eng.repairs != 0 {
+		if h.eng.Repairs != 0 {
 			t.Errorf("applied again after a restart that helped")
 		}
 	})
@@ -222,15 +223,15 @@ func TestHealRestartsThenApplies(t *testing.T) {
 			t.Fatalf("after the restart: %+v, healing %+v", st, st.Healing)
 		}
 		h.mustCycle()
-		if h.eng.repairs != 1 {
-			t.Fatalf("repairing applies: %d, want 1", h.eng.repairs)
+		if h.eng.Repairs != 1 {
+			t.Fatalf("repairing applies: %d, want 1", h.eng.Repairs)
 		}
 		chk.set("a", nil) // the apply brought it back
 		if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready || st.Reason != reason.Applied {
 			t.Errorf("after the repairing apply: %+v", st)
 		}
 		h.mustCycle()
-		if h.eng.repairs != 1 {
+		if h.eng.Repairs != 1 {
 			t.Errorf("applied again twice for one heal")
 		}
 	})
@@ -339,8 +340,8 @@ func TestHealthStatusHasNoSecret(t *testing.T) {
 	h, chk, _ := healthHarness(t, nil)
 	chk.set("a", stopped("web--front"))
 	h.r.HealthCycle(context.Background())
-	data := h.src.files["status/local_a_dev.json"].Data
-	if strings.Contains(string(data), kvPassword) {
+	data := h.src.Files["status/local_a_dev.json"].Data
+	if strings.Contains(string(data), fakes.KVPassword) {
 		t.Error("a secret is in the status file")
 	}
 	var raw map[string]json.RawMessage

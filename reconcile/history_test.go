@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/test/fakes"
 )
 
 // twelve is a repository of twelve stands, s00…s11.
@@ -22,10 +23,10 @@ func twelve() (map[string]string, []string) {
 
 // changed lists the files each status commit since commit n touched.
 func (s *fakeSource) changedSince(n int) [][]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
 	var out [][]string
-	for _, files := range s.published[n:] {
+	for _, files := range s.Published[n:] {
 		var names []string
 		for p := range files {
 			names = append(names, p)
@@ -44,27 +45,27 @@ func TestRestartTouchesOnlyTheChangedStand(t *testing.T) {
 	repo, _ := twelve()
 	h := newHarness(t, repo, func(c *Config) { c.NodesMode = "skipped" })
 	h.mustCycle()
-	if h.eng.totalUps() != 12 {
-		t.Fatalf("%d ups, want 12", h.eng.totalUps())
+	if h.eng.TotalUps() != 12 {
+		t.Fatalf("%d ups, want 12", h.eng.TotalUps())
 	}
 	restart := func() {
 		h.r = New(h.r.cfg, h.src, h.eng, h.sec)
 	}
 	restart()
-	calls, commits := h.eng.calls, h.src.commits()
+	calls, commits := h.eng.Calls, h.src.Commits()
 	for range 3 {
 		h.mustCycle()
 	}
-	if h.eng.calls != calls || h.src.commits() != commits {
-		t.Errorf("after a restart, no-op cycles made %d engine calls and %d commits", h.eng.calls-calls, h.src.commits()-commits)
+	if h.eng.Calls != calls || h.src.Commits() != commits {
+		t.Errorf("after a restart, no-op cycles made %d engine calls and %d commits", h.eng.Calls-calls, h.src.Commits()-commits)
 	}
 
-	h.src.commit(map[string]string{standFile("s05"): strings.Replace(standYML("s05", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)})
+	h.src.Commit(map[string]string{fakes.StandFile("s05"): strings.Replace(fakes.StandYML("s05", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)})
 	restart()
 	h.mustCycle()
 	h.mustCycle()
-	if h.eng.calls != calls+1 || h.eng.upsOf("local_s05_dev") != 2 {
-		t.Errorf("one changed stand: %d engine calls, %d ups of s05", h.eng.calls-calls, h.eng.upsOf("local_s05_dev"))
+	if h.eng.Calls != calls+1 || h.eng.UpsOf("local_s05_dev") != 2 {
+		t.Errorf("one changed stand: %d engine calls, %d ups of s05", h.eng.Calls-calls, h.eng.UpsOf("local_s05_dev"))
 	}
 	for _, files := range h.src.changedSince(commits) {
 		for _, f := range files {
@@ -91,43 +92,43 @@ func TestRestartTouchesOnlyTheChangedStand(t *testing.T) {
 func TestObservedStandKeepsItsCommit(t *testing.T) {
 	h := newHarness(t, repoWith("a", "b"), nil)
 	h.mustCycle()
-	h.src.commit(map[string]string{standFile("b"): strings.Replace(standYML("b", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)})
-	h.eng.touch("local_a_dev")
-	calls := h.eng.calls
+	h.src.Commit(map[string]string{fakes.StandFile("b"): strings.Replace(fakes.StandYML("b", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)})
+	h.eng.Touch("local_a_dev")
+	calls := h.eng.Calls
 	h.mustCycle()
-	if h.eng.calls != calls+2 || h.eng.upsOf("local_a_dev") != 1 {
-		t.Fatalf("%d engine calls (want a's read and b's apply), %d ups of a", h.eng.calls-calls, h.eng.upsOf("local_a_dev"))
+	if h.eng.Calls != calls+2 || h.eng.UpsOf("local_a_dev") != 1 {
+		t.Fatalf("%d engine calls (want a's read and b's apply), %d ups of a", h.eng.Calls-calls, h.eng.UpsOf("local_a_dev"))
 	}
 	if st := h.src.statusOf(t, "local_a_dev"); st.LastSuccessfulCommit != "h001" || st.StateDigest != "local_a_dev-1+" {
 		t.Errorf("a, read again at h002: %+v", st)
 	}
 
 	// b's apply at h003 ends while the reconciler is gone: its last status says Progressing.
-	h.src.commit(map[string]string{standFile("b"): strings.Replace(standYML("b", ""), "cache: {}", "cache: {preferences: {port: 6391}}", 1)})
-	h.eng.gate = make(chan struct{})
+	h.src.Commit(map[string]string{fakes.StandFile("b"): strings.Replace(fakes.StandYML("b", ""), "cache: {}", "cache: {preferences: {port: 6391}}", 1)})
+	h.eng.Gate = make(chan struct{})
 	if err := h.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	h.eng.waitRunning(t, 1)
+	h.eng.WaitRunning(t, 1)
 	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != reason.Progressing || st.LastAttemptedCommit != "h003" {
 		t.Fatalf("b while applying: %+v", st)
 	}
-	h.src.mu.Lock()
-	h.src.down = true // its final status is never committed
-	h.src.mu.Unlock()
-	close(h.eng.gate)
+	h.src.Mu.Lock()
+	h.src.Down = true // its final status is never committed
+	h.src.Mu.Unlock()
+	close(h.eng.Gate)
 	h.r.Wait()
-	h.src.mu.Lock()
-	h.src.down = false
-	h.src.mu.Unlock()
-	h.eng.gate = nil
-	h.src.commit(map[string]string{"README.md": "another commit"})
+	h.src.Mu.Lock()
+	h.src.Down = false
+	h.src.Mu.Unlock()
+	h.eng.Gate = nil
+	h.src.Commit(map[string]string{"README.md": "another commit"})
 	h.r = New(h.r.cfg, h.src, h.eng, h.sec)
 	h.mustCycle()
 	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != reason.Ready || st.LastSuccessfulCommit != "h003" || st.LastAttemptedCommit != "h003" {
 		t.Errorf("b, found applied after a restart at h004: %+v", st)
 	}
-	if ups := h.eng.upsOf("local_b_dev"); ups != 3 {
+	if ups := h.eng.UpsOf("local_b_dev"); ups != 3 {
 		t.Errorf("b: %d ups, want 3 (no apply for the read)", ups)
 	}
 }
@@ -137,17 +138,17 @@ func TestObservedStandKeepsItsCommit(t *testing.T) {
 func TestNodesModeChangeApplies(t *testing.T) {
 	h := newHarness(t, repoWith("a"), func(c *Config) { c.NodesMode = "skipped" })
 	h.mustCycle()
-	calls := h.eng.calls
+	calls := h.eng.Calls
 	h.mustCycle()
-	if h.eng.calls != calls {
-		t.Fatalf("same mode: %d engine calls", h.eng.calls-calls)
+	if h.eng.Calls != calls {
+		t.Fatalf("same mode: %d engine calls", h.eng.Calls-calls)
 	}
 	cfg := h.r.cfg
 	cfg.NodesMode = "full"
 	h.r = New(cfg, h.src, h.eng, h.sec)
 	h.mustCycle()
-	if h.eng.calls != calls+1 {
-		t.Errorf("another mode: %d engine calls, want the apply", h.eng.calls-calls)
+	if h.eng.Calls != calls+1 {
+		t.Errorf("another mode: %d engine calls, want the apply", h.eng.Calls-calls)
 	}
 }
 
@@ -164,20 +165,20 @@ func TestStatusCommitsCoalesced(t *testing.T) {
 		t.Run(fmt.Sprint("delay ", tc.delay), func(t *testing.T) {
 			repo, _ := twelve()
 			for _, id := range []string{"s10", "s11"} {
-				delete(repo, standFile(id))
+				delete(repo, fakes.StandFile(id))
 			}
 			h := newHarness(t, repo, func(c *Config) { c.Workers, c.StatusDelay = 10, tc.delay })
-			h.eng.gate = make(chan struct{})
+			h.eng.Gate = make(chan struct{})
 			if err := h.r.Cycle(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			h.eng.waitRunning(t, 10)
+			h.eng.WaitRunning(t, 10)
 			for range 10 {
-				h.eng.gate <- struct{}{}
+				h.eng.Gate <- struct{}{}
 				time.Sleep(20 * time.Millisecond)
 			}
 			h.r.Wait()
-			if n := h.src.commits(); n < tc.min || n > tc.max {
+			if n := h.src.Commits(); n < tc.min || n > tc.max {
 				t.Errorf("%d status commits, want %d to %d", n, tc.min, tc.max)
 			}
 			for i := range 10 {
@@ -217,45 +218,45 @@ func TestNoOpCycleReadsNoSecret(t *testing.T) {
 	repo, _ := twelve()
 	h := newHarness(t, repo, func(c *Config) { c.SecretRefresh = 5 * time.Minute })
 	reads := func() int {
-		h.sec.mu.Lock()
-		defer h.sec.mu.Unlock()
-		return h.sec.reads
+		h.sec.Mu.Lock()
+		defer h.sec.Mu.Unlock()
+		return h.sec.Reads
 	}
 	h.mustCycle()
 	if n := reads(); n != 2 {
 		t.Errorf("twelve stands sharing two secrets: %d reads", n)
 	}
-	calls, before := h.eng.calls, reads()
+	calls, before := h.eng.Calls, reads()
 	for range 3 {
 		h.now = h.now.Add(time.Minute)
 		h.mustCycle()
 	}
-	if n := reads() - before; n != 0 || h.eng.calls != calls {
-		t.Errorf("no-op cycles: %d secret reads, %d engine calls", n, h.eng.calls-calls)
+	if n := reads() - before; n != 0 || h.eng.Calls != calls {
+		t.Errorf("no-op cycles: %d secret reads, %d engine calls", n, h.eng.Calls-calls)
 	}
-	h.src.commit(map[string]string{"README.md": "a commit"})
+	h.src.Commit(map[string]string{"README.md": "a commit"})
 	h.mustCycle()
 	if n := reads() - before; n != 2 {
 		t.Errorf("a new commit: %d secret reads, want 2", n)
 	}
-	h.sec.mu.Lock()
-	h.sec.values["kv-password"] = "rotated-value"
-	h.sec.mu.Unlock()
+	h.sec.Mu.Lock()
+	h.sec.Values["kv-password"] = "rotated-value"
+	h.sec.Mu.Unlock()
 	h.now = h.now.Add(4 * time.Minute)
 	h.mustCycle()
-	if h.eng.upsOf("local_s00_dev") != 1 {
+	if h.eng.UpsOf("local_s00_dev") != 1 {
 		t.Fatalf("a rotated secret was read within the refresh")
 	}
 	h.now = h.now.Add(2 * time.Minute)
 	h.mustCycle()
-	if ups := h.eng.totalUps(); ups != 24 {
+	if ups := h.eng.TotalUps(); ups != 24 {
 		t.Errorf("after the refresh: %d ups, want the twelve stands applied again with the new value", ups)
 	}
 	// A store that is down is asked once a cycle, not kept: the next cycle asks again.
-	h.sec.mu.Lock()
-	h.sec.down = true
-	h.sec.mu.Unlock()
-	h.src.commit(map[string]string{"README.md": "another"})
+	h.sec.Mu.Lock()
+	h.sec.Down = true
+	h.sec.Mu.Unlock()
+	h.src.Commit(map[string]string{"README.md": "another"})
 	before = reads()
 	h.mustCycle()
 	h.mustCycle()

@@ -63,7 +63,9 @@ func waitJittered(ctx context.Context, interval time.Duration, wake <-chan struc
 // Wait blocks until every started operation, and the pull request plans running, have finished.
 func (r *Reconciler) Wait() {
 	r.ops.Wait()
-	r.pw.wg.Wait()
+	if r.cfg.Plans != nil {
+		r.cfg.Plans.Wait()
+	}
 }
 
 // Abort cancels the running operations now, as the drain timeout would (a second signal during a
@@ -79,7 +81,9 @@ func (r *Reconciler) Abort() {
 // not be committed: a drain that had to cancel is still a clean stop.
 func (r *Reconciler) Drain(timeout time.Duration) error {
 	r.flush()
-	r.stopPreviews()
+	if r.cfg.Plans != nil {
+		r.cfg.Plans.Stop() // plans only read: nothing is lost
+	}
 	done := make(chan struct{})
 	go func() { r.ops.Wait(); close(done) }()
 	select {

@@ -16,7 +16,6 @@ type Metrics struct {
 	r          *Reconciler
 	cycles     *prometheus.HistogramVec
 	operations *prometheus.HistogramVec
-	plans      *prometheus.CounterVec
 	fetchFails prometheus.Counter
 	secretErrs *prometheus.CounterVec
 	// healthChecks and heals: the live health check (health.go).
@@ -38,8 +37,6 @@ func newMetrics(r *Reconciler) *Metrics {
 		operations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "stands_operation_duration_seconds",
 			Help:    "Duration of operations on stands, by kind (apply, drift, observe, destroy) and result (ok or the reason's kind: Waiting, Stalling, Generic).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 13)}, []string{"kind", "result"}),
-		plans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_pull_request_plans_total",
-			Help: "Pull request plans, by result: success, failure (the plan refuses), error (planning failed), untrusted (no plan)."}, []string{"result"}),
 		fetchFails: prometheus.NewCounter(prometheus.CounterOpts{Name: "stands_source_fetch_failures_total", Help: "Cycles whose fetch of the stands repository failed."}),
 		secretErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_secret_store_errors_total",
 			Help: "Errors of the secret store (Vault): read (a cycle could not resolve secrets), write (a connection record was not stored)."}, []string{"operation"}),
@@ -70,7 +67,6 @@ func (r *Reconciler) Metrics() *Metrics { return r.metrics }
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.cycles.Describe(ch)
 	m.operations.Describe(ch)
-	m.plans.Describe(ch)
 	m.fetchFails.Describe(ch)
 	m.secretErrs.Describe(ch)
 	m.healthChecks.Describe(ch)
@@ -86,7 +82,6 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.cycles.Collect(ch)
 	m.operations.Collect(ch)
-	m.plans.Collect(ch)
 	m.fetchFails.Collect(ch)
 	m.secretErrs.Collect(ch)
 	m.healthChecks.Collect(ch)

@@ -41,7 +41,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[strin
 // controls in force), the secret store's errors are counted where they happen.
 func TestMetrics(t *testing.T) {
 	h := newHarness(t, repoWith("a", "b", "c"), func(c *Config) { c.Workers = 1 })
-	h.eng.gate = make(chan struct{})
+	h.eng.Gate = make(chan struct{})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(h.r.Metrics())
 	if err := h.r.Cycle(context.Background()); err != nil {
@@ -55,7 +55,7 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("with one worker and three operations: %v running, %v queued", r, q)
 	}
 	for range 3 {
-		h.eng.gate <- struct{}{}
+		h.eng.Gate <- struct{}{}
 	}
 	h.r.Wait()
 	if r, q := gauge(t, reg, "stands_operations_running", nil), gauge(t, reg, "stands_operations_queued", nil); r != 0 || q != 0 {
@@ -67,8 +67,8 @@ func TestMetrics(t *testing.T) {
 	if err := h.r.Pause("test", "why"); err != nil {
 		t.Fatal(err)
 	}
-	h.sec.setDown(true)
-	h.src.commit(portChange("a", 6393))
+	h.sec.SetDown(true)
+	h.src.Commit(portChange("a", 6393))
 	h.mustCycle()
 	if got := gauge(t, reg, "stands_control_active", map[string]string{"control": "paused"}); got != 1 {
 		t.Errorf("paused: %v", got)

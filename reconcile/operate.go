@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -167,6 +168,15 @@ func commitState(p reason.Phase) stands.CommitState {
 		return stands.StateFailure
 	}
 	return stands.StateSuccess
+}
+
+func (r *Reconciler) setCommitStatus(ctx context.Context, sha, name string, state stands.CommitState, description, url string) {
+	if r.cfg.Forge == nil || sha == "" {
+		return
+	}
+	if err := r.cfg.Forge.SetStatus(ctx, sha, name, state, description, url); err != nil {
+		r.log.Warn("commit status not set", "context", name, "commit", mdtext.Short(sha), "err", err)
+	}
 }
 
 func (r *Reconciler) statusURL(id string) string {

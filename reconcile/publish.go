@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -134,7 +135,7 @@ func (r *Reconciler) commitStatuses(ctx context.Context, all map[string]*Status,
 		r.published[p] = data
 	}
 	if commit != "" {
-		r.log.Info("status committed", "commit", short(commit), "stands", what)
+		r.log.Info("status committed", "commit", mdtext.Short(commit), "stands", what)
 	}
 	return nil
 }

@@ -1,9 +1,11 @@
-// Package reconcile is the GitOps loop: snapshot → manifests (a broken stand fails alone) → diff
-// against the Pulumi inventory → a bounded worker pool running operations → status. Every step
-// returns an outcome; summarise alone turns outcomes into statuses, which are committed back only
-// when they changed. It talks to Git, the engine and the secret store through the small interfaces
-// below and the plain types of package stands, so it links no Pulumi: its unit tests use fakes and
-// its integration tests the real servers.
+// Package reconcile is the GitOps loop: snapshot → judgement (package judge: a broken stand fails
+// alone) → diff against the Pulumi inventory → a bounded worker pool running operations → status.
+// Every step returns an outcome; summarise alone turns outcomes into statuses, which are committed
+// back only when they changed. After a cycle, it hands the tracked branch's judgement to the pull
+// request plans (Plans, package prplan). It talks to Git, the engine, the secret store and Gitea
+// through the small interfaces below and the plain types of package stands, so it links no Git,
+// Gitea, PostgreSQL or Pulumi library: its unit tests use fakes and its integration tests the real
+// servers.
 package reconcile
 
 import (
@@ -19,6 +21,8 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/diff"
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
+	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -47,9 +51,22 @@ type Secrets interface {
 	WriteConnection(ctx context.Context, standID string, record json.RawMessage) error
 }
 
-// AllowDestroyFile names, one stand id per line, the stands whose destroy was approved in the
-// repository: they pass the mass-deletion and last-stand guards (never protect).
-const AllowDestroyFile = ".stands/allow-destroy"
+// Forge is the Gitea API as the loop uses it: a commit status stands/<stand-id> on each applied
+// commit, linking to the stand's status file.
+type Forge interface {
+	SetStatus(ctx context.Context, sha, context string, state stands.CommitState, description, targetURL string) error
+	FileURL(branch, path string) string
+}
+
+// Plans plans the open pull requests into the tracked branch (package prplan). Schedule hands it
+// the tracked branch's judgement at commit and the stacks, and returns at once: no pull request
+// delays a cycle. lead is ctx while this reconciler leads, cancelled when that ends (ok false when
+// it does not lead). Wait waits for the plans running; Stop cancels them and waits.
+type Plans interface {
+	Schedule(main *judge.Evaluation, commit string, actual []diff.Actual, lead func(context.Context) (context.Context, context.CancelFunc, bool))
+	Wait()
+	Stop()
+}
 
 // Config tunes the loop. Zero values take the defaults shown.
 type Config struct {
@@ -71,17 +88,11 @@ type Config struct {
 	// status goes to (commit statuses link to the files there).
 	Branch       string
 	StatusBranch string
-	// Forge, when set, gets commit statuses: stands/<stand-id> on each applied commit. With Planner
-	// and Refs too, every open pull request into Branch is planned (stands/plan and one comment).
-	Forge   Forge
-	Planner Planner
-	Refs    RefSource
-	// Sandbox renders a pull request's stands where a runaway template can be killed.
-	Sandbox Sandbox
-	// PreviewState is the file that keeps which pull request heads were planned across restarts
-	// ("" keeps them in memory only); PlanTimeout bounds one plan (DefaultPlanTimeout).
-	PreviewState string
-	PlanTimeout  time.Duration
+	// Forge, when set, gets commit statuses: stands/<stand-id> on each applied commit.
+	Forge Forge
+	// Plans, when set, plans every open pull request into Branch after each cycle (only the leader
+	// does, with replicas).
+	Plans Plans
 	// OperationTimeout bounds one apply, drift check or destroy (DefaultOperationTimeout);
 	// InventoryTimeout the inventory of a cycle (DefaultInventoryTimeout).
 	OperationTimeout time.Duration
@@ -147,8 +158,6 @@ type Reconciler struct {
 	flushCtx   context.Context
 	flush      context.CancelFunc // ends the status delay for good: the drain has begun
 
-	prs         previewState // used by the preview worker only
-	pw          previewWorker
 	metrics     *Metrics
 	active      int             // operations holding a worker
 	controls    Controls        // the operator's local switches
@@ -217,9 +226,6 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.PlanTimeout <= 0 {
-		cfg.PlanTimeout = DefaultPlanTimeout
-	}
 	if cfg.OperationTimeout <= 0 {
 		cfg.OperationTimeout = DefaultOperationTimeout
 	}
@@ -237,11 +243,10 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 	}
 	r := &Reconciler{cfg: cfg, src: src, eng: eng, sec: sec, log: cfg.Log, sem: make(chan struct{}, cfg.Workers),
 		wake: make(chan struct{}, 1), stands: map[string]*stand{}, published: map[string][]byte{},
-		prs: previewState{heads: map[int64]plannedHead{}}, warned: map[manifest.Diagnostic]bool{},
-		rep: cfg.Replicas, seen: map[string]int64{}, sharedSt: map[string]*Status{}}
+		warned: map[manifest.Diagnostic]bool{},
+		rep:    cfg.Replicas, seen: map[string]int64{}, sharedSt: map[string]*Status{}}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
 	r.flushCtx, r.flush = context.WithCancel(context.Background())
-	r.pw.ctx, r.pw.cancel = context.WithCancel(context.Background())
 	r.metrics = newMetrics(r)
 	if err := r.loadControls(); err != nil {
 		// Start paused: a pause an operator turned on must not be lost with the file.
@@ -353,7 +358,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		r.metrics.fetchFails.Inc()
 		return fmt.Errorf("fetch stands repository: %w", err)
 	}
-	log := r.log.With("commit", short(snap.Source))
+	log := r.log.With("commit", mdtext.Short(snap.Source))
 	d, err := r.judge(ctx, snap)
 	if err != nil {
 		return err
@@ -372,12 +377,11 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 	}
 	actual, found := r.actual(stacks)
 	r.claim(ctx, slices.Sorted(maps.Keys(found))) // stacks of stands the repository no longer declares
-	in := diff.Input{Desired: append(d.desired, d.ev.ownerChanges(actual, r.cfg.Owner)...), Actual: actual, SourceOK: len(d.unreadable) == 0, MaxDestroyShare: r.cfg.MaxDestroyShare,
-		AllowDestroy: d.allow, AllowMassDestroy: r.cfg.AllowMassDestroy}
+	var hold reason.Reason
 	switch {
 	case d.secretsErr != nil:
 		r.metrics.secretErrs.WithLabelValues("read").Inc()
-		in.Hold = reason.VaultUnavailable
+		hold = reason.VaultUnavailable
 		// An outage is logged at its start and then every tenth cycle, as a failed cycle is.
 		if r.secretsDown++; r.secretsDown <= 3 || r.secretsDown%10 == 0 {
 			log.Warn("secret store unavailable: nothing is applied or destroyed this cycle", "err", d.secretsErr, "consecutive_cycles", r.secretsDown)
@@ -386,7 +390,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		log.Info("secret store answers again", "after_cycles", r.secretsDown)
 		r.secretsDown = 0
 	}
-	plan := diff.Plan(in)
+	plan := d.ev.Plan(actual, r.guards(), func(id string) bool { return d.running[id] }, hold)
 
 	r.mu.Lock()
 	r.unreadable = d.unreadable
@@ -406,20 +410,25 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		r.ops.Add(1)
 		go r.run(o)
 	}
-	if r.rep == nil || r.rep.Leader() {
-		r.schedulePreviews(previewJob{main: d.ev, commit: snap.Source, actual: actual})
+	if r.cfg.Plans != nil && (r.rep == nil || r.rep.Leader()) {
+		r.cfg.Plans.Schedule(d.ev, snap.Source, actual, r.leading)
 	}
 	return nil
 }
 
-// desiredState is what a snapshot declares, judged stand by stand.
+// desiredState is what a snapshot declares, judged stand by stand, and the stands running when it
+// was judged: they are held as they are.
 type desiredState struct {
-	ev         *evaluation
-	desired    []diff.Desired
+	ev         *judge.Evaluation
+	running    map[string]bool
 	inputs     map[string]*stands.Input
 	secretsErr error
 	unreadable []string
-	allow      map[string]bool
+}
+
+// guards are the destroy guards of the settings.
+func (r *Reconciler) guards() judge.Guards {
+	return judge.Guards{Owner: r.cfg.Owner, MaxDestroyShare: r.cfg.MaxDestroyShare, AllowMassDestroy: r.cfg.AllowMassDestroy}
 }
 
 // judge evaluates the snapshot and records what it says of each stand that is not running.
@@ -429,26 +438,30 @@ func (r *Reconciler) judge(ctx context.Context, snap *stands.Snapshot) (*desired
 		return nil, err
 	}
 	r.claim(ctx, r.known(ev)) // before the verdicts are recorded: a stand newly held continues from its record
-	d := &desiredState{ev: ev, inputs: map[string]*stands.Input{}, allow: ev.allow, secretsErr: ev.secretsErr, unreadable: ev.unreadable}
+	d := &desiredState{ev: ev, running: map[string]bool{}, inputs: map[string]*stands.Input{}, secretsErr: ev.SecretsErr, unreadable: ev.Unreadable}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d.desired = ev.desired(func(id string) bool { return r.state(id).running })
-	for _, w := range ev.warnings {
+	for _, v := range ev.Verdicts {
+		if r.state(v.ID).running {
+			d.running[v.ID] = true
+		}
+	}
+	for _, w := range ev.Warnings {
 		if !r.warned[w] { // once per process: the repository is read every poll
 			r.warned[w] = true
 			r.log.Warn("manifest warning", "at", w.Pos.String(), "rule", w.Rule, "warning", w.Msg)
 		}
 	}
 	r.declaredIDs = map[string]bool{}
-	for _, v := range ev.verdicts {
-		r.declaredIDs[v.id] = true
-		if r.state(v.id).running {
+	for _, v := range ev.Verdicts {
+		r.declaredIDs[v.ID] = true
+		if d.running[v.ID] {
 			continue
 		}
-		if v.input != nil {
-			d.inputs[v.id] = v.input
+		if v.Input != nil {
+			d.inputs[v.ID] = v.Input
 		}
-		r.record(v.id, v.outcome(snap.Source))
+		r.record(v.ID, outcomeOf(v, snap.Source))
 	}
 	return d, nil
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
@@ -132,13 +133,13 @@ func (r *Reconciler) claim(ctx context.Context, ids []string) {
 }
 
 // known is every stand the snapshot declares or this replica has a status of, sorted.
-func (r *Reconciler) known(ev *evaluation) []string {
+func (r *Reconciler) known(ev *judge.Evaluation) []string {
 	if r.rep == nil {
 		return nil
 	}
 	ids := map[string]bool{}
-	for _, v := range ev.verdicts {
-		ids[v.id] = true
+	for _, v := range ev.Verdicts {
+		ids[v.ID] = true
 	}
 	r.mu.Lock()
 	for id := range r.stands {
@@ -342,7 +343,8 @@ func (r *Reconciler) fence(ctx context.Context, id string) (_ context.Context, c
 
 // leading is ctx while this replica leads: cancelled when the leader lease nears expiry, so a pull
 // request's plan that is running then ends (and is tried again by whoever leads) instead of editing
-// its comment beside the next leader's. ok is false when this replica does not lead.
+// its comment beside the next leader's. ok is false when this replica does not lead. The plans
+// (Plans) run under it.
 func (r *Reconciler) leading(ctx context.Context) (_ context.Context, cancel context.CancelFunc, ok bool) {
 	if r.rep == nil {
 		return ctx, func() {}, true

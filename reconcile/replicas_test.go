@@ -11,10 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/lease"
+	"github.com/stands-engine/stands-reconciler/prplan"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/fakes"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // The replicas' loops against real leases on a real PostgreSQL; the engine is the fake one, shared
@@ -46,15 +49,15 @@ type replicaSource struct {
 }
 
 func (s *replicaSource) Publish(ctx context.Context, files map[string][]byte, msg string) (string, error) {
-	s.mu.Lock()
+	s.Mu.Lock()
 	s.commits++
-	s.mu.Unlock()
+	s.Mu.Unlock()
 	return s.fakeSource.Publish(ctx, files, msg)
 }
 
 func (s *replicaSource) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
 	return s.commits
 }
 
@@ -150,7 +153,7 @@ func startReplica(t *testing.T, pg *testenv.Postgres, src *fakeSource, eng *fake
 	for _, f := range tune {
 		f(&cfg)
 	}
-	rp.r = New(cfg, rp.src, rp.eng, newFakeSecrets())
+	rp.r = New(cfg, rp.src, rp.eng, fakes.NewSecrets())
 	t.Cleanup(func() { rp.r.Drain(5 * time.Second); rp.stop() })
 	return rp
 }
@@ -171,7 +174,7 @@ func (rp *replica) cutOff(t *testing.T, name string) stands.Lease {
 // waitLive waits until every replica given sees them all live.
 func waitLive(t *testing.T, rs ...*replica) {
 	t.Helper()
-	waitWithin(t, 15*time.Second, 50*time.Millisecond, "every replica to see the others", func() bool {
+	fakes.WaitWithin(t, 15*time.Second, 50*time.Millisecond, "every replica to see the others", func() bool {
 		for _, rp := range rs {
 			if len(rp.m.Live()) != len(rs) {
 				return false
@@ -220,7 +223,7 @@ func cycleAll(t *testing.T, rs ...*replica) {
 func TestReplicasSplitTheStands(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	files, ids := standNames("s", 12)
-	src, eng := newFakeSource(t, repoWith(files...)), newFakeEngine()
+	src, eng := newFakeSource(t, repoWith(files...)), fakes.NewEngine()
 	rs, log := startReplicas(t, pg, src, eng, "r0", "r1", "r2")
 	// Two rounds: the first takes the leases and applies, the second finds nothing to do; the
 	// leader commits what the others wrote at its next publish.
@@ -235,7 +238,7 @@ func TestReplicasSplitTheStands(t *testing.T) {
 	if leader == nil {
 		t.Fatal("no leader")
 	}
-	waitWithin(t, 10*time.Second, 50*time.Millisecond, "the leader to commit every stand Ready", func() bool {
+	fakes.WaitWithin(t, 10*time.Second, 50*time.Millisecond, "the leader to commit every stand Ready", func() bool {
 		_ = leader.r.publish(context.Background())
 		for _, id := range ids {
 			if !src.has(stands.StatusPath(id)) || src.statusOf(t, id).Phase != reason.Ready {
@@ -248,8 +251,8 @@ func TestReplicasSplitTheStands(t *testing.T) {
 	per := map[string]int{}
 	for _, id := range ids {
 		spans := log.of(id)
-		if len(spans) != 1 || eng.upsOf(id) != 1 {
-			t.Errorf("%s: applied %d times (%d ups): %+v", id, len(spans), eng.upsOf(id), spans)
+		if len(spans) != 1 || eng.UpsOf(id) != 1 {
+			t.Errorf("%s: applied %d times (%d ups): %+v", id, len(spans), eng.UpsOf(id), spans)
 			continue
 		}
 		if want := lease.Owner(id, live); spans[0].by != want {
@@ -279,28 +282,28 @@ func TestReplicasSplitTheStands(t *testing.T) {
 func TestReplicaCutOffStopsBeforeTakeover(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	id, file := standOf("a", "x", "a", "b")
-	src, eng := newFakeSource(t, repoWith(file)), newFakeEngine()
-	eng.hang = map[string]bool{id: true}
+	src, eng := newFakeSource(t, repoWith(file)), fakes.NewEngine()
+	eng.Hang = map[string]bool{id: true}
 	rs, log := startReplicas(t, pg, src, eng, "a", "b")
 	a, b := rs[0], rs[1]
 	if err := a.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitWithin(t, 10*time.Second, 50*time.Millisecond, "a's apply to start", func() bool {
-		eng.mu.Lock()
-		defer eng.mu.Unlock()
-		return eng.running == 1
+	fakes.WaitWithin(t, 10*time.Second, 50*time.Millisecond, "a's apply to start", func() bool {
+		eng.Mu.Lock()
+		defer eng.Mu.Unlock()
+		return eng.Running == 1
 	})
 	if _, _, ok := a.m.Held(id); !ok {
 		t.Fatal("a applies without holding the stand's lease")
 	}
 	cut := time.Now()
 	held := a.cutOff(t, id)
-	eng.mu.Lock()
-	eng.hang = nil
-	eng.mu.Unlock()
+	eng.Mu.Lock()
+	eng.Hang = nil
+	eng.Mu.Unlock()
 	// b cycles until it has applied the stand.
-	waitWithin(t, 30*time.Second, 50*time.Millisecond, "b to take the stand over and apply it", func() bool {
+	fakes.WaitWithin(t, 30*time.Second, 50*time.Millisecond, "b to take the stand over and apply it", func() bool {
 		cycleAll(t, b)
 		for _, s := range log.of(id) {
 			if s.by == "b" && s.err == nil {
@@ -309,7 +312,7 @@ func TestReplicaCutOffStopsBeforeTakeover(t *testing.T) {
 		}
 		return false
 	})
-	waitWithin(t, 10*time.Second, 50*time.Millisecond, "a's apply to end", func() bool { return len(log.of(id)) == 2 })
+	fakes.WaitWithin(t, 10*time.Second, 50*time.Millisecond, "a's apply to end", func() bool { return len(log.of(id)) == 2 })
 	spans := log.of(id)
 	if len(spans) != 2 || spans[0].by != "a" || spans[1].by != "b" {
 		t.Fatalf("applies of %s: %+v", id, spans)
@@ -326,10 +329,10 @@ func TestReplicaCutOffStopsBeforeTakeover(t *testing.T) {
 	if st := a.r.Status(id); st == nil || st.Reason != reason.LeaseLost || strings.Contains(st.Message, "reconciler's stop") {
 		t.Errorf("a's own view of the stand: %+v, want LeaseLost (and no stop: a is running)", st)
 	}
-	if eng.upsOf(id) != 1 {
-		t.Errorf("%d ups, want 1", eng.upsOf(id))
+	if eng.UpsOf(id) != 1 {
+		t.Errorf("%d ups, want 1", eng.UpsOf(id))
 	}
-	waitWithin(t, 20*time.Second, 50*time.Millisecond, "b to lead and commit the stand Ready", func() bool {
+	fakes.WaitWithin(t, 20*time.Second, 50*time.Millisecond, "b to lead and commit the stand Ready", func() bool {
 		_ = b.r.publish(context.Background())
 		return b.m.Leader() && src.has(stands.StatusPath(id)) && src.statusOf(t, id).Phase == reason.Ready
 	})
@@ -348,16 +351,16 @@ func decodeOrEmpty(id string, data []byte) Status {
 }
 
 func (s *fakeSource) has(path string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.files[path]
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	_, ok := s.Files[path]
 	return ok
 }
 
 func (s *fakeSource) publishedFiles() []map[string][]byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.published)
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	return slices.Clone(s.Published)
 }
 
 // TestQueuedStandsMoveToANewReplica: a replica alone takes every stand; the operations still
@@ -366,8 +369,8 @@ func (s *fakeSource) publishedFiles() []map[string][]byte {
 func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	files, ids := standNames("q", 6)
-	src, eng := newFakeSource(t, repoWith(files...)), newFakeEngine()
-	eng.gate = make(chan struct{})
+	src, eng := newFakeSource(t, repoWith(files...)), fakes.NewEngine()
+	eng.Gate = make(chan struct{})
 	log := &opLog{}
 	a := startReplica(t, pg, src, eng, log, "a", 1)
 	waitLive(t, a)
@@ -382,7 +385,7 @@ func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 	// a's one worker is inside an apply before b joins: the others wait in a's queue. Which stand it
 	// took is the scheduler's choice; if that stand is b's, it stays with a until the apply ends.
 	var busy string
-	waitWithin(t, 10*time.Second, 10*time.Millisecond, "a's worker to begin an apply", func() bool {
+	fakes.WaitWithin(t, 10*time.Second, 10*time.Millisecond, "a's worker to begin an apply", func() bool {
 		for id := range log.applying() {
 			busy = id
 		}
@@ -402,7 +405,7 @@ func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 	if len(bs) == 0 {
 		t.Fatalf("no stand queued at a is b's by rendezvous: %v, a applies %s", ids, busy)
 	}
-	waitWithin(t, 20*time.Second, 50*time.Millisecond, "b to hold its stands while a's worker is busy", func() bool {
+	fakes.WaitWithin(t, 20*time.Second, 50*time.Millisecond, "b to hold its stands while a's worker is busy", func() bool {
 		for _, rp := range []*replica{a, b} {
 			if err := rp.r.Cycle(context.Background()); err != nil {
 				t.Logf("%s: %v", rp.name, err)
@@ -415,12 +418,12 @@ func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 		}
 		return true
 	})
-	close(eng.gate) // a's one running apply ends
+	close(eng.Gate) // a's one running apply ends
 	a.r.Wait()
-	waitWithin(t, 20*time.Second, 50*time.Millisecond, "every stand applied", func() bool {
+	fakes.WaitWithin(t, 20*time.Second, 50*time.Millisecond, "every stand applied", func() bool {
 		cycleAll(t, a, b)
 		for _, id := range ids {
-			if eng.upsOf(id) == 0 {
+			if eng.UpsOf(id) == 0 {
 				return false
 			}
 		}
@@ -429,7 +432,7 @@ func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 	started, byB := 0, 0
 	for _, id := range ids {
 		spans := log.of(id)
-		if len(spans) != 1 || eng.upsOf(id) != 1 {
+		if len(spans) != 1 || eng.UpsOf(id) != 1 {
 			t.Errorf("%s applied %d times: %+v", id, len(spans), spans)
 			continue
 		}
@@ -455,8 +458,8 @@ func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 func TestHealOfACutOffReplicaStops(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	id, file := standOf("a", "h", "a", "b")
-	src, eng := newFakeSource(t, repoWith(file)), newFakeEngine()
-	eng.nodesMode = "full"
+	src, eng := newFakeSource(t, repoWith(file)), fakes.NewEngine()
+	eng.NodesMode = "full"
 	chk := newFakeChecker()
 	chk.set(file, &stands.Health{Instances: []stands.InstanceHealth{{Instance: "web--front", Server: "s1", State: "failed",
 		Problems: []string{"unit failed"}}}})
@@ -471,7 +474,7 @@ func TestHealOfACutOffReplicaStops(t *testing.T) {
 	}
 	healed := make(chan struct{})
 	go func() { defer close(healed); a.r.HealthCycle(context.Background()) }()
-	waitWithin(t, 10*time.Second, 10*time.Millisecond, "a's restart to begin", func() bool {
+	fakes.WaitWithin(t, 10*time.Second, 10*time.Millisecond, "a's restart to begin", func() bool {
 		chk.mu.Lock()
 		defer chk.mu.Unlock()
 		return len(chk.restarts) == 1
@@ -501,55 +504,61 @@ func TestHealOfACutOffReplicaStops(t *testing.T) {
 // status of it, so it never edits the plan beside the next leader.
 func TestPlanOfALeaderCutOffStops(t *testing.T) {
 	pg := testenv.StartPostgres(t)
-	src, eng, f := newFakeSource(t, repoWith("p0")), newFakeEngine(), newFakeForge()
+	src, eng, f := newFakeSource(t, repoWith("p0")), fakes.NewEngine(), fakes.NewForge()
+	plans := prplan.New(prplan.Config{Branch: "main", Guards: judge.Guards{Owner: "local"}, Passphrase: "pass"}, f, eng, f, fakes.NewSecrets())
 	a := startReplica(t, pg, src, eng, &opLog{}, "a", 1, func(c *Config) {
-		c.Branch, c.StatusBranch, c.Forge, c.Refs, c.Planner = "main", "main", f, f, eng
+		c.Branch, c.StatusBranch, c.Forge, c.Plans = "main", "main", f, plans
 	})
-	waitWithin(t, 10*time.Second, 50*time.Millisecond, "a to lead", a.m.Leader)
+	fakes.WaitWithin(t, 10*time.Second, 50*time.Millisecond, "a to lead", a.m.Leader)
 	cycleAll(t, a)
-	eng.mu.Lock()
+	eng.Mu.Lock()
 	gate := make(chan struct{})
-	eng.previewGate, eng.previewing = gate, make(chan string, 1)
-	eng.mu.Unlock()
-	src.mu.Lock()
-	base := maps.Clone(src.files)
-	src.mu.Unlock()
-	f.open(1, "head1", base, map[string]string{standFile("p0"): standYML("p0", "node_profiles:\n  small:\n    type_serv: cx32")}, true)
+	eng.PreviewGate, eng.Previewing = gate, make(chan string, 1)
+	eng.Mu.Unlock()
+	src.Mu.Lock()
+	base := maps.Clone(src.Files)
+	src.Mu.Unlock()
+	f.Open(1, "head1", base, map[string]string{fakes.StandFile("p0"): fakes.StandYML("p0", "node_profiles:\n  small:\n    type_serv: cx32")}, true)
 	if err := a.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-eng.previewing:
+	case <-eng.Previewing:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the plan did not start")
 	}
-	f.mu.Lock()
-	statuses := maps.Clone(f.statuses)
-	f.mu.Unlock()
+	f.Mu.Lock()
+	statuses := maps.Clone(f.Statuses)
+	f.Mu.Unlock()
 	held := a.cutOff(t, stands.LeaderLease)
-	waitWithin(t, time.Until(held.Deadline)+replicaGrace, 20*time.Millisecond, "a's plan to end", func() bool {
-		eng.mu.Lock()
-		defer eng.mu.Unlock()
-		return len(eng.previewsEnded) == 1
+	fakes.WaitWithin(t, time.Until(held.Deadline)+replicaGrace, 20*time.Millisecond, "a's plan to end", func() bool {
+		eng.Mu.Lock()
+		defer eng.Mu.Unlock()
+		return len(eng.PreviewsEnded) == 1
 	})
 	close(gate) // a plan still running would go on to its comment now
-	waitWithin(t, 10*time.Second, 20*time.Millisecond, "a's preview worker to stop", func() bool {
-		a.r.pw.mu.Lock()
-		defer a.r.pw.mu.Unlock()
-		return !a.r.pw.running
+	stopped := make(chan struct{})
+	go func() { plans.Wait(); close(stopped) }()
+	fakes.WaitWithin(t, 10*time.Second, 20*time.Millisecond, "a's plan worker to stop", func() bool {
+		select {
+		case <-stopped:
+			return true
+		default:
+			return false
+		}
 	})
-	eng.mu.Lock()
-	ended := eng.previewsEnded[0]
-	eng.mu.Unlock()
+	eng.Mu.Lock()
+	ended := eng.PreviewsEnded[0]
+	eng.Mu.Unlock()
 	if !ended.Before(held.Deadline) {
 		t.Errorf("a's plan ended %s after its leader lease's deadline", ended.Sub(held.Deadline))
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if c := f.comments[1]; c != "" {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if c := f.Comments[1]; c != "" {
 		t.Errorf("a, cut off, commented its plan:\n%s", c)
 	}
-	if !maps.Equal(f.statuses, statuses) {
-		t.Errorf("a, cut off, set commit statuses: %v, before the cut %v", f.statuses, statuses)
+	if !maps.Equal(f.Statuses, statuses) {
+		t.Errorf("a, cut off, set commit statuses: %v, before the cut %v", f.Statuses, statuses)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -109,31 +110,13 @@ func statusTable(all map[string]*Status, unreadable []string, banner string) []b
 			nodes = append(nodes, fmt.Sprintf("%s %s", n.Name, n.PublicIPv4))
 		}
 		fmt.Fprintf(&b, "| [%s](%s) | %s | %s | %s | %s | %s |\n", id, stands.StatusPath(id), s.Phase, s.Reason,
-			cell(strings.Join(nodes, ", ")), short(s.LastSuccessfulCommit), cell(firstLine(s.Message)))
+			mdtext.Cell(strings.Join(nodes, ", ")), mdtext.Short(s.LastSuccessfulCommit), mdtext.Cell(mdtext.FirstLine(s.Message)))
 	}
 	if len(unreadable) > 0 {
 		b.WriteString("\n## Manifests that could not be read\n\nWhile any is listed, no stand is destroyed: a stand whose id cannot be read might be one of them.\n\n")
 		for _, u := range unreadable {
-			fmt.Fprintf(&b, "- %s\n", cell(u))
+			fmt.Fprintf(&b, "- %s\n", mdtext.Cell(u))
 		}
 	}
 	return []byte(b.String())
 }
-
-func short(commit string) string {
-	if len(commit) > 12 {
-		return commit[:12]
-	}
-	return commit
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	if len(line) <= 160 {
-		return line
-	}
-	return truncate(line, 160-len("…"))
-}
-
-// cell keeps a value inside its Markdown table cell.
-func cell(s string) string { return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s) }

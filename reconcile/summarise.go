@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -157,7 +157,7 @@ func summarise(o outcome, prev Status, rt retries, now time.Time, p policy) (Sta
 }
 
 func failed(o outcome, x Status, rt retries, now time.Time, p policy) (Status, retries) {
-	msg := truncate(o.detail, maxMessage)
+	msg := mdtext.Truncate(o.detail, maxMessage)
 	x.SchemaVersion = SchemaVersion
 	// An error's own text is the message: a reason's default message would hide what failed.
 	x.Phase, x.Reason, x.Message, x.LastAttemptedCommit, x.Timings = reason.Failed, o.reason, msg, o.commit, timings(o, now)
@@ -192,7 +192,7 @@ func succeeded(o outcome, x Status, now time.Time) Status {
 		return x
 	case opDrift:
 		if res.Changed {
-			x.Phase, x.Reason, x.Message = reason.Drifted, reason.DriftDetected, truncate(reason.DriftDetected.Message(summary(res.Changes, "")+drifted(res.Steps)), maxMessage)
+			x.Phase, x.Reason, x.Message = reason.Drifted, reason.DriftDetected, mdtext.Truncate(reason.DriftDetected.Message(summary(res.Changes, "")+drifted(res.Steps)), maxMessage)
 		} else if x.Phase == reason.Drifted {
 			x.Phase, x.Reason, x.Message = reason.Ready, reason.UpToDate, ""
 		}
@@ -259,18 +259,6 @@ func summary(changes map[string]int, fallback string) string {
 	return strings.Join(parts, ", ")
 }
 
-// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
-
 // healthStatus is summarise's part for a health check: a Ready stand found unhealthy becomes
 // Degraded, a Degraded one found healthy Ready again. Any other phase is an operation's to set.
 func healthStatus(h *stands.Health, x Status) Status {
@@ -299,7 +287,7 @@ func healthStatus(h *stands.Health, x Status) Status {
 	if len(f.Unreachable) > 0 {
 		x.Reason = reason.NodeUnreachable
 	}
-	x.Phase, x.Message, x.Health = reason.Degraded, truncate(strings.Join(parts, "; "), maxMessage), f
+	x.Phase, x.Message, x.Health = reason.Degraded, mdtext.Truncate(strings.Join(parts, "; "), maxMessage), f
 	return x
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -296,12 +297,12 @@ func TestMessagesKeepUTF8(t *testing.T) {
 	}
 	for _, n := range []int{155, 156, 157, 158, 159, 160, 161} {
 		in := strings.Repeat("a", n) + "жжж"
-		line := firstLine(in)
+		line := mdtext.FirstLine(in)
 		if !utf8.ValidString(line) || len(line) > 160 || (len(in) <= 160 && line != in) {
 			t.Errorf("firstLine of %d bytes: %d bytes %q", len(in), len(line), line)
 		}
 	}
-	if truncate("short", 10) != "short" || truncate("", 0) != "" {
+	if mdtext.Truncate("short", 10) != "short" || mdtext.Truncate("", 0) != "" {
 		t.Error("truncate changed a short string")
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 	vaultapi "github.com/hashicorp/vault/api"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // The contract suite: what this package relies on in Vault's HTTP API, driven through the real

@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/hcl"
 	vaultapi "github.com/hashicorp/vault/api"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // policyName is what the docs call the operators' policy.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // TestSessionLogsInLateAndCloses: a session opened while Vault is down waits for it (ErrUnavailable,

@@ -12,8 +12,8 @@ import (
 
 	vaultapi "github.com/hashicorp/vault/api"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 func ref(t *testing.T, s string) manifest.SecretRef {

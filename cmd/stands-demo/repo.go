@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"time"
 
@@ -17,8 +18,8 @@ import (
 	"github.com/go-git/go-git/v5/storage/memory"
 
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
-	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/internal/repofs"
+	"github.com/stands-engine/stands-reconciler/prplan"
 )
 
 // pushRepository creates the stands repository with the example in it, gives the bot and the
@@ -29,13 +30,9 @@ func (d *demo) pushRepository(ctx context.Context) error {
 		Description: "Stands of the demo team: one stand.yml per stand; status/ and STATUS.md are the reconciler's"}); err != nil {
 		return fmt.Errorf("create repository: %w", err)
 	}
-	files, err := testfs.Dir(d.p.examples)
+	write, err := readTree(d.p.examples)
 	if err != nil {
 		return err
-	}
-	write := map[string][]byte{}
-	for name, f := range files {
-		write[name] = f.Data
 	}
 	if d.p.full {
 		if d.images, err = forVMs(write); err != nil {
@@ -53,7 +50,7 @@ func (d *demo) pushRepository(ctx context.Context) error {
 	}
 	if _, _, err := d.api.CreateBranchProtection(adminName, repoName, gitea.CreateBranchProtectionOption{RuleName: "main", BranchName: "main",
 		EnablePush: true, EnablePushWhitelist: true, PushWhitelistUsernames: []string{botName},
-		EnableStatusCheck: true, StatusCheckContexts: []string{reconcile.PlanContext}, RequiredApprovals: 1}); err != nil {
+		EnableStatusCheck: true, StatusCheckContexts: []string{prplan.PlanContext}, RequiredApprovals: 1}); err != nil {
 		return fmt.Errorf("branch protection: %w", err)
 	}
 	port, err := localserver.FreePort()
@@ -148,4 +145,21 @@ func (d *demo) startReconciler(ctx context.Context) error {
 	}
 	d.progress = progress{path: d.p.join("stands-reconciler", "stands-reconciler.log")}
 	return waitHTTP(ctx, d.rec, "http://"+d.listen+"/healthz", "", 200, time.Minute)
+}
+
+// readTree is every file under dir by its slash-separated path, read as the reconciler reads a
+// repository (no symbolic link followed).
+func readTree(dir string) (map[string][]byte, error) {
+	fsys, out := repofs.Dir(dir), map[string][]byte{}
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		out[p], err = fs.ReadFile(fsys, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", dir, err)
+	}
+	return out, nil
 }

@@ -16,6 +16,7 @@ import (
 	"code.gitea.io/sdk/gitea"
 
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
+	"github.com/stands-engine/stands-reconciler/prplan"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -153,11 +154,11 @@ func (s *story) pullRequestIsPlanned(ctx context.Context) error {
 	if err := s.expect(strings.Contains(comment, "Monthly cost change: +"), "the plan comment gives its cost"); err != nil {
 		return err
 	}
-	state, err := s.d.waitCommitStatus(ctx, head, reconcile.PlanContext, time.Minute)
+	state, err := s.d.waitCommitStatus(ctx, head, prplan.PlanContext, time.Minute)
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return s.expect(state == gitea.StatusSuccess, "commit status %s on %s: %s", reconcile.PlanContext, head[:12], state)
+	return s.expect(state == gitea.StatusSuccess, "commit status %s on %s: %s", prplan.PlanContext, head[:12], state)
 }
 
 func (s *story) reviewerMerges(ctx context.Context) error {
@@ -397,7 +398,7 @@ func (d *demo) waitPlanComment(ctx context.Context, n int64, head string, timeou
 	err := poll(ctx, timeout, func() bool {
 		comments, _, _ := d.api.ListIssueComments(adminName, repoName, n, gitea.ListIssueCommentOptions{})
 		for _, c := range comments {
-			if strings.Contains(c.Body, reconcile.CommentMarker) && strings.Contains(c.Body, head[:12]) {
+			if strings.Contains(c.Body, prplan.CommentMarker) && strings.Contains(c.Body, head[:12]) {
 				body = c.Body
 				return true
 			}

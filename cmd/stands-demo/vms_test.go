@@ -12,8 +12,8 @@ import (
 	"testing/fstest"
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim/vm"
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
 	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 // The example as DEMO_NODES=full pushes it: every stand the reconciler applies pulls from the demo's

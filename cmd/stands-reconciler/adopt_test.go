@@ -10,8 +10,8 @@ import (
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // TestAdoptCommand: a stand the Stands Engine made — its stack under the same backend, project and

@@ -106,7 +106,7 @@ func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*
 	}
 	e, err := engine.New(cfg)
 	if errors.Is(err, engine.ErrPasswordInURL) {
-		err = fmt.Errorf("--backend %s holds a password: remove it and set $STANDS_DB_PASSWORD_FILE (or credentials.db-password in --config)", redacted(backend))
+		err = fmt.Errorf("--backend %s holds a password: remove it and set $STANDS_DB_PASSWORD_FILE (or credentials.db-password in --config)", logging.RedactPassword(backend))
 	}
 	return e, pass, err
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // TestMain lets the test binary serve the provider, as the real binary does when the Pulumi engine

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/credential"
+	"github.com/stands-engine/stands-reconciler/internal/logging"
 )
 
 func runConfig(ctx context.Context, args []string, std stdio, getenv env) int {
@@ -74,7 +75,7 @@ func printConfig(std stdio, c *settings) {
 			fmt.Fprintf(w, "%s\t%s\t%s\n", fl.Name, quoted(pathOf(c)), origin)
 			return
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\n", fl.Name, quoted(redacted(fl.Value.String())), origin)
+		fmt.Fprintf(w, "%s\t%s\t%s\n", fl.Name, quoted(logging.RedactPassword(fl.Value.String())), origin)
 	})
 	for _, s := range secretSettings {
 		origin, value := c.secretOrigin(s), "***"

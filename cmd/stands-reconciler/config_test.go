@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // fakePulumi is an executable at <dir>/bin/pulumi, for commands that only check for the CLI.

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // TestOperatorControls: on-call's controls on a running daemon, through `stands-reconciler ctl` and

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // runMainEnv makes the test binary behave as the real command (see TestMain), so a test can run the

@@ -28,11 +28,12 @@ import (
 	vaultapi "github.com/hashicorp/vault/api"
 
 	"github.com/stands-engine/stands-reconciler/gitsource"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 // daemonStand is a one-node stand of project p on the example base; port varies its spec.
@@ -269,7 +270,7 @@ func TestDaemon(t *testing.T) {
 		e.repo.Change("remove every stand", nil, "stands")
 		for _, id := range rest {
 			s := e.waitStatus(id, 2*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Blocked })
-			if s.Reason != "WouldRemoveAllStands" || !strings.Contains(s.Message, reconcile.AllowDestroyFile) {
+			if s.Reason != "WouldRemoveAllStands" || !strings.Contains(s.Message, judge.AllowDestroyFile) {
 				t.Errorf("%s: %+v", id, s)
 			}
 		}
@@ -277,7 +278,7 @@ func TestDaemon(t *testing.T) {
 		if got := e.deletes() - deletes; got != 0 {
 			t.Fatalf("%d server deletions for a refused mass removal", got)
 		}
-		e.repo.Change("approve removing every stand", map[string]string{reconcile.AllowDestroyFile: "# approved in review\n" + strings.Join(rest, "\n") + "\n"})
+		e.repo.Change("approve removing every stand", map[string]string{judge.AllowDestroyFile: "# approved in review\n" + strings.Join(rest, "\n") + "\n"})
 		for _, id := range rest {
 			e.waitStatus(id, 3*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Destroyed })
 		}

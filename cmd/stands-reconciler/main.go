@@ -20,7 +20,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
-	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/prplan"
 )
 
 const (
@@ -61,11 +61,11 @@ func asChild() (code int, ok bool) {
 // (internal/sandbox): it reads its job from stdin and answers on stdout.
 func sandboxChild(args []string) int {
 	job, err := sandbox.Child(args)
-	if err == nil && job != reconcile.RenderJob {
+	if err == nil && job != prplan.RenderJob {
 		err = fmt.Errorf("sandbox: unknown job %q", job)
 	}
 	if err == nil {
-		err = reconcile.ServeRender(os.Stdin, os.Stdout)
+		err = prplan.ServeRender(os.Stdin, os.Stdout)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	"github.com/stands-engine/stands-reconciler/engine/configset"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
 	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 // exampleEnv resolves the example repository's secrets.

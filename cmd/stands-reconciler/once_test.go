@@ -15,10 +15,10 @@ import (
 	vaultapi "github.com/hashicorp/vault/api"
 
 	"github.com/stands-engine/stands-reconciler/gitsource"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // TestReconcileOnceLocalRepository: `reconcile --once` on a repository on disk in local mode (secrets

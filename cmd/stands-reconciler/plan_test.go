@@ -18,11 +18,12 @@ import (
 
 	"code.gitea.io/sdk/gitea"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
 	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/prplan"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 // TestPullRequestPlans: the daemon, as a bot user with write access, plans pull requests against
@@ -45,7 +46,7 @@ func TestPullRequestPlans(t *testing.T) {
 	// Branch protection as the README documents it: stands/plan required, pushes to main only by the bot.
 	if _, _, err := admin.CreateBranchProtection(owner, repo, gitea.CreateBranchProtectionOption{RuleName: "main", BranchName: "main",
 		EnablePush: true, EnablePushWhitelist: true, PushWhitelistUsernames: []string{bot.Name},
-		EnableStatusCheck: true, StatusCheckContexts: []string{reconcile.PlanContext}}); err != nil {
+		EnableStatusCheck: true, StatusCheckContexts: []string{prplan.PlanContext}}); err != nil {
 		t.Fatalf("branch protection: %v", err)
 	}
 	// Stands reach main through pull requests only now; the first two are there already.
@@ -332,7 +333,7 @@ func (e *daemonEnv) waitComment(n int64, head string) string {
 			return false
 		}
 		for _, c := range comments {
-			if strings.Contains(c.Body, reconcile.CommentMarker) && strings.Contains(c.Body, head[:12]) {
+			if strings.Contains(c.Body, prplan.CommentMarker) && strings.Contains(c.Body, head[:12]) {
 				body = c.Body
 				return true
 			}
@@ -349,7 +350,7 @@ func (e *daemonEnv) planComments(n int64) int {
 	}
 	count := 0
 	for _, c := range comments {
-		if strings.Contains(c.Body, reconcile.CommentMarker) {
+		if strings.Contains(c.Body, prplan.CommentMarker) {
 			count++
 		}
 	}
@@ -364,7 +365,7 @@ func (e *daemonEnv) planStatus(sha string) *gitea.Status {
 		statuses, _, err := e.gitea.API(e.t).ListStatuses(e.repo.Info.Owner.UserName, e.repo.Info.Name, sha, gitea.ListStatusesOption{})
 		var newest *gitea.Status
 		for _, s := range statuses {
-			if s.Context == reconcile.PlanContext && (newest == nil || s.ID > newest.ID) {
+			if s.Context == prplan.PlanContext && (newest == nil || s.ID > newest.ID) {
 				newest = s
 			}
 		}

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/lease"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // The lease time is short for a test, yet long enough that a loaded CI machine (three daemons, a

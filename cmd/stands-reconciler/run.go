@@ -194,7 +194,7 @@ func serve(ctx context.Context, w *wiring, f *daemonFlags, getenv env) int {
 		srv, err := httpapi.Listen(f.listen, httpapi.Handler(w.rec, func() []byte {
 			v, _ := secret.Value()
 			return []byte(v)
-		}, log, w.collectors()...), log)
+		}, log, w.metrics), log)
 		if err != nil {
 			fmt.Fprintf(w.stderr, "run: %v\n", err)
 			return exitError
@@ -276,7 +276,7 @@ func (f *daemonFlags) source(getenv env, gitToken *credential.Credential, log *s
 
 // forge is the Gitea API of an http(s) repository: commit statuses and pull request plans. An SSH
 // or local repository has none (--gitea-url gives an SSH repository its API).
-func (f *daemonFlags) forge(gitToken *credential.Credential, log *slog.Logger) reconcile.Forge {
+func (f *daemonFlags) forge(gitToken *credential.Credential, log *slog.Logger) *gitsource.Gitea {
 	apiURL := f.giteaURL
 	if apiURL == "" && (strings.HasPrefix(f.repo, "http://") || strings.HasPrefix(f.repo, "https://")) {
 		apiURL = f.repo

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -272,16 +271,4 @@ func hint(key string) string {
 		}
 	}
 	return ""
-}
-
-// redacted shows a value with any password of a URL in it as ***.
-func redacted(v string) string {
-	u, err := url.Parse(v)
-	if err != nil || u.User == nil {
-		return v
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "***")
-	}
-	return u.String()
 }

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // soakCycles is the soak's length: STANDS_SOAK_CYCLES, else 500.

@@ -11,9 +11,9 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // TestStopDuringApply: SIGTERM while an apply waits on Hetzner. The daemon drains for

@@ -17,8 +17,11 @@ import (
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
+	"github.com/stands-engine/stands-reconciler/internal/httpapi"
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
+	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/lease"
+	"github.com/stands-engine/stands-reconciler/prplan"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -29,19 +32,11 @@ import (
 type wiring struct {
 	rec     *reconcile.Reconciler
 	src     *gitsource.Source
-	member  *lease.Member // with --replicas
+	member  *lease.Member        // with --replicas
+	metrics *prometheus.Registry // what /metrics serves
 	log     *slog.Logger
 	stderr  io.Writer
 	closers []io.Closer
-}
-
-// collectors are the metrics /metrics serves.
-func (w *wiring) collectors() []prometheus.Collector {
-	c := append(engine.Metrics(), w.rec.Metrics())
-	if w.member != nil {
-		c = append(c, w.member.Collectors()...)
-	}
-	return c
 }
 
 func (w *wiring) own(c io.Closer) { w.closers = append(w.closers, c) }
@@ -59,7 +54,7 @@ func (w *wiring) Close() error {
 
 // wire builds the reconciler and everything it talks to from the flags and the environment.
 func wire(f *daemonFlags, std stdio, getenv env, filesOnly bool, log *slog.Logger) (_ *wiring, err error) {
-	w := &wiring{log: log, stderr: std.err}
+	w := &wiring{log: log, stderr: std.err, metrics: httpapi.NewRegistry()}
 	defer func() {
 		if err != nil {
 			w.Close()
@@ -120,21 +115,35 @@ func wire(f *daemonFlags, std stdio, getenv env, filesOnly bool, log *slog.Logge
 	if forge := f.forge(gitToken, log); forge != nil {
 		cfg.Forge = forge
 		if f.previews {
-			cfg.Planner, cfg.Refs = eng, w.src
-			if cfg.PreviewState, err = filepath.Abs(filepath.Join(f.stateDir, "previews.json")); err != nil {
+			if cfg.Plans, err = f.plans(forge, eng, w.src, sec, log, cfg, w.metrics); err != nil {
 				return nil, err
-			}
-			exe, err := sandbox.Executable()
-			if err != nil {
-				return nil, err
-			}
-			cfg.Sandbox = func(ctx context.Context, job string, write func(io.Writer) error, read func(io.Reader) error) error {
-				return sandbox.Run(ctx, exe, job, sandbox.DefaultLimits, write, read)
 			}
 		}
 	}
 	w.rec = reconcile.New(cfg, w.src, eng, sec)
+	w.metrics.MustRegister(append(engine.Metrics(), w.rec.Metrics())...)
+	if w.member != nil {
+		w.metrics.MustRegister(w.member.Collectors()...)
+	}
 	return w, nil
+}
+
+// plans plans the open pull requests into the tracked branch, rendering them in the sandbox (this
+// binary re-executed under limits), with the loop's destroy guards.
+func (f *daemonFlags) plans(forge *gitsource.Gitea, eng *engine.Engine, refs prplan.Refs, sec reconcile.Secrets, log *slog.Logger, loop reconcile.Config, reg prometheus.Registerer) (*prplan.Planner, error) {
+	state, err := filepath.Abs(filepath.Join(f.stateDir, "previews.json"))
+	if err != nil {
+		return nil, err
+	}
+	exe, err := sandbox.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return prplan.New(prplan.Config{Branch: f.branch, Passphrase: loop.Passphrase, StateFile: state, Log: log, Metrics: reg,
+		Guards: judge.Guards{Owner: loop.Owner, MaxDestroyShare: loop.MaxDestroyShare, AllowMassDestroy: loop.AllowMassDestroy},
+		Sandbox: func(ctx context.Context, job string, write func(io.Writer) error, read func(io.Reader) error) error {
+			return sandbox.Run(ctx, exe, job, sandbox.DefaultLimits, write, read)
+		}}, forge, eng, refs, sec), nil
 }
 
 // goroutine is a function running until Close, which ends its context and waits for it to return.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 func TestAppAndPeer(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // TestSSH runs against OpenSSH's sshd on loopback: commands with stdout, stdin and stderr, exit

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
 	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // recorder is a Controls that keeps every call.

@@ -30,7 +30,7 @@ type Loop interface {
 // Handler serves POST /webhook (signed with the secret secret returns; none refuses every call),
 // GET /healthz (the process answers) and GET /readyz: 503 until a cycle succeeded and while the
 // repository, the secret store or the Pulumi backend is unreachable.
-func Handler(l Loop, secret func() []byte, log *slog.Logger, collectors ...prometheus.Collector) http.Handler {
+func Handler(l Loop, secret func() []byte, log *slog.Logger, metrics *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	hook := gitsource.WebhookHandler(secret, func() {
 		log.Info("webhook: polling now")
@@ -44,12 +44,9 @@ func Handler(l Loop, secret func() []byte, log *slog.Logger, collectors ...prome
 			refused.add(r.RemoteAddr, time.Now())
 		}
 	})
-	if len(collectors) > 0 {
+	if metrics != nil {
 		// Unauthenticated, like /healthz: the listener is 127.0.0.1 by default.
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(gocollectors.NewGoCollector(), gocollectors.NewProcessCollector(gocollectors.ProcessCollectorOpts{}))
-		reg.MustRegister(collectors...)
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+		mux.Handle("GET /metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -72,6 +69,14 @@ func Handler(l Loop, secret func() []byte, log *slog.Logger, collectors ...prome
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": len(problems) == 0, "problems": problems, "cycles": h.Cycles})
 	})
 	return mux
+}
+
+// NewRegistry is a registry of the process's own metrics (Go runtime, process), for the daemon's
+// parts to register theirs on.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(gocollectors.NewGoCollector(), gocollectors.NewProcessCollector(gocollectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // Server is a listening HTTP server.

@@ -45,7 +45,7 @@ func TestReadyzSaysWhy(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			Handler(loop{h: c.health}, func() []byte { return nil }, slog.New(slog.DiscardHandler)).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+			Handler(loop{h: c.health}, func() []byte { return nil }, slog.New(slog.DiscardHandler), nil).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 			var body struct {
 				Ready    bool              `json:"ready"`
 				Problems map[string]string `json:"problems"`
@@ -64,7 +64,7 @@ func TestWebhookRefusalsAreLoggedNotFlooded(t *testing.T) {
 	var logs bytes.Buffer
 	triggers := 0
 	key := []byte("hook-key")
-	h := Handler(loop{triggers: &triggers}, func() []byte { return key }, slog.New(slog.NewTextHandler(&logs, nil)))
+	h := Handler(loop{triggers: &triggers}, func() []byte { return key }, slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	body := `{"ref":"refs/heads/main"}`
 	post := func(sig string) int {
 		req := httptest.NewRequest("POST", "/webhook", strings.NewReader(body))

@@ -4,9 +4,12 @@
 package logging
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,4 +50,31 @@ func NewWithFormat(w io.Writer, level, format string) *slog.Logger {
 		return slog.New(tint.NewTextHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, ReplaceAttr: replace, NoColor: noColor}))
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: replace}))
+}
+
+// RedactPassword shows a URL with its password, if any, as ***: what a setting's value may show.
+// A string that is not a URL is shown as it is.
+func RedactPassword(v string) string {
+	u, err := url.Parse(v)
+	if err != nil || u.User == nil {
+		return v
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "***")
+	}
+	return u.String()
+}
+
+// Levels are the values of --log-level.
+var Levels = []string{"debug", "info", "warn", "error"}
+
+// Check refuses a log level or format the logger does not know.
+func Check(level, format string) error {
+	if !slices.Contains(Levels, level) {
+		return fmt.Errorf("--log-level=%s: want debug, info, warn or error", level)
+	}
+	if !slices.Contains(Formats, format) {
+		return fmt.Errorf("--log-format=%s: want auto, text or json", format)
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package reconcile
+package prplan
 
 import (
 	"context"
@@ -138,8 +138,8 @@ func snapshotRequest(files fs.FS, paths []string, owner string) (renderRequest, 
 
 // renderSandboxed renders stands of an untrusted snapshot in the sandbox. A stand whose render a
 // limit stopped gets that as its problem, and the others are rendered in a new child.
-func (r *Reconciler) renderSandboxed(ctx context.Context, files fs.FS, paths []string) (map[string]renderEvent, error) {
-	req, err := snapshotRequest(files, paths, r.cfg.Owner)
+func (pl *Planner) renderSandboxed(ctx context.Context, files fs.FS, paths []string) (map[string]renderEvent, error) {
+	req, err := snapshotRequest(files, paths, pl.cfg.Guards.Owner)
 	if err != nil {
 		return nil, fmt.Errorf("read the snapshot for rendering: %w", err)
 	}
@@ -163,7 +163,7 @@ func (r *Reconciler) renderSandboxed(ctx context.Context, files fs.FS, paths []s
 			}
 		}
 		write := func(out io.Writer) error { return gob.NewEncoder(out).Encode(req) }
-		if r.cfg.Sandbox == nil {
+		if pl.cfg.Sandbox == nil {
 			err = renderStands(files, req.Paths, req.Owner, func(v any) error {
 				if ev := v.(renderEvent); ev.Begin == "" {
 					done[ev.File] = ev
@@ -171,14 +171,14 @@ func (r *Reconciler) renderSandboxed(ctx context.Context, files fs.FS, paths []s
 				return nil
 			})
 		} else {
-			err = r.cfg.Sandbox(ctx, RenderJob, write, read)
+			err = pl.cfg.Sandbox(ctx, RenderJob, write, read)
 		}
 		switch {
 		case err == nil:
 		case current == "" || ctx.Err() != nil:
 			return nil, fmt.Errorf("render sandbox: %w", err)
 		default:
-			r.log.Warn("a stand's render was stopped", "file", current, "err", err)
+			pl.log.Warn("a stand's render was stopped", "file", current, "err", err)
 			done[current] = renderEvent{File: current, Diags: []manifest.Diagnostic{{Pos: manifest.Pos{File: current, Line: 1, Col: 1},
 				Rule: manifest.RuleRender, Msg: fmt.Sprintf("rendering this stand was stopped: %v", err)}}}
 		}

@@ -1,4 +1,4 @@
-package reconcile
+package prplan
 
 import (
 	"bytes"
@@ -11,8 +11,10 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
 	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/test/fakes"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // hostilePRs try to read kv-password back through a pull request's plan, one channel each. Every
@@ -43,7 +45,7 @@ func guessed() map[string]string {
 		if err != nil {
 			panic(err)
 		}
-		out["apps/kv/"+f] = strings.ReplaceAll(string(data), ".preferences.password", `"`+kvPassword+`"`)
+		out["apps/kv/"+f] = strings.ReplaceAll(string(data), ".preferences.password", `"`+fakes.KVPassword+`"`)
 	}
 	return out
 }
@@ -78,7 +80,7 @@ func TestPreviewIsBlindToSecrets(t *testing.T) {
 	for _, tc := range hostilePRs {
 		t.Run(tc.name, func(t *testing.T) {
 			var seen [2]string
-			for i, secret := range []string{kvPassword, "zq-0ther-v4lue-x"} {
+			for i, secret := range []string{fakes.KVPassword, "zq-0ther-v4lue-x"} {
 				out, previewed := planUnder(t, secret, tc.change)
 				for _, form := range secretForms(secret) {
 					if strings.Contains(out, form) {
@@ -107,25 +109,22 @@ func TestPreviewIsBlindToSecrets(t *testing.T) {
 // the secret values its previews were given.
 func planUnder(t *testing.T, secret string, change map[string]string) (string, []string) {
 	var logs bytes.Buffer
-	f := newFakeForge()
-	h := newHarness(t, repoWith("a"), func(c *Config) {
-		c.Branch, c.StatusBranch = "main", "main"
-		c.Forge, c.Refs = f, f
-	})
-	h.r.cfg.Planner = h.eng
-	h.sec.values["kv-password"] = secret
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h := newHarness(t, repoWith("a"), func(c *reconcile.Config, p *Config) { c.Log, p.Log = log, log })
+	f := h.forge
+	h.sec.Values["kv-password"] = secret
 	h.mustCycle()
-	if !strings.Contains(h.sec.connections["local_a_dev"], secret) {
-		t.Fatalf("the tracked branch's apply did not get the secret: %q", h.sec.connections["local_a_dev"])
+	if !strings.Contains(h.sec.Connections["local_a_dev"], secret) {
+		t.Fatalf("the tracked branch's apply did not get the secret: %q", h.sec.Connections["local_a_dev"])
 	}
-	published := len(h.src.published)
-	h.r.log = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	f.open(1, "head1", h.files(), change, true)
+	published := len(h.src.Published)
+	logs.Reset() // the planning cycle's logs only
+	f.Open(1, "head1", h.files(), change, true)
 	h.mustCycle()
 	var b strings.Builder
-	b.WriteString(f.comment(1))
+	b.WriteString(f.Comment(1))
 	for _, name := range []string{PlanContext} {
-		fmt.Fprintf(&b, "\nstatus %s: %s\n", name, f.status("head1", name))
+		fmt.Fprintf(&b, "\nstatus %s: %s\n", name, f.Status("head1", name))
 	}
 	for _, line := range strings.Split(logs.String(), "\n") {
 		// time and the durations change from run to run; the messages and values do not
@@ -134,12 +133,12 @@ func planUnder(t *testing.T, secret string, change map[string]string) (string, [
 		}
 		b.WriteString(line + "\n")
 	}
-	for _, commit := range h.src.published[published:] {
+	for _, commit := range h.src.Published[published:] {
 		for p, data := range commit {
 			fmt.Fprintf(&b, "published %s:\n%s\n", p, data)
 		}
 	}
-	return b.String(), h.eng.previewSecrets
+	return b.String(), h.eng.PreviewSecrets
 }
 
 // secretForms are the ways a value could be smuggled out: whole, encoded, or in fragments.
@@ -164,7 +163,7 @@ func TestHostileTemplatesSeeTheSecretWhenMerged(t *testing.T) {
 				head[p] = &fstest.MapFile{Data: []byte(c)}
 			}
 			render := func(files fstest.MapFS, placeholders bool) string {
-				res, _ := manifest.PreflightAll(t.Context(), files, []string{standFile("a")}, manifest.PreflightOptions{
+				res, _ := manifest.PreflightAll(t.Context(), files, []string{fakes.StandFile("a")}, manifest.PreflightOptions{
 					LoadOptions: manifest.LoadOptions{DefaultOwner: "local"}, Secrets: h.sec, KeepGoing: true})
 				if len(res) != 1 || res[0].Stand == nil {
 					t.Fatalf("stand not loaded: %+v", res)
@@ -199,7 +198,7 @@ func TestHostileTemplatesSeeTheSecretWhenMerged(t *testing.T) {
 // template that reads a secret; a secret that does not exist fails the plan by name.
 func TestPreviewSaysMayChangeOnlyWhereASecretDecides(t *testing.T) {
 	instance := func(prefs string) string {
-		return strings.Replace(standYML("a", ""), "      cache: {}", "      cache:\n        preferences:\n"+prefs, 1)
+		return strings.Replace(fakes.StandYML("a", ""), "      cache: {}", "      cache:\n        preferences:\n"+prefs, 1)
 	}
 	cases := []struct {
 		name         string
@@ -207,22 +206,22 @@ func TestPreviewSaysMayChangeOnlyWhereASecretDecides(t *testing.T) {
 		want, unwant []string
 		state        string
 	}{
-		{"server type only", map[string]string{standFile("a"): standYML("a", "node_profiles:\n  small:\n    type_serv: cx32")},
+		{"server type only", map[string]string{fakes.StandFile("a"): fakes.StandYML("a", "node_profiles:\n  small:\n    type_serv: cx32")},
 			[]string{"replace `local-a-dev-main`"}, []string{"kv--cache", "may", "images of", "node of"}, "success"},
-		{"a non-secret preference", map[string]string{standFile("a"): instance("          maxmemory: 128mb\n")},
+		{"a non-secret preference", map[string]string{fakes.StandFile("a"): instance("          maxmemory: 128mb\n")},
 			[]string{"update instance `kv--cache` on `main` (restarts it)"}, []string{"may"}, "success"},
 		{"an edited template that reads the secret", map[string]string{"apps/kv/redis.conf.tmpl": "requirepass {{ .preferences.password }}\n"},
 			[]string{"update instance `kv--cache` on `main` (may restart it"}, []string{"(restarts it)", "images of"}, "success"},
-		{"a secret that does not exist", map[string]string{standFile("a"): instance("          password: !secret no-such-secret\n")},
+		{"a secret that does not exist", map[string]string{fakes.StandFile("a"): instance("          password: !secret no-such-secret\n")},
 			[]string{"invalid", "no-such-secret"}, []string{"kv--cache"}, "failure"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h, f := newPreviewHarness(t, "a")
 			h.mustCycle()
-			f.open(1, "head1", h.files(), tc.change, true)
+			f.Open(1, "head1", h.files(), tc.change, true)
 			h.mustCycle()
-			c := f.comment(1)
+			c := f.Comment(1)
 			for _, w := range tc.want {
 				if !strings.Contains(c, w) {
 					t.Errorf("the plan lacks %q:\n%s", w, c)
@@ -233,7 +232,7 @@ func TestPreviewSaysMayChangeOnlyWhereASecretDecides(t *testing.T) {
 					t.Errorf("the plan has %q:\n%s", w, c)
 				}
 			}
-			if st := f.status("head1", PlanContext); !strings.HasPrefix(st, tc.state) {
+			if st := f.Status("head1", PlanContext); !strings.HasPrefix(st, tc.state) {
 				t.Errorf("stands/plan: %q, want %s", st, tc.state)
 			}
 		})

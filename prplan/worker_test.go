@@ -1,4 +1,4 @@
-package reconcile
+package prplan
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/test/fakes"
 )
 
 // TestPlansRunOffThePollPath: while a pull request's plan hangs in its preview, cycles go on and a
@@ -13,19 +16,19 @@ import (
 func TestPlansRunOffThePollPath(t *testing.T) {
 	h, f := newPreviewHarness(t, "a", "b")
 	h.mustCycle()
-	h.eng.mu.Lock()
-	h.eng.previewGate, h.eng.previewing = make(chan struct{}), make(chan string, 1)
-	h.eng.mu.Unlock()
-	f.open(1, "head1", h.files(), map[string]string{standFile("a"): standYML("a", "node_profiles:\n  small:\n    type_serv: cx32")}, true)
+	h.eng.Mu.Lock()
+	h.eng.PreviewGate, h.eng.Previewing = make(chan struct{}), make(chan string, 1)
+	h.eng.Mu.Unlock()
+	f.Open(1, "head1", h.files(), map[string]string{fakes.StandFile("a"): fakes.StandYML("a", "node_profiles:\n  small:\n    type_serv: cx32")}, true)
 	if err := h.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-h.eng.previewing:
+	case <-h.eng.Previewing:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the plan did not start")
 	}
-	h.src.commit(map[string]string{standFile("b"): standYML("b", "node_profiles:\n  small:\n    type_serv: cx32")})
+	h.src.Commit(map[string]string{fakes.StandFile("b"): fakes.StandYML("b", "node_profiles:\n  small:\n    type_serv: cx32")})
 	done := make(chan error, 1)
 	go func() { done <- h.r.Cycle(context.Background()) }()
 	select {
@@ -36,14 +39,11 @@ func TestPlansRunOffThePollPath(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a cycle waited for a pull request's plan")
 	}
-	h.r.ops.Wait()
-	if h.eng.upsOf("local_b_dev") != 2 {
-		t.Errorf("b applied %d times while a plan hung, want 2", h.eng.upsOf("local_b_dev"))
-	}
-	close(h.eng.previewGate)
+	fakes.WaitUntil(t, "b applied again while a plan hangs", func() bool { return h.eng.UpsOf("local_b_dev") == 2 })
+	close(h.eng.PreviewGate)
 	h.r.Wait()
-	if !strings.Contains(f.comment(1), "local_a_dev") {
-		t.Errorf("the plan did not finish:\n%s", f.comment(1))
+	if !strings.Contains(f.Comment(1), "local_a_dev") {
+		t.Errorf("the plan did not finish:\n%s", f.Comment(1))
 	}
 }
 
@@ -52,34 +52,34 @@ func TestPlansRunOffThePollPath(t *testing.T) {
 // stands/plan failure, not replayed forever.
 func TestPlannedHeadsSurviveRestarts(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "planned.json")
-	var stopped []*Reconciler
+	var stopped []*Planner
 	restart := func(h *harness) {
 		t.Helper()
-		stopped = append(stopped, h.r)
-		h.r = New(h.r.cfg, h.src, h.eng, h.sec)
+		stopped = append(stopped, h.pl)
+		h.start()
 	}
-	h, f := newPreviewHarness(t, "a")
-	h.r.cfg.PreviewState = state
+	h := newHarness(t, repoWith("a"), func(_ *reconcile.Config, c *Config) { c.StateFile = state })
+	f := h.forge
 	h.mustCycle()
-	f.open(1, "head1", h.files(), map[string]string{standFile("c"): standYML("c", "")}, true)
+	f.Open(1, "head1", h.files(), map[string]string{fakes.StandFile("c"): fakes.StandYML("c", "")}, true)
 	h.mustCycle()
-	previews := h.eng.previews
+	previews := h.eng.Previews
 	restart(h)
 	h.mustCycle()
-	if h.eng.previews != previews {
+	if h.eng.Previews != previews {
 		t.Errorf("a head planned before the restart was planned again")
 	}
 
 	// Every plan of head2 hangs until the reconciler stops, as a kill would leave it.
-	f.open(1, "head2", h.files(), map[string]string{standFile("c"): standYML("c", ""), standFile("d"): standYML("d", "")}, true)
-	h.eng.mu.Lock()
-	h.eng.previewGate, h.eng.previewing = make(chan struct{}), make(chan string, 10)
-	gate := h.eng.previewGate
-	h.eng.mu.Unlock()
+	f.Open(1, "head2", h.files(), map[string]string{fakes.StandFile("c"): fakes.StandYML("c", ""), fakes.StandFile("d"): fakes.StandYML("d", "")}, true)
+	h.eng.Mu.Lock()
+	h.eng.PreviewGate, h.eng.Previewing = make(chan struct{}), make(chan string, 10)
+	gate := h.eng.PreviewGate
+	h.eng.Mu.Unlock()
 	t.Cleanup(func() {
 		close(gate)
-		for _, r := range stopped {
-			r.pw.wg.Wait() // before the state file's folder goes
+		for _, pl := range stopped {
+			pl.w.wg.Wait() // before the state file's folder goes
 		}
 	})
 	tries := 0
@@ -89,16 +89,16 @@ func TestPlannedHeadsSurviveRestarts(t *testing.T) {
 			t.Fatal(err)
 		}
 		select {
-		case <-h.eng.previewing:
+		case <-h.eng.Previewing:
 			tries++
-			h.r.pw.cancel() // the process is gone: its worker never finishes this plan
+			h.pl.w.cancel() // the process is gone: its worker never finishes this plan
 		case <-time.After(3 * time.Second):
 		}
 	}
 	if tries != maxPlanAttempts {
 		t.Errorf("head2 was tried %d times, want %d", tries, maxPlanAttempts)
 	}
-	if st := f.status("head2", PlanContext); !strings.HasPrefix(st, "failure: not planned: 3 tries") {
+	if st := f.Status("head2", PlanContext); !strings.HasPrefix(st, "failure: not planned: 3 tries") {
 		t.Errorf("stands/plan of the head given up on: %q", st)
 	}
 }
@@ -109,15 +109,15 @@ func TestPlannedHeadsSurviveRestarts(t *testing.T) {
 func TestNoPlanForAGitPullRequests(t *testing.T) {
 	h, f := newPreviewHarness(t, "a")
 	h.mustCycle()
-	f.open(1, "agit1", h.files(), map[string]string{standFile("c"): standYML("c", "")}, true)
-	f.agit(1)
-	f.open(2, "fork1", h.files(), map[string]string{standFile("d"): standYML("d", "")}, false)
+	f.Open(1, "agit1", h.files(), map[string]string{fakes.StandFile("c"): fakes.StandYML("c", "")}, true)
+	f.Agit(1)
+	f.Open(2, "fork1", h.files(), map[string]string{fakes.StandFile("d"): fakes.StandYML("d", "")}, false)
 	h.mustCycle()
-	if h.eng.previews != 0 || f.comment(1) != "" || f.comment(2) != "" {
-		t.Errorf("%d previews, comments %q %q", h.eng.previews, f.comment(1), f.comment(2))
+	if h.eng.Previews != 0 || f.Comment(1) != "" || f.Comment(2) != "" {
+		t.Errorf("%d previews, comments %q %q", h.eng.Previews, f.Comment(1), f.Comment(2))
 	}
 	for sha, want := range map[string]string{"agit1": "failure: no plan: the head is not the tip of a branch", "fork1": "failure: no plan for a pull request from a fork"} {
-		if st := f.status(sha, PlanContext); !strings.HasPrefix(st, want) {
+		if st := f.Status(sha, PlanContext); !strings.HasPrefix(st, want) {
 			t.Errorf("stands/plan of %s: %q, want %q", sha, st, want)
 		}
 	}
@@ -128,16 +128,16 @@ func TestNoPlanForAGitPullRequests(t *testing.T) {
 func TestHeadTooLargeFailsOnce(t *testing.T) {
 	h, f := newPreviewHarness(t, "a")
 	h.mustCycle()
-	f.tooLarge = true
-	f.open(1, "big1", h.files(), map[string]string{standFile("c"): standYML("c", "")}, true)
+	f.TooLarge = true
+	f.Open(1, "big1", h.files(), map[string]string{fakes.StandFile("c"): fakes.StandYML("c", "")}, true)
 	h.mustCycle()
-	fetches := f.fetches
+	fetches := f.Fetches
 	h.mustCycle()
 	h.mustCycle()
-	if st := f.status("big1", PlanContext); !strings.HasPrefix(st, "failure: not planned: the commit holds more files") {
+	if st := f.Status("big1", PlanContext); !strings.HasPrefix(st, "failure: not planned: the commit holds more files") {
 		t.Errorf("stands/plan: %q", st)
 	}
-	if fetches != 1 || f.fetches != fetches {
-		t.Errorf("the head was fetched %d times, then %d more", fetches, f.fetches-fetches)
+	if fetches != 1 || f.Fetches != fetches {
+		t.Errorf("the head was fetched %d times, then %d more", fetches, f.Fetches-fetches)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 
-	"github.com/stands-engine/stands-reconciler/internal/testfs"
+	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 // PlainStand is a one-server stand of project p, env dev, on the example's base and network, without

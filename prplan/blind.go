@@ -1,4 +1,4 @@
-package reconcile
+package prplan
 
 import (
 	"cmp"
@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -44,14 +45,21 @@ type nodePrint struct{ PortsA, PortsB, ImagesA, ImagesB string }
 
 // secretExists checks a reference by name. A source that cannot say so without the value is read
 // and the value dropped here.
-func (r *Reconciler) secretExists(ctx context.Context, ref manifest.SecretRef) error {
-	if c, ok := r.sec.(interface {
+func (pl *Planner) secretExists(ctx context.Context, ref manifest.SecretRef) error {
+	if c, ok := pl.sec.(interface {
 		SecretExists(context.Context, manifest.SecretRef) error
 	}); ok {
 		return c.SecretExists(ctx, ref)
 	}
-	_, err := r.sec.Secret(ctx, ref)
+	_, err := pl.sec.Secret(ctx, ref)
 	return err
+}
+
+// blindEvaluation is a judgement under placeholders, with each stand's print (by stand id; nil when
+// the stand cannot go on).
+type blindEvaluation struct {
+	*judge.Evaluation
+	prints map[string]*standPrint
 }
 
 // evaluateBlind judges a snapshot as a pull request's plan sees it: every secret's existence is
@@ -59,7 +67,7 @@ func (r *Reconciler) secretExists(ctx context.Context, ref manifest.SecretRef) e
 // tracked branch (main nil) is rendered here. A pull request's head is untrusted: the stands it
 // changes against main are rendered in the sandbox, where a runaway template is killed, and the
 // others take main's print.
-func (r *Reconciler) evaluateBlind(ctx context.Context, files fs.FS, main *evaluation) (*evaluation, error) {
+func (pl *Planner) evaluateBlind(ctx context.Context, files fs.FS, main *blindEvaluation) (*blindEvaluation, error) {
 	known := map[manifest.SecretRef]error{}
 	exists := func(ctx context.Context, ref manifest.SecretRef) error {
 		if err, ok := known[ref]; ok {
@@ -68,63 +76,64 @@ func (r *Reconciler) evaluateBlind(ctx context.Context, files fs.FS, main *evalu
 		if len(known) > maxSecretNames {
 			return errTooManySecrets // each check is a read of the secret store
 		}
-		err := r.secretExists(ctx, ref)
+		err := pl.secretExists(ctx, ref)
 		if err == nil || errors.Is(err, manifest.ErrSecretNotFound) {
 			known[ref] = err
 		}
 		return err
 	}
-	ev, err := r.evaluateWith(ctx, files, manifest.PlaceholderSource{Exists: exists}, main != nil)
+	judged, err := judge.Evaluate(ctx, files, judge.Options{Owner: pl.cfg.Guards.Owner, Passphrase: pl.cfg.Passphrase,
+		Secrets: manifest.PlaceholderSource{Exists: exists}, SkipRender: main != nil})
 	if err != nil {
 		return nil, err
 	}
 	if len(known) > maxSecretNames {
 		return nil, fmt.Errorf("%w: the commit names more than %d secrets", errTooManySecrets, maxSecretNames)
 	}
+	ev := &blindEvaluation{Evaluation: judged, prints: map[string]*standPrint{}}
 	if main == nil {
-		for i := range ev.verdicts {
-			if v := &ev.verdicts[i]; v.input != nil {
-				v.print = printOf(files, v.input.Stand)
+		for _, v := range ev.Verdicts {
+			if v.Input != nil {
+				ev.prints[v.ID] = printOf(files, v.Input.Stand)
 			}
 		}
 		return ev, nil
 	}
-	same := map[string]*verdict{}
-	for i := range main.verdicts {
-		if m := &main.verdicts[i]; m.input != nil {
-			same[m.id] = m
+	same := map[string]*judge.Verdict{}
+	for i := range main.Verdicts {
+		if m := &main.Verdicts[i]; m.Input != nil {
+			same[m.ID] = m
 		}
 	}
 	var changed []string
-	for i := range ev.verdicts {
-		v := &ev.verdicts[i]
-		if v.input != nil {
-			v.input.Untrusted = true
+	for _, v := range ev.Verdicts {
+		if v.Input != nil {
+			v.Input.Untrusted = true
 		}
-		if m := same[v.id]; v.input != nil && m != nil && m.input.SpecHash == v.input.SpecHash {
-			v.print = m.print // nothing of it changed: main rendered the same files
-		} else if v.input != nil {
-			changed = append(changed, v.file)
+		if m := same[v.ID]; v.Input != nil && m != nil && m.Input.SpecHash == v.Input.SpecHash {
+			ev.prints[v.ID] = main.prints[v.ID] // nothing of it changed: main rendered the same files
+		} else if v.Input != nil {
+			changed = append(changed, v.File)
 		}
 	}
 	if len(changed) == 0 {
 		return ev, nil
 	}
-	rendered, err := r.renderSandboxed(ctx, files, changed)
+	rendered, err := pl.renderSandboxed(ctx, files, changed)
 	if err != nil {
 		return nil, err
 	}
-	for i := range ev.verdicts {
-		v := &ev.verdicts[i]
-		got, ok := rendered[v.file]
+	for i := range ev.Verdicts {
+		v := &ev.Verdicts[i]
+		got, ok := rendered[v.File]
 		switch {
-		case !ok || v.input == nil:
+		case !ok || v.Input == nil:
 		case len(got.Diags) > 0:
 			rep := &manifest.Report{}
 			rep.Add(got.Diags...)
-			v.input, v.reason, v.problem = nil, reason.Invalid, rep.Error()
+			v.Input, v.Reason, v.Problem = nil, reason.Invalid, rep.Error()
 		default:
-			v.print = got.Print
+			ev.prints[v.ID] = got.Print
 		}
 	}
 	return ev, nil
@@ -393,33 +402,21 @@ func sortedKeys[V any](m map[string]V) []string {
 // sameAs makes the head's placeholder evaluation comparable with the tracked branch's real one:
 // a stand the pull request leaves as it is (equal spec hashes under placeholders on both branches)
 // takes the tracked branch's real spec hash, so the diff sees no change; any other keeps its
-// placeholder hash, which no stack holds. It returns the tracked branch's prints by stand.
-func (ev *evaluation) sameAs(main, blindMain *evaluation) map[string]*standPrint {
-	real, blind := map[string]*stands.Input{}, map[string]*verdict{}
-	for _, v := range main.verdicts {
-		real[v.id] = v.input
+// placeholder hash, which no stack holds.
+func (ev *blindEvaluation) sameAs(main *judge.Evaluation, blindMain *blindEvaluation) {
+	real, blind := map[string]*stands.Input{}, map[string]*judge.Verdict{}
+	for _, v := range main.Verdicts {
+		real[v.ID] = v.Input
 	}
-	prints := map[string]*standPrint{}
-	for i := range blindMain.verdicts {
-		v := &blindMain.verdicts[i]
-		blind[v.id], prints[v.id] = v, v.print
+	for i := range blindMain.Verdicts {
+		v := &blindMain.Verdicts[i]
+		blind[v.ID] = v
 	}
-	for _, v := range ev.verdicts {
-		m, r := blind[v.id], real[v.id]
-		if v.input == nil || m == nil || m.input == nil || r == nil || m.input.SpecHash != v.input.SpecHash {
+	for _, v := range ev.Verdicts {
+		m, r := blind[v.ID], real[v.ID]
+		if v.Input == nil || m == nil || m.Input == nil || r == nil || m.Input.SpecHash != v.Input.SpecHash {
 			continue
 		}
-		v.input.SpecHash = r.SpecHash
+		v.Input.SpecHash = r.SpecHash
 	}
-	return prints
-}
-
-// print is a stand's print in this evaluation, nil when it has none.
-func (ev *evaluation) print(id string) *standPrint {
-	for _, v := range ev.verdicts {
-		if v.id == id {
-			return v.print
-		}
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package reconcile
+package prplan
 
 import (
 	"cmp"
@@ -9,33 +9,12 @@ import (
 	"strings"
 
 	"github.com/stands-engine/stands-reconciler/diff"
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
+	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
-
-// Forge is the Gitea API: commit statuses, pull requests and the one comment per pull request.
-type Forge interface {
-	PullRequests(ctx context.Context, base string) ([]stands.PullRequest, error)
-	// BranchTip is the commit a branch of the repository points at, "" when there is no such branch.
-	BranchTip(ctx context.Context, branch string) (string, error)
-	UpsertComment(ctx context.Context, index int64, marker, body string) error
-	SetStatus(ctx context.Context, sha, context string, state stands.CommitState, description, targetURL string) error
-	FileURL(branch, path string) string
-}
-
-// Planner previews stands without changing anything.
-type Planner interface {
-	Preview(ctx context.Context, in stands.Input) (*stands.Result, error)
-	PreviewNew(ctx context.Context, in stands.Input) (*stands.Result, error)
-	Prices(ctx context.Context) (stands.Prices, error)
-	StandServers(ctx context.Context, standID string) ([]stands.Server, error)
-}
-
-// RefSource fetches a pull request's head.
-type RefSource interface {
-	FetchRef(ctx context.Context, ref string) (*stands.Snapshot, error)
-}
 
 // PlanContext is the commit status every pull request head gets; branch protection can require it.
 const PlanContext = "stands/plan"
@@ -43,49 +22,39 @@ const PlanContext = "stands/plan"
 // CommentMarker identifies the reconciler's comment on a pull request.
 const CommentMarker = "<!-- stands-reconciler:plan -->"
 
-// previewState is the preview worker's: which head of each open pull request was planned, and the
-// tracked branch under placeholders.
-type previewState struct {
-	loaded bool
-	heads  map[int64]plannedHead
-	// the tracked branch under placeholders, for the commit it was judged at
-	blindCommit string
-	blind       *evaluation
-}
-
 // previews plans every open pull request into the tracked branch whose head moved since its last
 // plan. main is the tracked branch's evaluation: only the stands a pull request changes are planned.
-func (r *Reconciler) previews(ctx context.Context, main *evaluation, commit string, actual []diff.Actual) {
-	r.loadPlanned()
-	prs, err := r.cfg.Forge.PullRequests(ctx, r.cfg.Branch)
+func (pl *Planner) previews(ctx context.Context, main *judge.Evaluation, commit string, actual []diff.Actual) {
+	pl.loadPlanned()
+	prs, err := pl.forge.PullRequests(ctx, pl.cfg.Branch)
 	if err != nil {
-		r.log.Warn("pull requests not planned", "err", err)
+		pl.log.Warn("pull requests not planned", "err", err)
 		return
 	}
 	open := map[int64]bool{}
 	for _, pr := range prs {
 		open[pr.Index] = true
-		if ctx.Err() != nil || !r.startPlan(ctx, pr) {
+		if ctx.Err() != nil || !pl.startPlan(ctx, pr) {
 			continue
 		}
-		r.planOne(ctx, pr, main, commit, actual)
+		pl.planOne(ctx, pr, main, commit, actual)
 	}
 	forgot := false
-	for idx := range r.prs.heads {
+	for idx := range pl.heads {
 		if !open[idx] {
-			delete(r.prs.heads, idx) // closed or merged: nothing kept
+			delete(pl.heads, idx) // closed or merged: nothing kept
 			forgot = true
 		}
 	}
 	if forgot {
-		r.savePlanned()
+		pl.savePlanned()
 	}
 }
 
 // planOne plans one pull request's head, or says why it gets no plan.
-func (r *Reconciler) planOne(ctx context.Context, pr stands.PullRequest, main *evaluation, commit string, actual []diff.Actual) {
-	log := r.log.With("pull_request", pr.Index, "head", short(pr.HeadSHA))
-	why, err := r.untrusted(ctx, pr)
+func (pl *Planner) planOne(ctx context.Context, pr stands.PullRequest, main *judge.Evaluation, commit string, actual []diff.Actual) {
+	log := pl.log.With("pull_request", pr.Index, "head", mdtext.Short(pr.HeadSHA))
+	why, err := pl.untrusted(ctx, pr)
 	if err != nil {
 		log.Warn("pull request not planned; retrying", "err", err)
 		return
@@ -93,45 +62,45 @@ func (r *Reconciler) planOne(ctx context.Context, pr stands.PullRequest, main *e
 	if why != "" {
 		// Previews read production state and render the head's templates: only for code someone
 		// with write access pushed.
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, why, pr.URL)
-		r.finishPlan(pr.Index, pr.HeadSHA)
-		r.metrics.plans.WithLabelValues("untrusted").Inc()
+		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, why, pr.URL)
+		pl.finishPlan(pr.Index, pr.HeadSHA)
+		pl.plans.WithLabelValues("untrusted").Inc()
 		log.Info("pull request not planned", "why", why)
 		return
 	}
-	r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StatePending, "planning", pr.URL)
-	pctx, cancel := context.WithTimeout(ctx, r.cfg.PlanTimeout)
-	plan, err := r.planPR(pctx, pr, main, commit, actual)
+	pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StatePending, "planning", pr.URL)
+	pctx, cancel := context.WithTimeout(ctx, pl.cfg.Timeout)
+	plan, err := pl.planPR(pctx, pr, main, commit, actual)
 	cancel()
 	if err != nil && ctx.Err() == nil {
-		r.metrics.plans.WithLabelValues("error").Inc()
+		pl.plans.WithLabelValues("error").Inc()
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return // stopping: the try counts, the head is tried again after the restart
 	case err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded):
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, fmt.Sprintf("not planned: planning took longer than %s", r.cfg.PlanTimeout), pr.URL)
-		r.finishPlan(pr.Index, pr.HeadSHA)
-		log.Warn("pull request plan timed out", "timeout", r.cfg.PlanTimeout)
+		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, fmt.Sprintf("not planned: planning took longer than %s", pl.cfg.Timeout), pr.URL)
+		pl.finishPlan(pr.Index, pr.HeadSHA)
+		log.Warn("pull request plan timed out", "timeout", pl.cfg.Timeout)
 		return
 	case errors.Is(err, errTooManySecrets):
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, fmt.Sprintf("not planned: the commit names more than %d secrets", maxSecretNames), pr.URL)
-		r.finishPlan(pr.Index, pr.HeadSHA)
+		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, fmt.Sprintf("not planned: the commit names more than %d secrets", maxSecretNames), pr.URL)
+		pl.finishPlan(pr.Index, pr.HeadSHA)
 		log.Warn("pull request not planned", "err", err)
 		return
 	case errors.Is(err, stands.ErrTooLarge):
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, "not planned: the commit holds more files than the reconciler reads (64 MiB)", pr.URL)
-		r.finishPlan(pr.Index, pr.HeadSHA)
+		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, fmt.Sprintf("not planned: the commit holds more files than the reconciler reads (%d MiB)", stands.MaxTreeSize>>20), pr.URL)
+		pl.finishPlan(pr.Index, pr.HeadSHA)
 		log.Warn("pull request not planned", "err", err)
 		return
 	case err != nil:
 		// Tried again at the next cycle, up to maxPlanAttempts.
 		log.Warn("pull request not planned; retrying", "err", err)
 		// The error's text goes to the log only: a preview's may quote the pull request's content.
-		r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateError, "planning failed, will retry ("+string(reason.Of(err))+")", pr.URL)
+		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateError, "planning failed, will retry ("+string(reason.Of(err))+")", pr.URL)
 		return
 	}
-	if err := r.cfg.Forge.UpsertComment(ctx, pr.Index, CommentMarker, plan.comment(pr)); err != nil {
+	if err := pl.forge.UpsertComment(ctx, pr.Index, CommentMarker, plan.comment(pr)); err != nil {
 		log.Warn("plan comment not written; retrying", "err", err)
 		return
 	}
@@ -139,20 +108,20 @@ func (r *Reconciler) planOne(ctx context.Context, pr stands.PullRequest, main *e
 	if plan.failed {
 		state = stands.StateFailure
 	}
-	r.metrics.plans.WithLabelValues(string(state)).Inc()
-	r.setCommitStatus(ctx, pr.HeadSHA, PlanContext, state, plan.summary(), pr.URL)
-	r.finishPlan(pr.Index, pr.HeadSHA)
+	pl.plans.WithLabelValues(string(state)).Inc()
+	pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, state, plan.summary(), pr.URL)
+	pl.finishPlan(pr.Index, pr.HeadSHA)
 	log.Info("pull request planned", "stands", len(plan.rows), "failed", plan.failed)
 }
 
 // untrusted says why a pull request gets no plan: its head must be the tip of a branch of this
 // repository, which only users with write access can push. A fork's pull request is not, and
 // neither is an AGit one (refs/for/..., which users with read access can open on this repository).
-func (r *Reconciler) untrusted(ctx context.Context, pr stands.PullRequest) (string, error) {
+func (pl *Planner) untrusted(ctx context.Context, pr stands.PullRequest) (string, error) {
 	if !pr.SameRepo {
 		return "no plan for a pull request from a fork: push its branch to this repository", nil
 	}
-	tip, err := r.cfg.Forge.BranchTip(ctx, pr.HeadRef)
+	tip, err := pl.forge.BranchTip(ctx, pr.HeadRef)
 	if err != nil {
 		return "", err
 	}
@@ -162,12 +131,9 @@ func (r *Reconciler) untrusted(ctx context.Context, pr stands.PullRequest) (stri
 	return "", nil
 }
 
-func (r *Reconciler) setCommitStatus(ctx context.Context, sha, name string, state stands.CommitState, description, url string) {
-	if r.cfg.Forge == nil || sha == "" {
-		return
-	}
-	if err := r.cfg.Forge.SetStatus(ctx, sha, name, state, description, url); err != nil {
-		r.log.Warn("commit status not set", "context", name, "commit", short(sha), "err", err)
+func (pl *Planner) setCommitStatus(ctx context.Context, sha, name string, state stands.CommitState, description, url string) {
+	if err := pl.forge.SetStatus(ctx, sha, name, state, description, url); err != nil {
+		pl.log.Warn("commit status not set", "context", name, "commit", mdtext.Short(sha), "err", err)
 	}
 }
 
@@ -195,48 +161,48 @@ type planRow struct {
 // planPR plans what merging the pull request would do. What it changes is where the diff of its head
 // and the diff of the tracked branch, each against the backend's stacks, decide differently; only
 // those stands are previewed.
-func (r *Reconciler) planPR(ctx context.Context, pr stands.PullRequest, main *evaluation, commit string, actual []diff.Actual) (*prPlan, error) {
-	snap, err := r.cfg.Refs.FetchRef(ctx, pr.Ref())
+func (pl *Planner) planPR(ctx context.Context, pr stands.PullRequest, main *judge.Evaluation, commit string, actual []diff.Actual) (*prPlan, error) {
+	snap, err := pl.refs.FetchRef(ctx, pr.Ref())
 	if err != nil {
 		return nil, err
 	}
-	if r.prs.blindCommit != commit || r.prs.blind == nil {
-		if r.prs.blind, err = r.evaluateBlind(ctx, main.files, nil); err != nil {
+	if pl.blindCommit != commit || pl.blind == nil {
+		if pl.blind, err = pl.evaluateBlind(ctx, main.Files, nil); err != nil {
 			return nil, err
 		}
-		r.prs.blindCommit = commit
+		pl.blindCommit = commit
 	}
-	blindMain := r.prs.blind
-	head, err := r.evaluateBlind(ctx, snap.Files, blindMain)
+	blindMain := pl.blind
+	head, err := pl.evaluateBlind(ctx, snap.Files, blindMain)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmp.Or(head.secretsErr, blindMain.secretsErr, main.secretsErr); err != nil {
-		r.prs.blind = nil
+	if err := cmp.Or(head.SecretsErr, blindMain.SecretsErr, main.SecretsErr); err != nil {
+		pl.blind = nil
 		return nil, fmt.Errorf("secret store unavailable: %w", err)
 	}
-	prints := head.sameAs(main, blindMain)
-	prices, err := r.cfg.Planner.Prices(ctx)
+	head.sameAs(main, blindMain)
+	prices, err := pl.prev.Prices(ctx)
 	if err != nil {
-		r.log.Warn("plan without prices", "err", err)
+		pl.log.Warn("plan without prices", "err", err)
 	}
-	plan := &prPlan{head: snap.Commit, priced: prices != nil, cur: "EUR", warnings: head.warnings}
-	for _, u := range head.unreadable {
+	plan := &prPlan{head: snap.Commit, priced: prices != nil, cur: "EUR", warnings: head.Warnings}
+	for _, u := range head.Unreadable {
 		plan.add(planRow{id: "?", action: "invalid", note: u})
 	}
 	before := map[string]diff.Action{}
-	for _, a := range r.plan(main, actual) {
+	for _, a := range main.Plan(actual, pl.cfg.Guards, nil, "") {
 		before[a.ID] = a
 	}
 	inputs := map[string]*stands.Input{}
-	for _, v := range head.verdicts {
-		inputs[v.id] = v.input
+	for _, v := range head.Verdicts {
+		inputs[v.ID] = v.Input
 	}
 	declared := map[string]bool{}
-	for _, v := range main.verdicts {
-		declared[v.id] = true
+	for _, v := range main.Verdicts {
+		declared[v.ID] = true
 	}
-	for _, a := range r.plan(head, actual) {
+	for _, a := range head.Plan(actual, pl.cfg.Guards, nil, "") {
 		if b, ok := before[a.ID]; ok && b == a {
 			continue // merging it changes nothing for this stand
 		}
@@ -244,11 +210,11 @@ func (r *Reconciler) planPR(ctx context.Context, pr stands.PullRequest, main *ev
 			continue // a stack the tracked branch does not declare either: not this pull request's removal
 		}
 		if a.Reason == reason.SourceUnavailable {
-			a.Detail = strings.Join(head.unreadable, "; ")
+			a.Detail = strings.Join(head.Unreadable, "; ")
 		}
-		row, err := r.planRow(ctx, a, inputs[a.ID], prices, plan)
+		row, err := pl.planRow(ctx, a, inputs[a.ID], prices, plan)
 		if row.action == "update" {
-			row.steps = blindSteps(row.steps, prints[a.ID], head.print(a.ID))
+			row.steps = blindSteps(row.steps, blindMain.prints[a.ID], head.prints[a.ID])
 		}
 		if err != nil {
 			return nil, err
@@ -261,16 +227,9 @@ func (r *Reconciler) planPR(ctx context.Context, pr stands.PullRequest, main *ev
 	return plan, nil
 }
 
-// plan is the diff of an evaluation against the stacks, as a cycle would compute it.
-func (r *Reconciler) plan(ev *evaluation, actual []diff.Actual) []diff.Action {
-	desired := append(ev.desired(func(string) bool { return false }), ev.ownerChanges(actual, r.cfg.Owner)...)
-	return diff.Plan(diff.Input{Desired: desired, Actual: actual, SourceOK: len(ev.unreadable) == 0,
-		MaxDestroyShare: r.cfg.MaxDestroyShare, AllowDestroy: ev.allow, AllowMassDestroy: r.cfg.AllowMassDestroy})
-}
-
 // planRow is one stand's row of a pull request's plan: the head's action, previewed where it would
 // change servers. An empty action means no row.
-func (r *Reconciler) planRow(ctx context.Context, a diff.Action, in *stands.Input, prices stands.Prices, plan *prPlan) (planRow, error) {
+func (pl *Planner) planRow(ctx context.Context, a diff.Action, in *stands.Input, prices stands.Prices, plan *prPlan) (planRow, error) {
 	row := planRow{id: a.ID}
 	switch {
 	case a.Kind == diff.Blocked && a.Reason == reason.Invalid:
@@ -291,7 +250,7 @@ func (r *Reconciler) planRow(ctx context.Context, a diff.Action, in *stands.Inpu
 		if row.action == "" {
 			row.action = "destroy"
 		}
-		servers, err := r.cfg.Planner.StandServers(ctx, a.ID)
+		servers, err := pl.prev.StandServers(ctx, a.ID)
 		if err != nil {
 			return row, err
 		}
@@ -304,10 +263,10 @@ func (r *Reconciler) planRow(ctx context.Context, a diff.Action, in *stands.Inpu
 	var err error
 	if a.Kind == diff.Create {
 		row.action = "create"
-		res, err = r.cfg.Planner.PreviewNew(ctx, *in)
+		res, err = pl.prev.PreviewNew(ctx, *in)
 	} else {
 		row.action = "update"
-		res, err = r.cfg.Planner.Preview(ctx, *in)
+		res, err = pl.prev.Preview(ctx, *in)
 	}
 	if err != nil {
 		c := reason.Of(err)
@@ -416,7 +375,7 @@ func money(v float64, cur string) string {
 func (p *prPlan) comment(pr stands.PullRequest) string {
 	var b strings.Builder
 	b.WriteString(CommentMarker + "\n")
-	fmt.Fprintf(&b, "### Stands plan for `%s`\n\n", short(p.head))
+	fmt.Fprintf(&b, "### Stands plan for `%s`\n\n", mdtext.Short(p.head))
 	if len(p.rows) == 0 {
 		b.WriteString("This pull request changes no stand.\n")
 	} else {
@@ -430,7 +389,7 @@ func (p *prPlan) comment(pr stands.PullRequest) string {
 				servers = append(servers, "no server changes")
 			}
 			if r.note != "" && r.action != "invalid" && r.action != "error" {
-				servers = append(servers, cell(firstLine(r.note)))
+				servers = append(servers, mdtext.Cell(mdtext.FirstLine(r.note)))
 			}
 			cost := ""
 			if r.counted {
@@ -459,7 +418,7 @@ func (p *prPlan) comment(pr stands.PullRequest) string {
 	if len(p.warnings) > 0 {
 		b.WriteString("\n#### Warnings\n\n")
 		for _, w := range p.warnings {
-			fmt.Fprintf(&b, "- `%s`: %s\n", w.Pos, cell(w.Msg))
+			fmt.Fprintf(&b, "- `%s`: %s\n", w.Pos, mdtext.Cell(w.Msg))
 		}
 	}
 	b.WriteString("\n<sub>stands-reconciler previews never create stacks or servers; this comment is updated when the pull request's head moves.</sub>\n")

@@ -1,4 +1,4 @@
-package reconcile
+package prplan
 
 import (
 	"context"
@@ -12,7 +12,8 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
-	"github.com/stands-engine/stands-reconciler/internal/testenv"
+	"github.com/stands-engine/stands-reconciler/test/fakes"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // TestMain makes the test binary a render sandbox child too, as main does for the real binary.
@@ -63,20 +64,20 @@ func TestTemplateBombsStopInTheSandbox(t *testing.T) {
 				// limit may stop it.
 				lim.CPU = 15 * time.Second
 			}
-			h.r.cfg.Sandbox = testSandbox(t, lim)
+			h.pl.cfg.Sandbox = testSandbox(t, lim)
 			h.mustCycle()
-			change := map[string]string{"apps/web/index.html": "", standFile("a"): strings.Replace(standYML("a", ""), "apps: [kv]", "apps: [kv, bomb]", 1) +
+			change := map[string]string{"apps/web/index.html": "", fakes.StandFile("a"): strings.Replace(fakes.StandYML("a", ""), "apps: [kv]", "apps: [kv, bomb]", 1) +
 				"  bomb:\n    package: ../../apps/bomb\n    instances:\n      x: {}\n",
 				"apps/bomb/app.yml":   "images: [\"registry.example.test/bomb:1\"]\nfiles:\n  - src: bomb.tmpl\n    dest: /tmp/bomb\npod: pod.yaml.tmpl\n",
 				"apps/bomb/bomb.tmpl": bomb, "apps/bomb/pod.yaml.tmpl": podOf(t, h),
-				standFile("c"): standYML("c", "")}
-			f.open(1, "head1", h.files(), change, true)
+				fakes.StandFile("c"): fakes.StandYML("c", "")}
+			f.Open(1, "head1", h.files(), change, true)
 			before := peakRSS(t)
 			start := time.Now()
 			h.mustCycle()
 			took := time.Since(start)
 			grew := peakRSS(t) - before
-			c := f.comment(1)
+			c := f.Comment(1)
 			if !strings.Contains(c, "`local_a_dev` | ❌ invalid") || !strings.Contains(c, "`local_c_dev` | ➕ create") {
 				t.Errorf("plan:\n%s", c)
 			}
@@ -103,7 +104,7 @@ func TestMemoryBombWithoutSandboxGrows(t *testing.T) {
 	h, f := newPreviewHarness(t, "a")
 	h.mustCycle()
 	small := `{{ $x := "aaaaaaaa" }}{{ range 24 }}{{ $x = printf "%s%s" $x $x }}{{ end }}` + "\n" // 128 MiB
-	f.open(1, "head1", h.files(), map[string]string{"apps/kv/redis.conf.tmpl": small}, true)
+	f.Open(1, "head1", h.files(), map[string]string{"apps/kv/redis.conf.tmpl": small}, true)
 	before := peakRSS(t)
 	h.mustCycle()
 	if grew := peakRSS(t) - before; grew < 100<<20 {

@@ -1,0 +1,41 @@
+// Package mdtext shapes the text the reconciler writes where people read it in Gitea — STATUS.md,
+// pull request plan comments, commit status descriptions — so that it stays in its place: a commit
+// shortened, a message to its first line, a value kept inside its table cell.
+package mdtext
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Short is a commit's first 12 characters, as the status table and the plan comment show it.
+func Short(commit string) string {
+	if len(commit) > 12 {
+		return commit[:12]
+	}
+	return commit
+}
+
+// FirstLine is s up to its first line break, at most 160 bytes.
+func FirstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	if len(line) <= 160 {
+		return line
+	}
+	return Truncate(line, 160-len("…"))
+}
+
+// Cell keeps a value inside its Markdown table cell.
+func Cell(s string) string { return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s) }
+
+// Truncate cuts s to at most n bytes on a rune boundary, marking the cut with "…".
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}

@@ -1,0 +1,232 @@
+// Package archtest holds the tests of the module's shape: what may depend on what, and how long a
+// function of the loop or the command may grow. They fail when the layering described in
+// docs/architecture.md erodes, long before a reader notices.
+package archtest
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stands-engine/stands-reconciler/test/testenv"
+)
+
+// forbidden are the libraries the loop, the pull request plans and the diff must not link: they
+// talk to Git, Gitea, PostgreSQL and Pulumi through small interfaces and the plain types of package
+// stands, so each is tested with fakes and none depends on how the others are built.
+var forbidden = []string{
+	"github.com/go-git/go-git/",
+	"code.gitea.io/sdk/",
+	"github.com/lib/pq",
+	"github.com/pulumi/pulumi/",
+	module + "/engine",
+	module + "/gitsource",
+	module + "/lease",
+	module + "/vault",
+}
+
+const module = "github.com/stands-engine/stands-reconciler"
+
+// pure are the packages that decide, each free of the forbidden libraries.
+var pure = []string{"./reconcile", "./prplan", "./judge", "./diff", "./stands", "./reason", "./manifest"}
+
+// TestDecidersLinkNoInfrastructure: what decides links no infrastructure library; with its tests
+// (-test), still no Pulumi and no engine: their fakes stand in.
+func TestDecidersLinkNoInfrastructure(t *testing.T) {
+	for _, pkg := range pure {
+		if bad := violations(deps(t, pkg), forbidden); len(bad) > 0 {
+			t.Errorf("%s links %s", pkg, strings.Join(bad, ", "))
+		}
+		if bad := violations(deps(t, "-test", pkg), []string{"github.com/pulumi/pulumi/", module + "/engine"}); len(bad) > 0 {
+			t.Errorf("%s's tests link %s", pkg, strings.Join(bad, ", "))
+		}
+	}
+	// reason is the leaf everything takes its reasons from: nothing of this module below it.
+	if bad := slices.DeleteFunc(violations(deps(t, "./reason"), []string{module + "/"}), func(p string) bool { return p == module+"/reason" }); len(bad) > 0 {
+		t.Errorf("reason imports %s", strings.Join(bad, ", "))
+	}
+}
+
+// TestTheCheckSeesAForbiddenLink is the control of the two tests above and below: the same check on
+// packages that do link what they forbid reports it.
+func TestTheCheckSeesAForbiddenLink(t *testing.T) {
+	for pkg, want := range map[string]string{"./gitsource": "github.com/go-git/go-git/", "./lease": "github.com/lib/pq", "./engine": "github.com/pulumi/pulumi/",
+		"./test/fakes": module + "/test/"} {
+		if bad := violations(deps(t, pkg), append(forbidden, module+"/test/")); !slices.ContainsFunc(bad, func(b string) bool { return strings.HasPrefix(b, want) }) {
+			t.Errorf("the check does not see %s in %s: %v", want, pkg, bad)
+		}
+	}
+}
+
+// TestNoScaffoldingInProduction: test scaffolding (the packages under test/, which import
+// "testing" or exist for tests only) is in no non-test import graph; and no package of the module
+// outside test/ imports "testing" in its non-test files.
+func TestNoScaffoldingInProduction(t *testing.T) {
+	pkgs := strings.Fields(string(output(t, goCmd(t, "list", "./..."))))
+	checked := 0
+	for _, pkg := range pkgs {
+		if strings.HasPrefix(pkg, module+"/test/") || pkg == module+"/bench" {
+			continue // scaffolding itself, and a package of tests only
+		}
+		checked++
+		if bad := violations(deps(t, pkg), []string{module + "/test/"}); len(bad) > 0 {
+			t.Errorf("%s links test scaffolding: %s", pkg, strings.Join(bad, ", "))
+		}
+		imports := strings.Fields(string(output(t, goCmd(t, "list", "-f", `{{join .Imports " "}}`, pkg))))
+		if slices.Contains(imports, "testing") {
+			t.Errorf("%s imports testing outside its tests: it is scaffolding, and belongs under test/", pkg)
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d packages", checked)
+	}
+}
+
+// deps is go list -deps of the arguments: every package they link.
+func deps(t *testing.T, args ...string) []string {
+	t.Helper()
+	out := strings.Fields(string(output(t, goCmd(t, append([]string{"list", "-deps"}, args...)...))))
+	if len(out) < 5 {
+		t.Fatalf("go list -deps %v listed %d packages", args, len(out))
+	}
+	return out
+}
+
+// violations are the packages of deps that any of the prefixes names.
+func violations(deps, prefixes []string) []string {
+	var out []string
+	for _, d := range deps {
+		for _, p := range prefixes {
+			if strings.HasPrefix(d, p) && (strings.HasSuffix(p, "/") || d == p || strings.HasPrefix(d, p+"/")) {
+				out = append(out, d)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func output(t *testing.T, cmd *exec.Cmd) []byte {
+	t.Helper()
+	cmd.Dir = testenv.RepoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %v", cmd.Args, err)
+	}
+	return out
+}
+
+// maxLines bounds a function of the loop or the command: longer ones hide a second job.
+const maxLines = 80
+
+func TestFunctionsStayShort(t *testing.T) {
+	root := testenv.RepoRoot()
+	funcs := 0
+	for _, dir := range []string{"reconcile", "cmd/stands-reconciler", "cmd/hcloudsim"} {
+		for p, f := range sources(t, filepath.Join(root, dir)) {
+			for _, d := range f.file.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Body == nil {
+					continue
+				}
+				funcs++
+				if n := f.fset.Position(fd.End()).Line - f.fset.Position(fd.Pos()).Line + 1; n > maxLines {
+					rel, _ := filepath.Rel(root, p)
+					t.Errorf("%s: %s is %d lines (at most %d)", rel, fd.Name.Name, n, maxLines)
+				}
+			}
+		}
+	}
+	if funcs < 50 {
+		t.Fatalf("checked %d functions", funcs)
+	}
+}
+
+// goCmd is the go command on PATH (CI and make put the toolchain there).
+func goCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	bin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command on PATH: %v", err)
+	}
+	return exec.Command(bin, args...)
+}
+
+// TestOnlySummariseSetsStatus: in the loop, a status's phase, reason and message are set by
+// summarise alone; any other code hands it an outcome.
+func TestOnlySummariseSetsStatus(t *testing.T) {
+	guarded := map[string]bool{"Phase": true, "Reason": true, "Message": true}
+	assignments := 0
+	for p, src := range sources(t, filepath.Join(testenv.RepoRoot(), "reconcile")) {
+		fset := src.fset
+		ast.Inspect(src.file, func(n ast.Node) bool {
+			var fields []string
+			switch n := n.(type) {
+			case *ast.AssignStmt:
+				for _, l := range n.Lhs {
+					if sel, ok := l.(*ast.SelectorExpr); ok {
+						fields = append(fields, sel.Sel.Name)
+					}
+				}
+			case *ast.CompositeLit:
+				if id, ok := n.Type.(*ast.Ident); ok && id.Name == "Status" {
+					for _, e := range n.Elts {
+						if kv, ok := e.(*ast.KeyValueExpr); ok {
+							fields = append(fields, kv.Key.(*ast.Ident).Name)
+						}
+					}
+				}
+			}
+			for _, name := range fields {
+				if !guarded[name] {
+					continue
+				}
+				if filepath.Base(p) == "summarise.go" {
+					assignments++
+					continue
+				}
+				t.Errorf("%s: sets a status's %s outside summarise", fset.Position(n.Pos()), name)
+			}
+			return true
+		})
+	}
+	if assignments < 10 {
+		t.Fatalf("found %d assignments in summarise.go: the check looks at the wrong code", assignments)
+	}
+}
+
+// source is a parsed Go file.
+type source struct {
+	fset *token.FileSet
+	file *ast.File
+}
+
+// sources parses the non-test Go files of a folder, by path; a folder without any fails the test.
+func sources(t *testing.T, dir string) map[string]source {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]source{}
+	for _, p := range paths {
+		if strings.HasSuffix(p, "_test.go") {
+			continue
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[p] = source{fset, f}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s: no Go files", dir)
+	}
+	return out
+}
