@@ -16,6 +16,7 @@ import (
 
 	"github.com/blang/semver"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 )
 
@@ -32,6 +33,8 @@ type cli struct {
 	// returns is called once the CLI has ended (lock holder records, holder.go).
 	hold func(ctx context.Context, args []string, pid int) func()
 	log  *slog.Logger
+	// metrics counts the CLIs started and fenced (nil: not counted).
+	metrics *metrics
 	// keptLogs is where the Pulumi logs of a CLI that failed are kept (keepLogs).
 	keptLogs string
 }
@@ -65,7 +68,7 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 		return nil
 	}
 	cmd.WaitDelay = CancelGrace
-	cliInvocations.WithLabelValues(commandOf(args)).Inc()
+	c.metrics.started(args)
 	err := cmd.Start()
 	if err == nil {
 		release := func() {}
@@ -73,7 +76,7 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 			release = c.hold(ctx, args, cmd.Process.Pid)
 		}
 		done := make(chan struct{})
-		fenced(ctx, cmd.Process.Pid, done, c.log)
+		fenced(ctx, cmd.Process.Pid, done, c.log, c.metrics)
 		err = cmd.Wait()
 		close(done)
 		if ctx.Err() != nil {
@@ -101,16 +104,34 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 // plus this: deploy/stands-reconciler.service's TimeoutStopSec is larger than both.
 const CancelGrace = 30 * time.Second
 
-// cliInvocations counts Pulumi CLI processes by command, for /metrics (engine.Metrics).
-var cliInvocations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_pulumi_cli_invocations_total",
-	Help: "Pulumi CLI processes started, by command (up, preview, refresh, destroy, stack, config, …)."}, []string{"command"})
+// metrics are the engine's, for /metrics, declared and registered on Config.Metrics here: a new one
+// is one more field and its line in newMetrics. A nil *metrics counts nothing (a CLI made by a test).
+type metrics struct {
+	cliInvocations *prometheus.CounterVec // by command
+	fencedKills    prometheus.Counter     // CLIs killed because their stand's lease was about to expire (fence.go)
+}
 
-// fencedKills counts CLIs killed because their stand's lease was about to expire (fence.go).
-var fencedKills = prometheus.NewCounter(prometheus.CounterOpts{Name: "stands_pulumi_cli_fenced_kills_total",
-	Help: "Pulumi CLI processes killed, with their process group, because their stand's lease was about to expire."})
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		cliInvocations: f.NewCounterVec(prometheus.CounterOpts{Name: "stands_pulumi_cli_invocations_total",
+			Help: "Pulumi CLI processes started, by command (up, preview, refresh, destroy, stack, config, …)."}, []string{"command"}),
+		fencedKills: f.NewCounter(prometheus.CounterOpts{Name: "stands_pulumi_cli_fenced_kills_total",
+			Help: "Pulumi CLI processes killed, with their process group, because their stand's lease was about to expire."}),
+	}
+}
 
-// Metrics is the engine's collectors: the Pulumi CLI processes it started, and those it killed.
-func Metrics() []prometheus.Collector { return []prometheus.Collector{cliInvocations, fencedKills} }
+func (m *metrics) started(args []string) {
+	if m != nil {
+		m.cliInvocations.WithLabelValues(commandOf(args)).Inc()
+	}
+}
+
+func (m *metrics) fenced() {
+	if m != nil {
+		m.fencedKills.Inc()
+	}
+}
 
 // commandOf is a CLI command line's first word that is no flag.
 func commandOf(args []string) string {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/blang/semver"
 	"log/slog"
 	"maps"
 	"os"
@@ -16,6 +15,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/blang/semver"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
@@ -64,6 +66,8 @@ type Config struct {
 	// there is no file, with a new one written there (0600); for a stand that has one in its state,
 	// a missing file receives it and a file holding another key is refused (stand_key.go).
 	KeyFile string
+	// Metrics, when set, gets the engine's metrics (the Pulumi CLI processes it started and fenced).
+	Metrics prometheus.Registerer
 }
 
 // Engine applies and destroys stands.
@@ -119,7 +123,8 @@ func New(cfg Config) (*Engine, error) {
 	if err := e.writePassfile(); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	c := cli{bin: cfg.PulumiBin, env: func() []string { return childEnv(cfg.PulumiBin) }, keptLogs: filepath.Join(cfg.WorkDir, "pulumi-logs")}
+	c := cli{bin: cfg.PulumiBin, env: func() []string { return childEnv(cfg.PulumiBin) }, keptLogs: filepath.Join(cfg.WorkDir, "pulumi-logs"),
+		metrics: newMetrics(cfg.Metrics)}
 	if c.version, err = e.cliVersion(c); err != nil {
 		return nil, err
 	}

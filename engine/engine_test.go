@@ -26,21 +26,14 @@ import (
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/providertest"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
 
 // TestMain lets the test binary serve the provider: the engine runs it through the
 // pulumi-resource-stands link, exactly as it runs the reconciler's own binary in production.
-func TestMain(m *testing.M) {
-	if filepath.Base(os.Args[0]) == provider.BinaryName {
-		if err := provider.Serve(); err != nil {
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { providertest.Main(m) }
 
 const hcloudToken = "hc-token-SENTINEL-7d2e"
 

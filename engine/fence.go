@@ -24,7 +24,7 @@ import (
 type LeaseCheck func(ctx context.Context, ref stands.StackRef, token int64) (bool, error)
 
 // fenced kills a started CLI's process group when its operation's fence closes, until done.
-func fenced(ctx context.Context, pid int, done <-chan struct{}, log *slog.Logger) {
+func fenced(ctx context.Context, pid int, done <-chan struct{}, log *slog.Logger, m *metrics) {
 	f, ok := stands.FenceOf(ctx)
 	if !ok || f.Stop == nil {
 		return
@@ -33,7 +33,7 @@ func fenced(ctx context.Context, pid int, done <-chan struct{}, log *slog.Logger
 		select {
 		case <-f.Stop:
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			fencedKills.Inc()
+			m.fenced()
 			if log != nil {
 				log.Warn("killed a Pulumi CLI: its stand's lease was about to expire", "pid", pid, "token", f.Token)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
@@ -22,6 +23,7 @@ import (
 type Member struct {
 	s      *Store
 	log    *slog.Logger
+	reg    prometheus.Registerer // where its metrics are registered (WithMetrics); nil: nowhere
 	budget time.Duration
 	every  time.Duration
 
@@ -54,28 +56,26 @@ func WithStopBudget(d time.Duration) MemberOption { return func(m *Member) { m.b
 // WithLogger logs takeovers, losses and outages.
 func WithLogger(l *slog.Logger) MemberOption { return func(m *Member) { m.log = l } }
 
+// WithMetrics registers the member's metrics on reg (labelled with its replica's name).
+func WithMetrics(reg prometheus.Registerer) MemberOption { return func(m *Member) { m.reg = reg } }
+
 // NewMember makes s's replica a member; Run keeps it one.
 func NewMember(s *Store, opts ...MemberOption) *Member {
-	labels := prometheus.Labels{"replica": s.name}
-	m := &Member{s: s, log: slog.New(slog.DiscardHandler), budget: 3 * time.Second, every: s.ttl / 3, held: map[string]*held{},
-		heldGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stands_leases_held", Help: "Stand leases this replica holds.", ConstLabels: labels}),
-		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "stands_lease_takeovers_total", Help: "Leases this replica took over from a replica whose lease expired.", ConstLabels: labels}),
-		lost:      prometheus.NewCounter(prometheus.CounterOpts{Name: "stands_leases_lost_total", Help: "Leases this replica lost before it released them (not renewed in time).", ConstLabels: labels}),
-		leader:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "stands_replica_leader", Help: "1 while this replica holds the leader lease.", ConstLabels: labels}),
-		liveGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stands_replicas_live", Help: "Live replicas, as this one last saw them.", ConstLabels: labels}),
-	}
+	m := &Member{s: s, log: slog.New(slog.DiscardHandler), budget: 3 * time.Second, every: s.ttl / 3, held: map[string]*held{}}
 	for _, o := range opts {
 		o(m)
 	}
+	// The member's metrics, declared and registered here: a new one is one more line.
+	f, labels := promauto.With(m.reg), prometheus.Labels{"replica": s.name}
+	m.heldGauge = f.NewGauge(prometheus.GaugeOpts{Name: "stands_leases_held", Help: "Stand leases this replica holds.", ConstLabels: labels})
+	m.takeovers = f.NewCounter(prometheus.CounterOpts{Name: "stands_lease_takeovers_total", Help: "Leases this replica took over from a replica whose lease expired.", ConstLabels: labels})
+	m.lost = f.NewCounter(prometheus.CounterOpts{Name: "stands_leases_lost_total", Help: "Leases this replica lost before it released them (not renewed in time).", ConstLabels: labels})
+	m.leader = f.NewGauge(prometheus.GaugeOpts{Name: "stands_replica_leader", Help: "1 while this replica holds the leader lease.", ConstLabels: labels})
+	m.liveGauge = f.NewGauge(prometheus.GaugeOpts{Name: "stands_replicas_live", Help: "Live replicas, as this one last saw them.", ConstLabels: labels})
 	if m.budget >= s.grace {
 		m.budget = s.grace / 2
 	}
 	return m
-}
-
-// Collectors are the member's metrics.
-func (m *Member) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.heldGauge, m.takeovers, m.lost, m.leader, m.liveGauge}
 }
 
 // ID is the replica's id: its holder name for this process's life.

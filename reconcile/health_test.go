@@ -114,9 +114,8 @@ func healthHarness(t *testing.T, tune func(*Config)) (*harness, *fakeChecker, *f
 // commit; further checks finding the same make no status commit; recovery makes it Ready again.
 // Nothing is applied or destroyed for it.
 func TestHealthDegradedOnceAndRecovered(t *testing.T) {
-	h, chk, forge := healthHarness(t, nil)
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(h.r.Metrics())
+	h, chk, forge := healthHarness(t, func(c *Config) { c.Metrics = reg })
 	applied := h.src.statusOf(t, "local_a_dev").LastSuccessfulCommit
 	ups, calls := h.eng.TotalUps(), h.eng.Calls
 

@@ -4,15 +4,17 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/stands-engine/stands-reconciler/reason"
 )
 
-// Metrics are the reconciler's, for /metrics. What describes the stands (their phases, the running
-// operations, the time since the last successful sync, the outside services) is read from the
-// reconciler's own state when scraped, so it cannot disagree with the status files; the counters
-// and durations are recorded where a cycle, an operation or a plan ends.
-type Metrics struct {
+// metrics are the reconciler's, for /metrics, declared and registered on Config.Metrics here: a
+// counter or a duration is one field and its line in newMetrics. What describes the stands (their
+// phases, the running operations, the time since the last successful sync, the outside services)
+// is read from the reconciler's own state when scraped (Collect), so it cannot disagree with the
+// status files; the counters and durations are recorded where a cycle or an operation ends.
+type metrics struct {
 	r          *Reconciler
 	cycles     *prometheus.HistogramVec
 	operations *prometheus.HistogramVec
@@ -29,20 +31,21 @@ type Metrics struct {
 	down         *prometheus.Desc
 }
 
-func newMetrics(r *Reconciler) *Metrics {
-	m := &Metrics{
+func newMetrics(r *Reconciler, reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	m := &metrics{
 		r: r,
-		cycles: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "stands_cycle_duration_seconds",
+		cycles: f.NewHistogramVec(prometheus.HistogramOpts{Name: "stands_cycle_duration_seconds",
 			Help: "Duration of reconcile cycles (fetch, judge, inventory, plan, publish), by result.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}, []string{"result"}),
-		operations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "stands_operation_duration_seconds",
+		operations: f.NewHistogramVec(prometheus.HistogramOpts{Name: "stands_operation_duration_seconds",
 			Help:    "Duration of operations on stands, by kind (apply, drift, observe, destroy) and result (ok or the reason's kind: Waiting, Stalling, Generic).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 13)}, []string{"kind", "result"}),
-		fetchFails: prometheus.NewCounter(prometheus.CounterOpts{Name: "stands_source_fetch_failures_total", Help: "Cycles whose fetch of the stands repository failed."}),
-		secretErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_secret_store_errors_total",
+		fetchFails: f.NewCounter(prometheus.CounterOpts{Name: "stands_source_fetch_failures_total", Help: "Cycles whose fetch of the stands repository failed."}),
+		secretErrs: f.NewCounterVec(prometheus.CounterOpts{Name: "stands_secret_store_errors_total",
 			Help: "Errors of the secret store (Vault): read (a cycle could not resolve secrets), write (a connection record was not stored)."}, []string{"operation"}),
-		healthChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_health_checks_total",
+		healthChecks: f.NewCounterVec(prometheus.CounterOpts{Name: "stands_health_checks_total",
 			Help: "Live health checks of applied stands, by result: healthy, unhealthy (an instance), unreachable (a server), error (not made: the state unreadable)."}, []string{"result"}),
-		heals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_heals_total",
+		heals: f.NewCounterVec(prometheus.CounterOpts{Name: "stands_heals_total",
 			Help: "Heal steps (--heal), by action (restart, apply, none: the hourly limit) and result."}, []string{"action", "result"}),
 		phases:    prometheus.NewDesc("stands_stands", "Stands by phase, as their status files say (with replicas, the stands this replica holds).", []string{"phase"}, nil),
 		running:   prometheus.NewDesc("stands_operations_running", "Operations running now, each on a worker.", nil, nil),
@@ -58,19 +61,15 @@ func newMetrics(r *Reconciler) *Metrics {
 	for _, res := range []string{"healthy", "unhealthy", "unreachable", "error"} {
 		m.healthChecks.WithLabelValues(res)
 	}
+	if reg != nil {
+		reg.MustRegister(m) // the gauges read at each scrape
+	}
 	return m
 }
 
-// Metrics is the reconciler's collector; register it on a registry served at /metrics.
-func (r *Reconciler) Metrics() *Metrics { return r.metrics }
-
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	m.cycles.Describe(ch)
-	m.operations.Describe(ch)
-	m.fetchFails.Describe(ch)
-	m.secretErrs.Describe(ch)
-	m.healthChecks.Describe(ch)
-	m.heals.Describe(ch)
+// Describe describes the gauges read at each scrape; the counters and durations are registered on
+// their own.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.phases
 	ch <- m.running
 	ch <- m.queued
@@ -79,13 +78,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.down
 }
 
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	m.cycles.Collect(ch)
-	m.operations.Collect(ch)
-	m.fetchFails.Collect(ch)
-	m.secretErrs.Collect(ch)
-	m.healthChecks.Collect(ch)
-	m.heals.Collect(ch)
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	r := m.r
 	r.mu.Lock()
 	counts := map[reason.Phase]int{}
@@ -136,7 +129,7 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-func (m *Metrics) cycle(d time.Duration, err error) {
+func (m *metrics) cycle(d time.Duration, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
@@ -144,7 +137,7 @@ func (m *Metrics) cycle(d time.Duration, err error) {
 	m.cycles.WithLabelValues(result).Observe(d.Seconds())
 }
 
-func (m *Metrics) operation(kind opKind, d time.Duration, err error) {
+func (m *metrics) operation(kind opKind, d time.Duration, err error) {
 	result := "ok"
 	if err != nil {
 		result = reason.Of(err).Kind().String()

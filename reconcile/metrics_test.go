@@ -40,10 +40,9 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[strin
 // TestMetrics: the gauges read the reconciler's own state (on a worker vs queued for one, the
 // controls in force), the secret store's errors are counted where they happen.
 func TestMetrics(t *testing.T) {
-	h := newHarness(t, repoWith("a", "b", "c"), func(c *Config) { c.Workers = 1 })
-	h.eng.Gate = make(chan struct{})
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(h.r.Metrics())
+	h := newHarness(t, repoWith("a", "b", "c"), func(c *Config) { c.Workers, c.Metrics = 1, reg })
+	h.eng.Gate = make(chan struct{})
 	if err := h.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stands-engine/stands-reconciler/diff"
 	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/judge"
@@ -120,6 +121,8 @@ type Config struct {
 	Heal           bool
 	HealLimit      int
 	HealSettle     time.Duration
+	// Metrics, when set, gets the loop's metrics (metrics.go).
+	Metrics prometheus.Registerer
 	// Replicas, when set, makes this reconciler one of several on one PostgreSQL (replicas.go): it
 	// operates the stands whose leases it holds, and commits status only while it is the leader.
 	Replicas Replicas
@@ -158,7 +161,7 @@ type Reconciler struct {
 	flushCtx   context.Context
 	flush      context.CancelFunc // ends the status delay for good: the drain has begun
 
-	metrics     *Metrics
+	metrics     *metrics
 	active      int             // operations holding a worker
 	controls    Controls        // the operator's local switches
 	repoPause   *Switch         // PauseFile of the last snapshot
@@ -247,7 +250,7 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 		rep:    cfg.Replicas, seen: map[string]int64{}, sharedSt: map[string]*Status{}}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
 	r.flushCtx, r.flush = context.WithCancel(context.Background())
-	r.metrics = newMetrics(r)
+	r.metrics = newMetrics(r, cfg.Metrics)
 	if err := r.loadControls(); err != nil {
 		// Start paused: a pause an operator turned on must not be lost with the file.
 		r.log.Error("operator controls unreadable: starting paused; fix or remove the file, then `stands-reconciler ctl resume`", "err", err)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/stands-engine/stands-reconciler/engine"
+	"github.com/stands-engine/stands-reconciler/localrepo"
 )
 
 // runAdopt takes over a stand whose stack the Stands Engine made (engine.Adopt): its servers become
@@ -16,7 +17,7 @@ func runAdopt(ctx context.Context, args []string, std stdio, getenv env) int {
 	conf := newSettings(fs, getenv)
 	var ef engineFlags
 	ef.register(conf)
-	roots := resourceRoots{}
+	roots := localrepo.Roots{}
 	resourceFlag(fs, roots)
 	keyFile := fs.String("key-file", bound(conf, "key-file", "STANDS_SSH_KEY_PATH", ""), "the stand's SSH private key, which its servers authorize ($STANDS_SSH_KEY_PATH, $STAND__PATH_TO_KEY)")
 	dry := fs.Bool("dry-run", false, "check and say what would happen; change nothing")
@@ -32,7 +33,7 @@ func runAdopt(ctx context.Context, args []string, std stdio, getenv env) int {
 	if code != exitOK {
 		return code
 	}
-	stateDir, err := filepath.Abs(ef.stateDir)
+	stateDir, err := filepath.Abs(ef.s.StateDir)
 	if err != nil {
 		fmt.Fprintf(std.err, "adopt: %v\n", err)
 		return exitError

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/stands-engine/stands-reconciler/internal/control"
+	"github.com/stands-engine/stands-reconciler/daemon"
 )
 
 // runCtl is the operator's side of the daemon's controls: one action through its Unix socket.
@@ -33,7 +33,7 @@ Each action is logged by the daemon and shown in STATUS.md or the stand's status
 		fs.Usage()
 		return exitUsage
 	}
-	req := control.Request{Operator: cmp.Or(getenv("SUDO_USER"), getenv("USER"))}
+	req := daemon.ControlRequest{Operator: cmp.Or(getenv("SUDO_USER"), getenv("USER"))}
 	action := rest[0]
 	switch {
 	case action == "status" && len(rest) == 1:
@@ -49,12 +49,12 @@ Each action is logged by the daemon and shown in STATUS.md or the stand's status
 		fmt.Fprintf(std.err, "ctl: %q: want status, pause [REASON], resume, plan-only on|off or retry STAND-ID\n", strings.Join(rest, " "))
 		return exitUsage
 	}
-	p := f.socketPath()
+	p := f.s.SocketPath()
 	if p == "" {
 		fmt.Fprintln(std.err, "ctl: --control-socket is none: the daemon has no controls")
 		return exitUsage
 	}
-	a, err := control.NewClient(p).Do(ctx, action, req)
+	a, err := daemon.NewControlClient(p).Do(ctx, action, req)
 	if err != nil {
 		fmt.Fprintf(std.err, "ctl: %v\n", err)
 		return exitError

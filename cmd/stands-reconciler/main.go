@@ -18,8 +18,10 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/stands-engine/stands-reconciler/compat"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
+	"github.com/stands-engine/stands-reconciler/localrepo"
 	"github.com/stands-engine/stands-reconciler/prplan"
 )
 
@@ -78,7 +80,7 @@ func sandboxChild(args []string) int {
 func runMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return run(ctx, os.Args[1:], os.Stdout, os.Stderr, processEnv(os.Environ(), os.Getenv))
+	return run(ctx, os.Args[1:], os.Stdout, os.Stderr, compat.ProcessEnv(os.Environ(), os.Getenv))
 }
 
 // env reads configuration from the environment; tests pass a map.
@@ -208,7 +210,7 @@ func dispatch(ctx context.Context, c command, args []string, files, resources st
 }
 
 // commandEnv is the environment command c reads: for a one-shot command, the process's over the env
-// files, with the Stands Engine's variables mapped onto ours (seedenv.go).
+// files, with the Stands Engine's variables mapped onto ours (package compat).
 func commandEnv(c command, files stringList, getenv env, std stdio) (env, int) {
 	if !c.oneShot {
 		if len(files) > 0 {
@@ -217,18 +219,18 @@ func commandEnv(c command, files stringList, getenv env, std stdio) (env, int) {
 		}
 		return getenv, exitOK
 	}
-	e, err := newSeedEnv(getenv, files)
+	e, err := compat.New(getenv, files)
 	if err == nil {
-		err = e.check()
+		err = e.Check()
 	}
 	if err == nil {
-		err = exportSeedEnv(e, os.Setenv)
+		err = compat.Export(e, os.Setenv)
 	}
 	if err != nil {
 		fmt.Fprintf(std.err, "%s: %v\n", c.name, err)
 		return nil, exitError
 	}
-	return e.get, exitOK
+	return e.Get, exitOK
 }
 
 // newFlags makes a subcommand's flag set that prints its help on stdout for --help and reports
@@ -282,4 +284,18 @@ func parseFlags(c *settings, args []string, std stdio) (bool, int) {
 	// Leave the paths where the commands read them (fs.Args).
 	_ = fs.Parse(append([]string{"--"}, paths...))
 	return false, exitOK
+}
+
+// stringList is a repeatable flag's values, in the order given (--env-file, --resource).
+type stringList []string
+
+func (f *stringList) String() string     { return strings.Join(*f, ",") }
+func (f *stringList) Set(v string) error { *f = append(*f, v); return nil }
+
+// resourceCommands read manifests, and so take --resource (localrepo.Roots).
+var resourceCommands = []string{"validate", "render", "preview", "apply", "create", "destroy", "migrate", "adopt"}
+
+// resourceFlag registers --resource on a command that reads manifests.
+func resourceFlag(fs *flag.FlagSet, r localrepo.Roots) {
+	fs.Var(r, "resource", "NAME=PATH: a folder outside the repository that manifests reach as resource://NAME/PATH (repeatable; docs/migrating.md)")
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/stands-engine/stands-reconciler/engine/configset"
+	"github.com/stands-engine/stands-reconciler/localrepo"
 )
 
 // writeConfigset writes one stand's rendered files (a variable: tests make it fail part-way).
@@ -17,7 +18,7 @@ func runRender(ctx context.Context, args []string, std stdio, getenv env) int {
 	var owner, out string
 	ownerFlag(conf, &owner)
 	fs.StringVar(&out, "out", "_render", "folder to write rendered stands into")
-	roots := resourceRoots{}
+	roots := localrepo.Roots{}
 	resourceFlag(fs, roots)
 	if done, code := parseFlags(conf, args, std); done {
 		return code

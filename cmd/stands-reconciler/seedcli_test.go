@@ -44,7 +44,7 @@ func TestSeedCommandLine(t *testing.T) {
 	if err := os.Mkdir(keys, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	common := writeEnvFile(t, dir, "common.env", `# shared by the team
+	common := testenv.WriteFile(t, dir, "common.env", `# shared by the team
 HCLOUD__TOKEN=`+h.Token+`
 S3__ACCESS_KEY=seed-access
 S3__SECRET_KEY=seed-secret-SENTINEL
@@ -56,7 +56,7 @@ OUTPUT__CONSOLE=true
 OUTPUT__CONSOLE_SECRETS=false
 OUTPUT__FILE=false
 `)
-	stand := writeEnvFile(t, dir, "devBack.env", `stand__user=alice
+	stand := testenv.WriteFile(t, dir, "devBack.env", `stand__user=alice
 STAND__PATH_TO_CONFIGSET=`+configsets+`
 STAND__PATH_TO_KEY=`+filepath.Join(keys, "devBack")+`
 OUTPUT__FILE=true
@@ -168,7 +168,7 @@ SECRET_KV_PASSWORD='`+exampleEnv["SECRET_KV_PASSWORD"]+`'
 
 	// destroy as the guide writes it (§9): no --resource, no app or registry secrets; the stand's
 	// identity is its own manifest's.
-	noSecrets := writeEnvFile(t, dir, "destroy.env", strings.Join(slices.DeleteFunc(strings.Split(readFile(t, stand), "\n"),
+	noSecrets := testenv.WriteFile(t, dir, "destroy.env", strings.Join(slices.DeleteFunc(strings.Split(readFile(t, stand), "\n"),
 		func(l string) bool { return strings.HasPrefix(l, "SECRET_") }), "\n"))
 	if r := runCLI(t, ctx, newRecorder(ours), "--env-file", common, "--env-file", noSecrets, "destroy", manifest); r.code != 0 ||
 		r.stdout != `{"changed":true,"id_stand":"alice_shop_devback","operation":"destroy","status":"success"}`+"\n" {
@@ -365,4 +365,27 @@ func tree(t *testing.T, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// The daemon takes none of the seed's configuration: --env-file is refused before anything runs, and
+// a seed variable in its environment fails its start naming ours.
+func TestDaemonRefusesSeedConfiguration(t *testing.T) {
+	ctx := context.Background()
+	f := testenv.WriteFile(t, t.TempDir(), "x.env", "HCLOUD__TOKEN=s3cr3t-value\n")
+	for _, cmd := range []string{"run", "reconcile", "config"} {
+		r := runCLI(t, ctx, newRecorder(map[string]string{}), "--env-file", f, cmd, "--once")
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--env-file is for the one-shot commands") {
+			t.Errorf("%s with --env-file: exit %d, stderr %s", cmd, r.code, r.stderr)
+		}
+	}
+	env := newRecorder(map[string]string{"HCLOUD__TOKEN": "s3cr3t-value", "STAND__USER": "alice", "STANDS_REPO_URL": t.TempDir()})
+	r := runCLI(t, ctx, env, "reconcile", "--once")
+	for _, want := range []string{"$HCLOUD__TOKEN is the Stands Engine's", "reads $HCLOUD_TOKEN_FILE", "$STAND__USER is the Stands Engine's", "reads $STANDS_OWNER"} {
+		if r.code != exitError || !strings.Contains(r.stderr, want) {
+			t.Errorf("reconcile with seed variables: exit %d, want %q in\n%s", r.code, want, r.stderr)
+		}
+	}
+	if strings.Contains(r.stdout+r.stderr, "s3cr3t") {
+		t.Error("a seed variable's value was printed")
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/stands-engine/stands-reconciler/compat"
+	"github.com/stands-engine/stands-reconciler/daemon"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -55,32 +57,9 @@ func allSettings() map[string]string {
 	f.register(c)
 	bound(c, "show-secrets", "OUTPUT__CONSOLE_SECRETS", false)
 	bound(c, "print-record", "OUTPUT__CONSOLE", true)
-	bound(c, "output-dir", outputDirVariable, "")
+	bound(c, "output-dir", compat.OutputDirVariable, "")
 	bound(c, "key-file", "STANDS_SSH_KEY_PATH", "")
 	return c.vars
-}
-
-// secretSetting is a credential: KEY or KEY_FILE in the environment, or credentials.<name> in the
-// config file.
-type secretSetting struct{ key, name string }
-
-var secretSettings = []secretSetting{
-	{"HCLOUD_TOKEN", "hcloud-token"},
-	{"STANDS_PASSPHRASE", "passphrase"},
-	{"STANDS_GIT_TOKEN", "git-token"},
-	{"STANDS_GIT_SSH_KEY", "git-ssh-key"},
-	{"STANDS_WEBHOOK_SECRET", "webhook-secret"},
-	{"VAULT_TOKEN", "vault-token"},
-	{"VAULT_SECRET_ID", "vault-secret-id"},
-	{"STANDS_DB_PASSWORD", "db-password"}, // a postgres:// backend's; never in its URL
-}
-
-func secretByKey(key string) (secretSetting, bool) {
-	i := slices.IndexFunc(secretSettings, func(s secretSetting) bool { return s.key == key })
-	if i < 0 {
-		return secretSetting{}, false
-	}
-	return secretSettings[i], true
 }
 
 // resolve sets every bound flag the command line left alone from its variable or the config file,
@@ -127,14 +106,18 @@ func (s *settings) resolve() error {
 		}
 	}
 	if s.filesOnly {
-		for _, c := range secretSettings {
-			if s.getenv(c.key) != "" {
-				return fmt.Errorf("$%s is set: the daemon takes secrets from files only: set $%s_FILE (systemd: LoadCredential=) or credentials.%s in --config", c.key, c.key, c.name)
+		for _, c := range daemon.Credentials {
+			if s.getenv(c.Key) != "" {
+				return fmt.Errorf("$%s is set: the daemon takes secrets from files only: set $%s_FILE (systemd: LoadCredential=) or credentials.%s in --config", c.Key, c.Key, c.Name)
 			}
 		}
 	}
 	return nil
 }
+
+// Setting says where a setting's value came from: a flag, a variable, a config file's line or the
+// default.
+func (s *settings) Setting(name string) string { return s.origin[name] }
 
 // env is the environment the command reads the rest of its configuration from: the process's, with
 // each credential file the config file names as KEY_FILE, unless the environment sets KEY or
@@ -148,23 +131,24 @@ func (s *settings) env() env {
 		if !ok {
 			return ""
 		}
-		c, ok := secretByKey(key)
+		c, ok := daemon.CredentialByKey(key)
 		if !ok || s.getenv(key) != "" {
 			return ""
 		}
-		return s.file.credentials[c.name].value
+		return s.file.credentials[c.Name].value
 	}
 }
 
-// secretOrigin says where a credential comes from, for `config check`: never its value.
-func (s *settings) secretOrigin(c secretSetting) string {
+// Credential says where a credential comes from, for `config check` and the errors that name it:
+// never its value.
+func (s *settings) Credential(c daemon.Credential) string {
 	switch {
-	case s.getenv(c.key) != "":
-		return "$" + c.key
-	case s.getenv(c.key+"_FILE") != "":
-		return fmt.Sprintf("$%s_FILE (%s)", c.key, s.getenv(c.key+"_FILE"))
-	case s.file != nil && s.file.credentials[c.name].line > 0:
-		e := s.file.credentials[c.name]
+	case s.getenv(c.Key) != "":
+		return "$" + c.Key
+	case s.getenv(c.Key+"_FILE") != "":
+		return fmt.Sprintf("$%s_FILE (%s)", c.Key, s.getenv(c.Key+"_FILE"))
+	case s.file != nil && s.file.credentials[c.Name].line > 0:
+		e := s.file.credentials[c.Name]
 		return fmt.Sprintf("%s:%d (%s)", s.file.path, e.line, e.value)
 	}
 	return ""
@@ -244,10 +228,10 @@ func (f *configFile) readCredentials(n *yaml.Node, base string) error {
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		if !slices.ContainsFunc(secretSettings, func(s secretSetting) bool { return s.name == k.Value }) {
+		if !slices.ContainsFunc(daemon.Credentials, func(s daemon.Credential) bool { return s.Name == k.Value }) {
 			var names []string
-			for _, s := range secretSettings {
-				names = append(names, s.name)
+			for _, s := range daemon.Credentials {
+				names = append(names, s.Name)
 			}
 			return fmt.Errorf("%s:%d: unknown credential %q (want one of %s)", f.path, k.Line, k.Value, strings.Join(names, ", "))
 		}

@@ -1,9 +1,10 @@
-// Package control is the daemon's local operator endpoint: an HTTP API on a Unix socket (never a
-// TCP port), mode 0600 in the state folder, that only the daemon's own user and root may use — the
-// kernel says who connects (SO_PEERCRED), so there is no token to leak. Every request names the
-// caller as the kernel reports it; the caller's own claim (who is on call behind sudo) is kept
-// beside it, never instead of it.
-package control
+package daemon
+
+// The operator controls' endpoint: an HTTP API on a Unix socket (never a TCP port), mode 0600 in the
+// state folder, that only the daemon's own user and root may use — the kernel says who connects
+// (SO_PEERCRED), so there is no token to leak. Every request names the caller as the kernel reports
+// it; the caller's own claim (who is on call behind sudo) is kept beside it, never instead of it.
+// The controls themselves are the reconciler's (reconcile/controls.go).
 
 import (
 	"context"
@@ -24,8 +25,8 @@ import (
 	"github.com/stands-engine/stands-reconciler/reconcile"
 )
 
-// Controls is what the endpoint needs of the reconciler.
-type Controls interface {
+// controls is what the endpoint needs of the reconciler.
+type controls interface {
 	Pause(by, why string) error
 	Resume(by string) error
 	SetPlanOnly(on bool, by string) error
@@ -33,8 +34,8 @@ type Controls interface {
 	Controls() reconcile.ControlView
 }
 
-// Request is a control action's body.
-type Request struct {
+// ControlRequest is a control action's body.
+type ControlRequest struct {
 	// Operator is who the caller says is acting (e.g. $SUDO_USER); recorded beside the kernel's uid.
 	Operator string `json:"operator,omitempty"`
 	Reason   string `json:"reason,omitempty"`
@@ -42,8 +43,8 @@ type Request struct {
 	On       bool   `json:"on,omitempty"`
 }
 
-// Answer is every response: the controls after the action, or why it was refused.
-type Answer struct {
+// ControlAnswer is every response: the controls after the action, or why it was refused.
+type ControlAnswer struct {
 	Error    string                 `json:"error,omitempty"`
 	Controls *reconcile.ControlView `json:"controls,omitempty"`
 }
@@ -52,17 +53,9 @@ type peerKey struct{}
 
 type peer struct{ uid, pid int }
 
-// Server serves the endpoint until Close.
-type Server struct {
-	srv  *http.Server
-	ln   net.Listener
-	path string
-	done chan struct{}
-}
-
-// Listen serves c on a Unix socket at path. A socket left by a run that died is replaced; one that
-// answers belongs to a live reconciler on the same state folder, which is refused.
-func Listen(path string, c Controls, log *slog.Logger) (*Server, error) {
+// listenControl serves c on a Unix socket at path. A socket left by a run that died is replaced; one
+// that answers belongs to a live reconciler on the same state folder, which is refused.
+func listenControl(path string, c controls, log *slog.Logger) (*server, error) {
 	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		conn.Close()
 		return nil, fmt.Errorf("control socket %s: another reconciler answers on it", path)
@@ -80,31 +73,11 @@ func Listen(path string, c Controls, log *slog.Logger) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	s := &Server{ln: ln, path: path, done: make(chan struct{})}
-	s.srv = &http.Server{Handler: handler(c, log), ReadHeaderTimeout: 10 * time.Second,
-		ConnContext: func(ctx context.Context, conn net.Conn) context.Context {
-			return context.WithValue(ctx, peerKey{}, peerOf(conn))
-		}}
-	go func() {
-		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("control socket stopped", "err", err)
-		}
-	}()
+	s := serve(ln, controlHandler(c, log), func(ctx context.Context, conn net.Conn) context.Context {
+		return context.WithValue(ctx, peerKey{}, peerOf(conn))
+	}, log, "control socket")
+	s.after = func() { _ = os.Remove(path) }
 	return s, nil
-}
-
-// Path is the socket's path.
-func (s *Server) Path() string { return s.path }
-
-// Close stops serving, waits, and removes the socket.
-func (s *Server) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := s.srv.Shutdown(ctx)
-	<-s.done
-	_ = os.Remove(s.path)
-	return err
 }
 
 // peerOf is the connecting process as the kernel reports it; uid -1 when it cannot tell, which is
@@ -148,11 +121,11 @@ func (p peer) who(claimed string) string {
 	return claimed + " as " + account + " via the control socket"
 }
 
-func handler(c Controls, log *slog.Logger) http.Handler {
+func controlHandler(c controls, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
-	act := func(pattern string, do func(req Request, by string) error) {
+	act := func(pattern string, do func(req ControlRequest, by string) error) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			var req Request
+			var req ControlRequest
 			if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
 				answer(w, http.StatusBadRequest, c, fmt.Errorf("read the request: %w", err))
 				return
@@ -172,10 +145,10 @@ func handler(c Controls, log *slog.Logger) http.Handler {
 			answer(w, http.StatusOK, c, nil)
 		})
 	}
-	act("POST /v1/pause", func(req Request, by string) error { return c.Pause(by, req.Reason) })
-	act("POST /v1/resume", func(_ Request, by string) error { return c.Resume(by) })
-	act("POST /v1/plan-only", func(req Request, by string) error { return c.SetPlanOnly(req.On, by) })
-	act("POST /v1/retry", func(req Request, by string) error {
+	act("POST /v1/pause", func(req ControlRequest, by string) error { return c.Pause(by, req.Reason) })
+	act("POST /v1/resume", func(_ ControlRequest, by string) error { return c.Resume(by) })
+	act("POST /v1/plan-only", func(req ControlRequest, by string) error { return c.SetPlanOnly(req.On, by) })
+	act("POST /v1/retry", func(req ControlRequest, by string) error {
 		if req.Stand == "" {
 			return errors.New("name the stand to retry")
 		}
@@ -193,15 +166,15 @@ func allowOwnUser(next http.Handler, log *slog.Logger) http.Handler {
 		if p.uid != self && p.uid != 0 {
 			log.Warn("control socket: refused a caller", "uid", p.uid, "pid", p.pid, "path", r.URL.Path)
 			w.WriteHeader(http.StatusForbidden)
-			_ = json.NewEncoder(w).Encode(Answer{Error: "only the reconciler's user or root may use its controls"})
+			_ = json.NewEncoder(w).Encode(ControlAnswer{Error: "only the reconciler's user or root may use its controls"})
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-func answer(w http.ResponseWriter, code int, c Controls, err error) {
-	a := Answer{}
+func answer(w http.ResponseWriter, code int, c controls, err error) {
+	a := ControlAnswer{}
 	if err != nil {
 		a.Error = err.Error()
 	}
@@ -212,15 +185,15 @@ func answer(w http.ResponseWriter, code int, c Controls, err error) {
 	_ = json.NewEncoder(w).Encode(a)
 }
 
-// Client talks to a daemon's control socket.
-type Client struct {
+// ControlClient talks to a daemon's control socket: `stands-reconciler ctl`.
+type ControlClient struct {
 	path string
 	http *http.Client
 }
 
-// NewClient is a client of the socket at path.
-func NewClient(path string) *Client {
-	return &Client{path: path, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+// NewControlClient is a client of the socket at path.
+func NewControlClient(path string) *ControlClient {
+	return &ControlClient{path: path, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
@@ -228,7 +201,7 @@ func NewClient(path string) *Client {
 }
 
 // Do runs one action ("pause", "resume", "plan-only", "retry"; "" reads the controls).
-func (c *Client) Do(ctx context.Context, action string, req Request) (*Answer, error) {
+func (c *ControlClient) Do(ctx context.Context, action string, req ControlRequest) (*ControlAnswer, error) {
 	method, url := http.MethodPost, "http://stands-reconciler/v1/"+action
 	if action == "" {
 		method, url = http.MethodGet, "http://stands-reconciler/v1/controls"
@@ -243,7 +216,7 @@ func (c *Client) Do(ctx context.Context, action string, req Request) (*Answer, e
 		return nil, fmt.Errorf("reach the reconciler at %s (is it running, and are you its user or root?): %w", c.path, err)
 	}
 	defer resp.Body.Close()
-	var a Answer
+	var a ControlAnswer
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a); err != nil {
 		return nil, fmt.Errorf("read the reconciler's answer (%s): %w", resp.Status, err)
 	}

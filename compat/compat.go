@@ -1,4 +1,10 @@
-package main
+// Package compat reads the Stands Engine's configuration for the one-shot commands, as its users
+// have it (docs/migrating.md): its variables, nested with "__" and case-insensitive, from the
+// process's environment and from --env-file files (a later file wins, the environment over all),
+// mapped onto this project's own. A variable of ours wins over the Stands Engine's that maps onto
+// it. The daemon takes none of this: it reads its secrets from files, and a Stands Engine variable
+// set for it is an error naming ours (DaemonErrors).
+package compat
 
 import (
 	"bufio"
@@ -14,73 +20,60 @@ import (
 	"strings"
 )
 
-// The Stands Engine's configuration (its guide, §2 and §7), for the commands it had — validate,
-// create, destroy — and the other one-shot commands: its variables are nested with "__" and their
-// names are case-insensitive; --env-file files (repeatable, a later one wins) hold them, or any of
-// ours. A variable of the process's environment wins over the files, as the seed's settings library
-// has it, and a variable of ours wins over the seed's that maps onto it. The daemon takes none of
-// this: it reads its secrets from files, and a seed variable set for it is an error naming ours.
+// mapping is a Stands Engine variable mapped one to one onto one of ours.
+type mapping struct{ theirs, ours string }
 
-// seedVar is a seed variable mapped one to one onto one of ours.
-type seedVar struct{ seed, ours string }
-
-var seedVars = []seedVar{
+var mappings = []mapping{
 	{"HCLOUD__TOKEN", "HCLOUD_TOKEN"},
 	{"STAND__PASSPHRASE", "STANDS_PASSPHRASE"},
 	{"STAND__USER", "STANDS_OWNER"},
 	{"STAND__PATH_TO_CONFIGSET", "STANDS_CONFIGSET_DIR"},
 	{"STAND__PATH_TO_KEY", "STANDS_SSH_KEY_PATH"},
 	// The S3 backend's credentials, which the Pulumi CLI and the backend's reader take from the
-	// process environment (exportSeedEnv).
+	// process environment (Export).
 	{"S3__ACCESS_KEY", "AWS_ACCESS_KEY_ID"},
 	{"S3__SECRET_KEY", "AWS_SECRET_ACCESS_KEY"},
 }
 
-// The seed variables that are not one of ours alone: the backend URL is made of four, the output
+// The Stands Engine variables that are not one of ours alone: the backend URL is made of four, the output
 // file of two, and the console ones are bound to flags under their own names.
-var seedComposite = []string{"S3__BUCKET", "S3__REGION", "S3__ENDPOINT", "OUTPUT__FILE", "OUTPUT__FILE_PATH", "OUTPUT__CONSOLE", "OUTPUT__CONSOLE_SECRETS"}
+var composite = []string{"S3__BUCKET", "S3__REGION", "S3__ENDPOINT", "OUTPUT__FILE", "OUTPUT__FILE_PATH", "OUTPUT__CONSOLE", "OUTPUT__CONSOLE_SECRETS"}
 
-// seedUnsupported are the seed's variables this version does not take, each with why: silently
+// unsupported are the Stands Engine's variables this version does not take, each with why: silently
 // ignored, one would change what a create does. None today.
-var seedUnsupported = map[string]string{}
+var unsupported = map[string]string{}
 
-// seedNames is every seed variable's name.
-func seedNames() []string {
+// names is every Stands Engine variable's name.
+func names() []string {
 	var out []string
-	for _, v := range seedVars {
-		out = append(out, v.seed)
+	for _, v := range mappings {
+		out = append(out, v.theirs)
 	}
-	out = append(out, seedComposite...)
-	for k := range seedUnsupported {
+	out = append(out, composite...)
+	for k := range unsupported {
 		out = append(out, k)
 	}
 	return out
 }
 
-// The variables our one-shot commands read that the seed's make: the backend URL and the output
+// The variables our one-shot commands read that the Stands Engine's make: the backend URL and the output
 // folder (for --backend and --output-dir).
 const (
-	backendVariable   = "STANDS_BACKEND_URL"
-	outputDirVariable = "STANDS_OUTPUT_DIR"
+	BackendVariable   = "STANDS_BACKEND_URL"
+	OutputDirVariable = "STANDS_OUTPUT_DIR"
 )
 
-// stringList is a repeatable flag's values, in the order given (--env-file, --resource).
-type stringList []string
-
-func (f *stringList) String() string     { return strings.Join(*f, ",") }
-func (f *stringList) Set(v string) error { *f = append(*f, v); return nil }
-
-// seedEnv is the one-shot commands' environment: the process's, over the env files, with the seed's
+// Env is the one-shot commands' environment: the process's, over the env files, with the Stands Engine's
 // variables mapped onto ours.
-type seedEnv struct {
-	process env
-	files   map[string]string // merged, a later file winning; seed names upper-cased
+type Env struct {
+	process func(string) string
+	files   map[string]string // merged, a later file winning; Stands Engine names upper-cased
 }
 
-// newSeedEnv reads the env files. A line that is not KEY=VALUE fails with its file and line, and
+// New reads the env files. A line that is not KEY=VALUE fails with its file and line, and
 // never shows the value.
-func newSeedEnv(process env, files []string) (*seedEnv, error) {
-	e := &seedEnv{process: process, files: map[string]string{}}
+func New(process func(string) string, files []string) (*Env, error) {
+	e := &Env{process: process, files: map[string]string{}}
 	for _, path := range files {
 		vars, err := readEnvFile(path)
 		if err != nil {
@@ -121,7 +114,7 @@ func readEnvFile(path string) (map[string]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %s: %v", path, n, k, err)
 		}
-		out[foldSeed(k)] = v
+		out[fold(k)] = v
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -170,16 +163,16 @@ func envValue(raw string) (string, error) {
 	return raw, nil
 }
 
-// foldSeed upper-cases a seed variable's name (theirs are case-insensitive); ours keep their case.
-func foldSeed(k string) string {
-	if up := strings.ToUpper(k); isSeedName(up) {
+// fold upper-cases a Stands Engine variable's name (theirs are case-insensitive); ours keep their case.
+func fold(k string) string {
+	if up := strings.ToUpper(k); isName(up) {
 		return up
 	}
 	return k
 }
 
-func isSeedName(k string) bool {
-	for _, n := range seedNames() {
+func isName(k string) bool {
+	for _, n := range names() {
 		if n == k {
 			return true
 		}
@@ -188,19 +181,19 @@ func isSeedName(k string) bool {
 }
 
 // raw is a variable from the process, else the files.
-func (e *seedEnv) raw(k string) string {
+func (e *Env) raw(k string) string {
 	if v := e.process(k); v != "" {
 		return v
 	}
 	return e.files[k]
 }
 
-// seedBools are the seed's switches, bound to our flags under their own names.
-var seedBools = []string{"OUTPUT__CONSOLE", "OUTPUT__CONSOLE_SECRETS", "OUTPUT__FILE"}
+// switches are the Stands Engine's switches, bound to our flags under their own names.
+var switches = []string{"OUTPUT__CONSOLE", "OUTPUT__CONSOLE_SECRETS", "OUTPUT__FILE"}
 
-// parseSeedBool reads a switch as the seed's settings library did: true/false, 1/0, yes/no, on/off,
+// parseBool reads a switch as the Stands Engine's settings library did: true/false, 1/0, yes/no, on/off,
 // t/f, y/n, in any case.
-func parseSeedBool(v string) (bool, error) {
+func parseBool(v string) (bool, error) {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "true", "1", "yes", "on", "t", "y":
 		return true, nil
@@ -211,10 +204,10 @@ func parseSeedBool(v string) (bool, error) {
 }
 
 // get answers the commands' lookups.
-func (e *seedEnv) get(k string) string {
+func (e *Env) Get(k string) string {
 	if v := e.raw(k); v != "" {
-		if slices.Contains(seedBools, k) {
-			b, _ := parseSeedBool(v) // check refused what does not parse
+		if slices.Contains(switches, k) {
+			b, _ := parseBool(v) // check refused what does not parse
 			return strconv.FormatBool(b)
 		}
 		return v
@@ -222,28 +215,28 @@ func (e *seedEnv) get(k string) string {
 	if strings.HasSuffix(k, "_FILE") {
 		return ""
 	}
-	for _, m := range seedVars {
+	for _, m := range mappings {
 		if m.ours == k && e.raw(k+"_FILE") == "" {
-			return e.raw(m.seed)
+			return e.raw(m.theirs)
 		}
 	}
 	switch k {
-	case backendVariable:
+	case BackendVariable:
 		u, _ := e.backend()
 		return u
-	case outputDirVariable:
+	case OutputDirVariable:
 		d, _ := e.outputDir()
 		return d
 	}
 	return ""
 }
 
-// check reports what the seed's variables cannot mean here, each naming the variable, never its value.
-func (e *seedEnv) check() error {
+// Check reports what the Stands Engine's variables cannot mean here, each naming the variable, never its value.
+func (e *Env) Check() error {
 	var errs []error
-	for _, k := range slices.Sorted(maps.Keys(seedUnsupported)) {
+	for _, k := range slices.Sorted(maps.Keys(unsupported)) {
 		if e.raw(k) != "" {
-			errs = append(errs, fmt.Errorf("$%s: %s", k, seedUnsupported[k]))
+			errs = append(errs, fmt.Errorf("$%s: %s", k, unsupported[k]))
 		}
 	}
 	if _, err := e.backend(); err != nil {
@@ -252,9 +245,9 @@ func (e *seedEnv) check() error {
 	if _, err := e.outputDir(); err != nil {
 		errs = append(errs, err)
 	}
-	for _, k := range seedBools[:2] { // OUTPUT__FILE: outputDir
+	for _, k := range switches[:2] { // OUTPUT__FILE: outputDir
 		if v := e.raw(k); v != "" {
-			if _, err := parseSeedBool(v); err != nil {
+			if _, err := parseBool(v); err != nil {
 				errs = append(errs, fmt.Errorf("$%s: %v", k, err))
 			}
 		}
@@ -262,10 +255,10 @@ func (e *seedEnv) check() error {
 	return errors.Join(errs...)
 }
 
-// backend is the seed's state location, s3://<bucket>/<STAND__USER>?region=..&endpoint=..&
+// backend is the Stands Engine's state location, s3://<bucket>/<STAND__USER>?region=..&endpoint=..&
 // s3ForcePathStyle=true, when S3__BUCKET is set ("" otherwise). The endpoint may come without its
 // scheme (https:// is meant).
-func (e *seedEnv) backend() (string, error) {
+func (e *Env) backend() (string, error) {
 	bucket := e.raw("S3__BUCKET")
 	if bucket == "" {
 		for _, k := range []string{"S3__REGION", "S3__ENDPOINT"} {
@@ -275,7 +268,7 @@ func (e *seedEnv) backend() (string, error) {
 		}
 		return "", nil
 	}
-	owner := e.get("STANDS_OWNER")
+	owner := e.Get("STANDS_OWNER")
 	if owner == "" {
 		return "", errors.New("$S3__BUCKET is set without $STAND__USER: the state's prefix in the bucket is the user's")
 	}
@@ -294,12 +287,12 @@ func (e *seedEnv) backend() (string, error) {
 
 // outputDir is OUTPUT__FILE_PATH when OUTPUT__FILE is true: the folder of the full connection
 // record, which must be a folder or not exist yet.
-func (e *seedEnv) outputDir() (string, error) {
+func (e *Env) outputDir() (string, error) {
 	on := e.raw("OUTPUT__FILE")
 	if on == "" {
 		return "", nil
 	}
-	b, err := parseSeedBool(on)
+	b, err := parseBool(on)
 	if err != nil {
 		return "", fmt.Errorf("$OUTPUT__FILE: %v", err)
 	}
@@ -316,17 +309,17 @@ func (e *seedEnv) outputDir() (string, error) {
 	return dir, nil
 }
 
-// exportSeedEnv puts the settings the Pulumi CLI and the backend's reader take from the process
+// Export puts the settings the Pulumi CLI and the backend's reader take from the process
 // environment — AWS_* (S3__ACCESS_KEY and S3__SECRET_KEY among them) and PULUMI_* — there, when the
-// files or the seed's names hold them and the process does not.
-func exportSeedEnv(e *seedEnv, setenv func(k, v string) error) error {
+// files or the Stands Engine's names hold them and the process does not.
+func Export(e *Env, setenv func(k, v string) error) error {
 	keys := map[string]bool{}
 	for k := range e.files {
 		if strings.HasPrefix(k, "AWS_") || strings.HasPrefix(k, "PULUMI_") {
 			keys[k] = true
 		}
 	}
-	for _, m := range seedVars {
+	for _, m := range mappings {
 		if strings.HasPrefix(m.ours, "AWS_") {
 			keys[m.ours] = true
 		}
@@ -335,7 +328,7 @@ func exportSeedEnv(e *seedEnv, setenv func(k, v string) error) error {
 		if e.process(k) != "" {
 			continue
 		}
-		if v := e.get(k); v != "" {
+		if v := e.Get(k); v != "" {
 			if err := setenv(k, v); err != nil {
 				return fmt.Errorf("set $%s: %w", k, err)
 			}
@@ -344,22 +337,20 @@ func exportSeedEnv(e *seedEnv, setenv func(k, v string) error) error {
 	return nil
 }
 
-// daemonSeedErrors refuses the seed's variables where the daemon (run, reconcile) would otherwise
-// ignore them: an ignored STAND__USER is another owner's backend, an ignored HCLOUD__TOKEN a secret
-// in an environment.
-func daemonSeedErrors(getenv env) []error {
+// DaemonErrors refuses the Stands Engine's variables where the daemon (run, reconcile) would
+// otherwise ignore them: an ignored STAND__USER is another owner's backend, an ignored
+// HCLOUD__TOKEN a secret in an environment. daemonKey names the variable the daemon reads instead
+// of one of ours (a secret's: its _FILE), and whether it is a secret.
+func DaemonErrors(getenv func(string) string, daemonKey func(ours string) string) []error {
 	var errs []error
-	for _, k := range seedNames() {
+	for _, k := range names() {
 		if getenv(k) == "" {
 			continue
 		}
 		ours := "the daemon's own settings (docs/operations.md)"
-		for _, m := range seedVars {
-			if m.seed == k {
-				ours = "$" + m.ours
-				if _, secret := secretByKey(m.ours); secret {
-					ours += "_FILE"
-				}
+		for _, m := range mappings {
+			if m.theirs == k {
+				ours = "$" + daemonKey(m.ours)
 			}
 		}
 		errs = append(errs, fmt.Errorf("$%s is the Stands Engine's, for the one-shot commands (validate, create, destroy); the daemon reads %s", k, ours))
@@ -367,12 +358,12 @@ func daemonSeedErrors(getenv env) []error {
 	return errs
 }
 
-// processEnv is the process's environment with the seed's variables found under any case.
-func processEnv(environ []string, getenv env) env {
+// ProcessEnv is the process's environment with the Stands Engine's variables found under any case.
+func ProcessEnv(environ []string, getenv func(string) string) func(string) string {
 	folded := map[string]string{}
 	for _, kv := range environ {
 		k, v, _ := strings.Cut(kv, "=")
-		if up := strings.ToUpper(k); up != k && isSeedName(up) {
+		if up := strings.ToUpper(k); up != k && isName(up) {
 			folded[up] = v
 		}
 	}

@@ -1,4 +1,4 @@
-package httpapi
+package daemon
 
 import (
 	"bytes"
@@ -17,17 +17,17 @@ import (
 	"github.com/stands-engine/stands-reconciler/reconcile"
 )
 
-type loop struct {
+type fakeLoop struct {
 	h        reconcile.Health
 	triggers *int
 }
 
-func (l loop) Trigger() {
+func (l fakeLoop) Trigger() {
 	if l.triggers != nil {
 		*l.triggers++
 	}
 }
-func (l loop) Health() reconcile.Health { return l.h }
+func (l fakeLoop) Health() reconcile.Health { return l.h }
 
 // TestReadyzSaysWhy: /readyz answers 503 naming each outside service that fails, an operation that
 // ran past its deadline included, and 200 when none does.
@@ -45,7 +45,7 @@ func TestReadyzSaysWhy(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			Handler(loop{h: c.health}, func() []byte { return nil }, slog.New(slog.DiscardHandler), nil).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+			httpHandler(fakeLoop{h: c.health}, func() []byte { return nil }, slog.New(slog.DiscardHandler), nil).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 			var body struct {
 				Ready    bool              `json:"ready"`
 				Problems map[string]string `json:"problems"`
@@ -64,7 +64,7 @@ func TestWebhookRefusalsAreLoggedNotFlooded(t *testing.T) {
 	var logs bytes.Buffer
 	triggers := 0
 	key := []byte("hook-key")
-	h := Handler(loop{triggers: &triggers}, func() []byte { return key }, slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	h := httpHandler(fakeLoop{triggers: &triggers}, func() []byte { return key }, slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	body := `{"ref":"refs/heads/main"}`
 	post := func(sig string) int {
 		req := httptest.NewRequest("POST", "/webhook", strings.NewReader(body))

@@ -1,4 +1,4 @@
-package control
+package daemon
 
 import (
 	"context"
@@ -16,13 +16,13 @@ import (
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
-// recorder is a Controls that keeps every call.
+// recorder is a controls that keeps every call.
 type recorder struct {
 	mu    sync.Mutex
 	calls []string
 }
 
-var _ Controls = (*recorder)(nil)
+var _ controls = (*recorder)(nil)
 
 func (r *recorder) add(s string) error {
 	r.mu.Lock()
@@ -54,7 +54,7 @@ func (r *recorder) all() []string {
 func TestActions(t *testing.T) {
 	rec := &recorder{}
 	path := filepath.Join(t.TempDir(), "control.sock")
-	srv, err := Listen(path, rec, slog.New(slog.DiscardHandler))
+	srv, err := listenControl(path, rec, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,16 +62,16 @@ func TestActions(t *testing.T) {
 	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 || info.Mode()&os.ModeSocket == 0 {
 		t.Fatalf("socket %v %v, want a 0600 socket", info.Mode(), err)
 	}
-	c, ctx := NewClient(path), context.Background()
+	c, ctx := NewControlClient(path), context.Background()
 	for _, a := range []struct {
 		action string
-		req    Request
+		req    ControlRequest
 	}{
-		{"pause", Request{Reason: "incident 7", Operator: "alice"}},
-		{"resume", Request{}},
-		{"plan-only", Request{On: true, Operator: "bob\x1b[31m|`"}},
-		{"retry", Request{Stand: "local_a_dev"}},
-		{"", Request{}},
+		{"pause", ControlRequest{Reason: "incident 7", Operator: "alice"}},
+		{"resume", ControlRequest{}},
+		{"plan-only", ControlRequest{On: true, Operator: "bob\x1b[31m|`"}},
+		{"retry", ControlRequest{Stand: "local_a_dev"}},
+		{"", ControlRequest{}},
 	} {
 		if _, err := c.Do(ctx, a.action, a.req); err != nil {
 			t.Fatalf("%s: %v", a.action, err)
@@ -83,14 +83,14 @@ func TestActions(t *testing.T) {
 		!strings.HasPrefix(got[2], "plan-only true by bob[31m as ") || !strings.HasPrefix(got[3], "retry local_a_dev by ") {
 		t.Errorf("calls: %q", got)
 	}
-	if _, err := c.Do(ctx, "retry", Request{Stand: "nope"}); err == nil || !strings.Contains(err.Error(), "no such stand") {
+	if _, err := c.Do(ctx, "retry", ControlRequest{Stand: "nope"}); err == nil || !strings.Contains(err.Error(), "no such stand") {
 		t.Errorf("retry of an unknown stand: %v", err)
 	}
-	if _, err := c.Do(ctx, "retry", Request{}); err == nil {
+	if _, err := c.Do(ctx, "retry", ControlRequest{}); err == nil {
 		t.Error("a retry naming no stand was taken")
 	}
 	// A second reconciler on the same state folder is refused while the first answers.
-	if _, err := Listen(path, rec, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "another reconciler") {
+	if _, err := listenControl(path, rec, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "another reconciler") {
 		t.Errorf("a second listener on a live socket: %v", err)
 	}
 }
@@ -101,7 +101,7 @@ func TestActions(t *testing.T) {
 // as the daemon's own user.
 func TestOtherUsersRefused(t *testing.T) {
 	if p := os.Getenv(callerEnv); p != "" {
-		_, err := NewClient(p).Do(context.Background(), "pause", Request{Reason: "from nobody"})
+		_, err := NewControlClient(p).Do(context.Background(), "pause", ControlRequest{Reason: "from nobody"})
 		fmt.Print(errString(err))
 		os.Exit(0)
 	}
@@ -120,7 +120,7 @@ func TestOtherUsersRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "control.sock")
-	srv, err := Listen(path, rec, slog.New(slog.DiscardHandler))
+	srv, err := listenControl(path, rec, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

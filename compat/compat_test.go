@@ -1,25 +1,17 @@
-package main
+package compat
 
 import (
-	"context"
 	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
-func writeEnvFile(t *testing.T, dir, name, content string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func TestReadEnvFile(t *testing.T) {
-	p := writeEnvFile(t, t.TempDir(), "ok.env", `# the seed's guide, §2
+	p := testenv.WriteFile(t, t.TempDir(), "ok.env", `# the seed's guide, §2
 HCLOUD__TOKEN=tok-1
 export STAND__USER = alice
 hcloud__token=tok-2
@@ -56,7 +48,7 @@ func TestReadEnvFileErrors(t *testing.T) {
 		{"after-quote", "SECRET_X=\"a\"s3cr3t-value\n", "after-quote.env:1: SECRET_X: text after the closing quote"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := readEnvFile(writeEnvFile(t, dir, c.name+".env", c.content))
+			_, err := readEnvFile(testenv.WriteFile(t, dir, c.name+".env", c.content))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want %q", err, c.want)
 			}
@@ -71,14 +63,14 @@ func TestReadEnvFileErrors(t *testing.T) {
 }
 
 // The order of the layers: the process's environment over the files, a later file over an earlier
-// one, a variable of ours over the seed's, and ours given as a file (KEY_FILE) keeping the seed's
+// one, a variable of ours over the Stands Engine's, and ours given as a file (KEY_FILE) keeping the Stands Engine's
 // away (credential.Read would refuse both).
 func TestSeedEnvLayers(t *testing.T) {
 	dir := t.TempDir()
-	common := writeEnvFile(t, dir, "common.env", "HCLOUD__TOKEN=from-common\nSTAND__USER=alice\nSTAND__PASSPHRASE=pass-common\nSECRET_A=a-common\n")
-	stand := writeEnvFile(t, dir, "stand.env", "hcloud__token=from-stand\nSECRET_A=a-stand\nSTAND__PATH_TO_CONFIGSET=/tmp/cs\n")
-	process := map[string]string{"STANDS_PASSPHRASE_FILE": "/run/credentials/passphrase", "Stand__User": "ignored: folded by processEnv only"}
-	e, err := newSeedEnv(func(k string) string { return process[k] }, []string{common, stand})
+	common := testenv.WriteFile(t, dir, "common.env", "HCLOUD__TOKEN=from-common\nSTAND__USER=alice\nSTAND__PASSPHRASE=pass-common\nSECRET_A=a-common\n")
+	stand := testenv.WriteFile(t, dir, "stand.env", "hcloud__token=from-stand\nSECRET_A=a-stand\nSTAND__PATH_TO_CONFIGSET=/tmp/cs\n")
+	process := map[string]string{"STANDS_PASSPHRASE_FILE": "/run/credentials/passphrase", "Stand__User": "ignored: folded by ProcessEnv only"}
+	e, err := New(func(k string) string { return process[k] }, []string{common, stand})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,21 +83,21 @@ func TestSeedEnvLayers(t *testing.T) {
 		"STANDS_CONFIGSET_DIR": "/tmp/cs",
 		"STANDS_BACKEND_URL":   "", // no S3__BUCKET: the default backend
 	} {
-		if got := e.get(k); got != want {
+		if got := e.Get(k); got != want {
 			t.Errorf("%s = %q, want %q", k, got, want)
 		}
 	}
 	process["HCLOUD_TOKEN"] = "ours-from-the-process"
 	process["SECRET_A"] = "a-process"
-	if got := e.get("HCLOUD_TOKEN"); got != "ours-from-the-process" {
+	if got := e.Get("HCLOUD_TOKEN"); got != "ours-from-the-process" {
 		t.Errorf("HCLOUD_TOKEN = %q: ours in the process loses", got)
 	}
-	if got := e.get("SECRET_A"); got != "a-process" {
+	if got := e.Get("SECRET_A"); got != "a-process" {
 		t.Errorf("SECRET_A = %q: the process loses to a file", got)
 	}
-	folded := processEnv([]string{"hcloud__Token=any-case", "PATH=/bin"}, func(string) string { return "" })
+	folded := ProcessEnv([]string{"hcloud__Token=any-case", "PATH=/bin"}, func(string) string { return "" })
 	if got := folded("HCLOUD__TOKEN"); got != "any-case" {
-		t.Errorf("a seed variable in another case: %q", got)
+		t.Errorf("a Stands Engine variable in another case: %q", got)
 	}
 	if got := folded("path"); got != "" {
 		t.Errorf("ours are not folded: %q", got)
@@ -139,8 +131,8 @@ func TestSeedBackendAndOutput(t *testing.T) {
 		{name: "not a bool", vars: map[string]string{"OUTPUT__CONSOLE": "yes please"}, err: "$OUTPUT__CONSOLE: want true or false"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e, _ := newSeedEnv(func(k string) string { return c.vars[k] }, nil)
-			err := e.check()
+			e, _ := New(func(k string) string { return c.vars[k] }, nil)
+			err := e.Check()
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("err = %v, want %q", err, c.err)
@@ -150,24 +142,24 @@ func TestSeedBackendAndOutput(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := e.get(backendVariable); got != c.backend {
+			if got := e.Get(BackendVariable); got != c.backend {
 				t.Errorf("backend = %q, want %q", got, c.backend)
 			}
-			if got := e.get(outputDirVariable); got != c.output {
+			if got := e.Get(OutputDirVariable); got != c.output {
 				t.Errorf("output dir = %q, want %q", got, c.output)
 			}
 		})
 	}
 }
 
-// The seed's switches reach our flags as Go's flag package reads them.
+// The Stands Engine's switches reach our flags as Go's flag package reads them.
 func TestSeedBools(t *testing.T) {
 	for v, want := range map[string]string{"on": "true", "Yes": "true", "1": "true", "OFF": "false", "n": "false", "False": "false"} {
-		e, _ := newSeedEnv(func(k string) string { return map[string]string{"OUTPUT__CONSOLE": v}[k] }, nil)
-		if err := e.check(); err != nil {
+		e, _ := New(func(k string) string { return map[string]string{"OUTPUT__CONSOLE": v}[k] }, nil)
+		if err := e.Check(); err != nil {
 			t.Errorf("%q: %v", v, err)
 		}
-		if got := e.get("OUTPUT__CONSOLE"); got != want {
+		if got := e.Get("OUTPUT__CONSOLE"); got != want {
 			t.Errorf("OUTPUT__CONSOLE=%s reads %q, want %q", v, got, want)
 		}
 	}
@@ -176,41 +168,18 @@ func TestSeedBools(t *testing.T) {
 // The S3 backend's credentials reach the process environment, where the Pulumi CLI and the backend's
 // reader take them; what the process already has is kept.
 func TestExportSeedEnv(t *testing.T) {
-	f := writeEnvFile(t, t.TempDir(), "s3.env", "S3__ACCESS_KEY=ak-file\nS3__SECRET_KEY=sk-file\nPULUMI_SKIP_UPDATE_CHECK=true\nSECRET_X=not-exported\n")
+	f := testenv.WriteFile(t, t.TempDir(), "s3.env", "S3__ACCESS_KEY=ak-file\nS3__SECRET_KEY=sk-file\nPULUMI_SKIP_UPDATE_CHECK=true\nSECRET_X=not-exported\n")
 	process := map[string]string{"AWS_ACCESS_KEY_ID": "ak-process"}
-	e, err := newSeedEnv(func(k string) string { return process[k] }, []string{f})
+	e, err := New(func(k string) string { return process[k] }, []string{f})
 	if err != nil {
 		t.Fatal(err)
 	}
 	set := map[string]string{}
-	if err := exportSeedEnv(e, func(k, v string) error { set[k] = v; return nil }); err != nil {
+	if err := Export(e, func(k, v string) error { set[k] = v; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{"AWS_SECRET_ACCESS_KEY": "sk-file", "PULUMI_SKIP_UPDATE_CHECK": "true"}
 	if len(set) != len(want) || set["AWS_SECRET_ACCESS_KEY"] != want["AWS_SECRET_ACCESS_KEY"] || set["PULUMI_SKIP_UPDATE_CHECK"] != "true" {
 		t.Errorf("exported %v, want %v", set, want)
-	}
-}
-
-// The daemon takes none of the seed's configuration: --env-file is refused before anything runs, and
-// a seed variable in its environment fails its start naming ours.
-func TestDaemonRefusesSeedConfiguration(t *testing.T) {
-	ctx := context.Background()
-	f := writeEnvFile(t, t.TempDir(), "x.env", "HCLOUD__TOKEN=s3cr3t-value\n")
-	for _, cmd := range []string{"run", "reconcile", "config"} {
-		r := runCLI(t, ctx, newRecorder(map[string]string{}), "--env-file", f, cmd, "--once")
-		if r.code != exitUsage || !strings.Contains(r.stderr, "--env-file is for the one-shot commands") {
-			t.Errorf("%s with --env-file: exit %d, stderr %s", cmd, r.code, r.stderr)
-		}
-	}
-	env := newRecorder(map[string]string{"HCLOUD__TOKEN": "s3cr3t-value", "STAND__USER": "alice", "STANDS_REPO_URL": t.TempDir()})
-	r := runCLI(t, ctx, env, "reconcile", "--once")
-	for _, want := range []string{"$HCLOUD__TOKEN is the Stands Engine's", "reads $HCLOUD_TOKEN_FILE", "$STAND__USER is the Stands Engine's", "reads $STANDS_OWNER"} {
-		if r.code != exitError || !strings.Contains(r.stderr, want) {
-			t.Errorf("reconcile with seed variables: exit %d, want %q in\n%s", r.code, want, r.stderr)
-		}
-	}
-	if strings.Contains(r.stdout+r.stderr, "s3cr3t") {
-		t.Error("a seed variable's value was printed")
 	}
 }

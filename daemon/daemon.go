@@ -1,0 +1,298 @@
+// Package daemon is the running reconciler: it builds every part from Settings — the repository
+// client and Gitea's API, the secret store (Vault, or local mode's files), the engine, the loop, the
+// pull request plans, the replicas' leases — and serves the daemon's listeners (Gitea's webhook, the
+// probes and /metrics, the operator controls' socket). Everything with a goroutine of its own is
+// owned by the Daemon: Close stops them in the reverse order of their start and waits for each.
+//
+// The command line (cmd/stands-reconciler) parses flags into Settings, prints, and calls Open,
+// Run or Once, and Close; every decision is here, where a test can reach it.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/stands-engine/stands-reconciler/engine"
+	"github.com/stands-engine/stands-reconciler/gitsource"
+	"github.com/stands-engine/stands-reconciler/internal/credential"
+	"github.com/stands-engine/stands-reconciler/internal/sandbox"
+	"github.com/stands-engine/stands-reconciler/judge"
+	"github.com/stands-engine/stands-reconciler/lease"
+	"github.com/stands-engine/stands-reconciler/prplan"
+	"github.com/stands-engine/stands-reconciler/reconcile"
+)
+
+// Daemon is a reconciler built from its settings, with its listeners open.
+type Daemon struct {
+	s       Settings
+	env     Env
+	log     *slog.Logger
+	rec     *reconcile.Reconciler
+	src     *gitsource.Source
+	member  *lease.Member        // with Replicas
+	metrics *prometheus.Registry // what /metrics serves
+	closers []io.Closer
+}
+
+// Option tunes Open.
+type Option func(*options)
+
+type options struct {
+	log   *slog.Logger
+	serve bool
+}
+
+// WithLogger is the logger of the daemon, its loop and its engine (default: none).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithoutListeners builds the reconciler without its listeners and watchers: one cycle
+// (`reconcile --once`) needs none.
+func WithoutListeners() Option { return func(o *options) { o.serve = false } }
+
+// Open checks the settings, builds the reconciler and everything it talks to, and opens the
+// listeners: the webhook, probes and /metrics on Listen, the controls on their socket, and the
+// watcher of a local repository. Nothing is reconciled until Run or Once. On an error, what was
+// opened is closed again.
+func Open(ctx context.Context, s Settings, env Env, origins Origins, opts ...Option) (_ *Daemon, err error) {
+	o := options{log: slog.New(slog.DiscardHandler), serve: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if errs := s.Check(env, origins); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	d := &Daemon{s: s, env: env, log: o.log, metrics: newRegistry()}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if err := d.build(ctx); err != nil {
+		return nil, err
+	}
+	if o.serve {
+		if err := d.listen(); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// newRegistry is a registry of the process's own metrics (Go runtime, process), for the daemon's
+// parts to register theirs on: each registers its own where it declares them.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// build makes the reconciler and everything it talks to.
+func (d *Daemon) build(ctx context.Context) error {
+	s, env := &d.s, d.env
+	name, holder := replicaNames(s.ReplicaID)
+	if s.Replicas {
+		d.log = d.log.With("replica", holder)
+	}
+	log := d.log
+	hcloudToken, err := credential.Watch(env, "HCLOUD_TOKEN", log)
+	if err != nil {
+		return err
+	}
+	d.own(hcloudToken)
+	// One logger for the loop and the engine: two handlers on one writer would each lock only itself.
+	eng, pass, err := engine.FromSettings(s.Engine, env, s.Engine.Owner, log, func(c *engine.Config) {
+		c.HcloudTokenFunc, c.LeaseCheck, c.Metrics = hcloudToken.Value, d.leaseCheck(), d.metrics
+	})
+	if err != nil {
+		return err
+	}
+	d.own(eng) // a postgres:// backend's connection pool
+	if s.Replicas {
+		if d.member, err = d.joinReplicas(ctx, eng, name, holder); err != nil {
+			return err
+		}
+	}
+	gitToken, err := credential.Watch(env, "STANDS_GIT_TOKEN", log)
+	if err != nil {
+		return err
+	}
+	d.own(gitToken)
+	if d.src, err = s.source(env, gitToken, log); err != nil {
+		return err
+	}
+	sec, closer, err := s.secrets(env, log)
+	if err != nil {
+		return err
+	}
+	if closer != nil {
+		d.own(closer)
+	}
+	cfg := reconcile.Config{Owner: s.Engine.Owner, Passphrase: pass, Workers: s.Workers, MaxDestroyShare: s.MaxDestroyShare,
+		AllowMassDestroy: s.AllowMassDestroy, DriftInterval: s.Drift, DriftApply: s.DriftApply, Log: log,
+		Branch: s.Branch, StatusBranch: d.src.StatusBranch(), OperationTimeout: s.OperationTimeout, PlanOnly: s.PlanOnly,
+		NodesMode: eng.NodesMode(), StatusDelay: s.StatusDelay, SecretRefresh: s.SecretRefresh,
+		HealthInterval: s.HealthInterval, Heal: s.Heal, HealLimit: s.HealLimit, Metrics: d.metrics}
+	if eng.NodesMode() == engine.NodesFull {
+		cfg.Checker = eng
+	}
+	if d.member != nil {
+		cfg.Replicas = d.member
+	}
+	if cfg.ControlState, err = s.stateFile("controls.json"); err != nil {
+		return err
+	}
+	if forge := s.forge(gitToken, log); forge != nil {
+		cfg.Forge = forge
+		if s.Previews {
+			if cfg.Plans, err = d.plans(forge, eng, sec, cfg); err != nil {
+				return err
+			}
+		}
+	}
+	d.rec = reconcile.New(cfg, d.src, eng, sec)
+	return nil
+}
+
+// plans plans the open pull requests into the tracked branch with the loop's destroy guards,
+// rendering their stands in the sandbox: this binary re-executed under limits.
+func (d *Daemon) plans(forge *gitsource.Gitea, eng *engine.Engine, sec reconcile.Secrets, loop reconcile.Config) (*prplan.Planner, error) {
+	state, err := d.s.stateFile("previews.json")
+	if err != nil {
+		return nil, err
+	}
+	exe, err := sandbox.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return prplan.New(prplan.Config{Branch: loop.Branch, Passphrase: loop.Passphrase, StateFile: state, Log: d.log, Metrics: d.metrics,
+		Guards: judge.Guards{Owner: loop.Owner, MaxDestroyShare: loop.MaxDestroyShare, AllowMassDestroy: loop.AllowMassDestroy},
+		Sandbox: func(ctx context.Context, job string, write func(io.Writer) error, read func(io.Reader) error) error {
+			return sandbox.Run(ctx, exe, job, sandbox.DefaultLimits, write, read)
+		}}, forge, eng, d.src, sec), nil
+}
+
+// Reconciler is the loop the daemon runs.
+func (d *Daemon) Reconciler() *reconcile.Reconciler { return d.rec }
+
+// Run reconciles every poll interval (and on every webhook or change of a local repository) until
+// ctx ends, then lets the running operations finish for the drain timeout; Abort cancels them
+// sooner. A drain that had to cancel is still a clean stop (their statuses say Canceled, and they
+// run again after the next start): the error is only final statuses that could not be committed,
+// which the next start commits.
+func (d *Daemon) Run(ctx context.Context) error {
+	s := &d.s
+	d.log.Info("reconciler started", "repo", gitsource.RedactURL(s.Repo), "branch", s.Branch, "status_branch", d.src.StatusBranch(),
+		"poll_interval", s.Poll, "owner", s.Engine.Owner, "workers", s.Workers)
+	d.rec.Run(ctx, s.Poll)
+	d.log.Info("stopping: letting running operations finish; a second SIGTERM or SIGINT cancels them now", "drain_timeout", s.Drain)
+	if err := d.rec.Drain(s.Drain); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	return nil
+}
+
+// Abort cancels the running operations now, as the drain timeout would (a second signal during a
+// drain).
+func (d *Daemon) Abort() { d.rec.Abort() }
+
+// Once runs one cycle and waits for its operations (on ctx's end, for the drain timeout): what
+// `reconcile --once` does. It returns every stand's status.
+func (d *Daemon) Once(ctx context.Context) (map[string]reconcile.Status, error) {
+	err := d.rec.Cycle(ctx)
+	done := make(chan struct{})
+	go func() { d.rec.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		d.log.Info("stopping: letting running operations finish", "drain_timeout", d.s.Drain)
+	}
+	if derr := d.rec.Drain(d.s.Drain); err == nil {
+		err = derr
+	}
+	return d.rec.Statuses(), err
+}
+
+// Close stops everything the daemon owns, newest first, each waiting for its goroutines: after
+// Run's drain, the credential watchers and the Vault login served it to the end.
+func (d *Daemon) Close() error {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		if err := d.closers[i].Close(); err != nil {
+			d.log.Warn("close", "err", err)
+		}
+	}
+	d.closers = nil
+	return nil
+}
+
+func (d *Daemon) own(c io.Closer) { d.closers = append(d.closers, c) }
+
+// goroutine is a function running until Close, which ends its context and waits for it to return.
+type goroutine struct {
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func goAsLongAs(fn func(ctx context.Context)) *goroutine {
+	ctx, stop := context.WithCancel(context.Background())
+	g := &goroutine{stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		fn(ctx)
+	}()
+	return g
+}
+
+func (g *goroutine) Close() error {
+	g.stop()
+	<-g.done
+	return nil
+}
+
+type closerFunc func() error
+
+func (c closerFunc) Close() error { return c() }
+
+// listen opens the daemon's listeners: the webhook, probes and /metrics on Listen, the controls on
+// their socket, and the watcher of a local repository.
+func (d *Daemon) listen() error {
+	log := d.log
+	if d.s.Listen != "" {
+		secret, err := credential.Watch(d.env, "STANDS_WEBHOOK_SECRET", log)
+		if err != nil {
+			return err
+		}
+		d.own(secret)
+		if !secret.Set() {
+			log.Warn("no STANDS_WEBHOOK_SECRET: every webhook is refused (401); polling still works")
+		}
+		srv, err := listenTCP(d.s.Listen, httpHandler(d.rec, func() []byte {
+			v, _ := secret.Value()
+			return []byte(v)
+		}, log, d.metrics), log)
+		if err != nil {
+			return err
+		}
+		d.own(srv)
+		log.Info("listening", "addr", srv.Addr(), "paths", "/webhook /healthz /readyz /metrics")
+	}
+	if p := d.s.SocketPath(); p != "" {
+		ctl, err := listenControl(p, d.rec, log)
+		if err != nil {
+			return err
+		}
+		d.own(ctl)
+		log.Info("operator controls", "socket", p, "use", "stands-reconciler ctl --control-socket "+p+" status|pause|resume|plan-only|retry")
+	}
+	d.own(goAsLongAs(func(ctx context.Context) {
+		if err := d.src.Watch(ctx, d.rec.Trigger); err != nil {
+			log.Warn("watching the local repository failed; polling only", "err", err)
+		}
+	}))
+	return nil
+}

@@ -1,0 +1,231 @@
+// Package migrate turns a Stands Engine repository (and its --resource roots) into one of ours
+// (docs/migrating.md): each *.mako template becomes a *.tmpl Go template (package mako), each .mako
+// reference and ${...} in a YAML file is rewritten, and every translated template a stand renders is
+// rendered again the old way (python3 with Mako) with the same context, to prove the two write the
+// same.
+package migrate
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/stands-engine/stands-reconciler/mako"
+	"github.com/stands-engine/stands-reconciler/manifest"
+)
+
+// Template is a *.mako template and its translation.
+type Template struct {
+	File, To string // on disk
+	Src, Out string
+	Manifest string // the new template's path as manifests name it (repository- or resource-relative)
+	Problems []mako.Problem
+}
+
+// YAML is a YAML file with its .mako references and ${...} rewritten.
+type YAML struct {
+	File     string
+	Out      string
+	Edits    []int // lines changed
+	Problems []mako.Problem
+}
+
+// Migration is every change a migration makes.
+type Migration struct {
+	Templates []*Template
+	YAMLs     []*YAML
+}
+
+// Problems counts what is left for a human.
+func (m *Migration) Problems() int {
+	n := 0
+	for _, t := range m.Templates {
+		n += len(t.Problems)
+	}
+	for _, y := range m.YAMLs {
+		n += len(y.Problems)
+	}
+	return n
+}
+
+var makoRef = regexp.MustCompile(`\.mako\b`)
+
+// Plan reads the folder at dir, whose files manifests name under prefix ("" for the repository,
+// resource:/NAME/ for a root), and adds what it would change.
+func (m *Migration) Plan(dir, prefix string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".git" {
+			return filepath.SkipDir
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		switch ext := filepath.Ext(p); {
+		case ext == ".mako":
+			out, problems := mako.Convert(string(data))
+			to := strings.TrimSuffix(p, ".mako") + ".tmpl"
+			m.Templates = append(m.Templates, &Template{File: p, To: to, Src: string(data), Out: out, Problems: problems,
+				Manifest: prefix + filepath.ToSlash(strings.TrimSuffix(rel, ".mako")+".tmpl")})
+		case ext == ".yml" || ext == ".yaml":
+			if y := yamlMigration(p, string(data)); y != nil {
+				m.YAMLs = append(m.YAMLs, y)
+			}
+		}
+		return nil
+	})
+}
+
+// yamlMigration rewrites a YAML file's .mako references and its ${...} values, line by line (the
+// file's layout and comments stay); nil when nothing changes.
+func yamlMigration(file, src string) *YAML {
+	y := &YAML{File: file}
+	lines := strings.SplitAfter(src, "\n")
+	for i, line := range lines {
+		changed := makoRef.ReplaceAllString(line, ".tmpl")
+		if strings.Contains(changed, "${") {
+			var problems []mako.Problem
+			changed, problems = mako.ConvertInline(changed, i+1)
+			y.Problems = append(y.Problems, problems...)
+		}
+		if changed != line {
+			y.Edits = append(y.Edits, i+1)
+			lines[i] = changed
+		}
+	}
+	if len(y.Edits) == 0 && len(y.Problems) == 0 {
+		return nil
+	}
+	y.Out = strings.Join(lines, "")
+	return y
+}
+
+// write applies the Migration: new templates (never over a different file), YAML rewritten, and
+// each translated .mako removed — kept beside its .tmpl when something in it is left for a human.
+func (m *Migration) Write() error {
+	for _, t := range m.Templates {
+		if old, err := os.ReadFile(t.To); err == nil && string(old) != t.Out {
+			return fmt.Errorf("%s exists and differs from the translation of %s: move it away first", t.To, t.File)
+		}
+	}
+	for _, t := range m.Templates {
+		if err := os.WriteFile(t.To, []byte(t.Out), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, y := range m.YAMLs {
+		if err := os.WriteFile(y.File, []byte(y.Out), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, t := range m.Templates {
+		if len(t.Problems) == 0 {
+			if err := os.Remove(t.File); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Proof is what rendering both ways showed.
+type Proof struct {
+	Notes    []string // stands whose templates could not be proven, and why
+	Proven   []string // templates every render of which matched
+	Differs  []string // template: where the first render that differed did
+	Unproven []string // template: why it could not be proven
+}
+
+// Prove renders every stand of the repository open gives with placeholder secrets and test
+// addresses, and each translated template it renders again with the same context through Mako.
+func (m *Migration) Prove(ctx context.Context, open func() (fs.FS, error), owner string) *Proof {
+	pr := &Proof{}
+	byPath := map[string]*Template{}
+	for _, t := range m.Templates {
+		if len(t.Problems) == 0 {
+			byPath[t.Manifest] = t
+		}
+	}
+	python, err := mako.FindPython()
+	fsys, ferr := open()
+	var files []string
+	if ferr == nil {
+		files, ferr = manifest.Discover(fsys)
+	}
+	if err == nil {
+		err = ferr
+	}
+	seen := map[string]bool{}
+	for _, file := range files {
+		st, lerr := manifest.Load(fsys, file, manifest.LoadOptions{DefaultOwner: owner})
+		if lerr != nil {
+			pr.Notes = append(pr.Notes, fmt.Sprintf("%s does not load yet, its templates are not proven:\n%v", file, lerr))
+			continue
+		}
+		_, _ = manifest.RenderObserved(fsys, st, manifest.PlaceholderSecrets(st, 0), manifest.PreflightAddresses(st), func(p string, c map[string]any, out []byte) {
+			t := byPath[p]
+			if t == nil || err != nil || slices.Contains(pr.Differs, p) {
+				return
+			}
+			seen[p] = true
+			old, rerr := mako.Render(ctx, python, t.Src, c)
+			if rerr != nil {
+				pr.Differs = append(pr.Differs, fmt.Sprintf("%s: Mako fails on it (stand %s): %v", p, st.ID, rerr))
+				return
+			}
+			if line, ok := sameOutput(old, out); !ok {
+				pr.Differs = append(pr.Differs, fmt.Sprintf("%s: stand %s, line %d: %s", p, st.ID, line, firstDiff(old, out, line)))
+			}
+		})
+	}
+	for _, p := range slices.Sorted(maps.Keys(byPath)) {
+		switch {
+		case err != nil:
+			pr.Unproven = append(pr.Unproven, p+": "+err.Error())
+		case !seen[p]:
+			pr.Unproven = append(pr.Unproven, p+": no stand renders it")
+		case !slices.ContainsFunc(pr.Differs, func(d string) bool { return strings.HasPrefix(d, p+":") }):
+			pr.Proven = append(pr.Proven, p)
+		}
+	}
+	return pr
+}
+
+// sameOutput compares two renders; when they differ, it returns the first line that does.
+func sameOutput(a, b []byte) (int, bool) {
+	if bytes.Equal(a, b) {
+		return 0, true
+	}
+	al, bl := strings.Split(string(a), "\n"), strings.Split(string(b), "\n")
+	for i := 0; i < len(al) || i < len(bl); i++ {
+		if i >= len(al) || i >= len(bl) || al[i] != bl[i] {
+			return i + 1, false
+		}
+	}
+	return len(al), false
+}
+
+func firstDiff(a, b []byte, line int) string {
+	get := func(s []byte) string {
+		ls := strings.Split(string(s), "\n")
+		if line-1 < len(ls) {
+			return ls[line-1]
+		}
+		return "(nothing)"
+	}
+	return fmt.Sprintf("Mako wrote %q, the Go template writes %q", get(a), get(b))
+}
