@@ -10,7 +10,7 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools screenshots render demo-apply clean tools deps vm-image e2e bench faults faults-short
+.PHONY: check deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools screenshots render demo-apply clean tools deps vm-image e2e bench faults faults-short
 
 # Tools the tests run for real, each built from the Go module proxy in a module of its own under
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
@@ -55,6 +55,14 @@ $(BIN)/versitygw: tools/versitygw/go.mod tools/versitygw/go.sum
 # Debian packages the tests need (idempotent; installs only what is missing).
 deps:
 	scripts/install-deps.sh
+
+# The fast loop (docs/development.md): build, vet, staticcheck and every test that needs no real
+# server (-short: testenv.NeedsServer skips the rest), without -race. Under 3 minutes warm.
+check:
+	$(GO) build ./...
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) test -short -count=1 ./...
 
 # The test command (README, .ci/run): a short fuzz of the manifest parser, then every test with -race.
 test: fuzz unit soak

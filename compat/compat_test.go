@@ -11,7 +11,7 @@ import (
 )
 
 func TestReadEnvFile(t *testing.T) {
-	p := testenv.WriteFile(t, t.TempDir(), "ok.env", `# the seed's guide, §2
+	p := testenv.WriteFile(t, t.TempDir(), "ok.env", `# the Stands Engine's guide (docs/stands-engine.md#configuration)
 HCLOUD__TOKEN=tok-1
 export STAND__USER = alice
 hcloud__token=tok-2
@@ -65,7 +65,7 @@ func TestReadEnvFileErrors(t *testing.T) {
 // The order of the layers: the process's environment over the files, a later file over an earlier
 // one, a variable of ours over the Stands Engine's, and ours given as a file (KEY_FILE) keeping the Stands Engine's
 // away (credential.Read would refuse both).
-func TestSeedEnvLayers(t *testing.T) {
+func TestStandsEngineEnvLayers(t *testing.T) {
 	dir := t.TempDir()
 	common := testenv.WriteFile(t, dir, "common.env", "HCLOUD__TOKEN=from-common\nSTAND__USER=alice\nSTAND__PASSPHRASE=pass-common\nSECRET_A=a-common\n")
 	stand := testenv.WriteFile(t, dir, "stand.env", "hcloud__token=from-stand\nSECRET_A=a-stand\nSTAND__PATH_TO_CONFIGSET=/tmp/cs\n")
@@ -75,7 +75,7 @@ func TestSeedEnvLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, want := range map[string]string{
-		"HCLOUD_TOKEN":         "from-stand", // the seed's, from the later file
+		"HCLOUD_TOKEN":         "from-stand", // the Stands Engine's, from the later file
 		"HCLOUD__TOKEN":        "from-stand",
 		"SECRET_A":             "a-stand",
 		"STANDS_OWNER":         "alice",
@@ -104,7 +104,7 @@ func TestSeedEnvLayers(t *testing.T) {
 	}
 }
 
-func TestSeedBackendAndOutput(t *testing.T) {
+func TestStandsEngineBackendAndOutput(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "a-file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestSeedBackendAndOutput(t *testing.T) {
 }
 
 // The Stands Engine's switches reach our flags as Go's flag package reads them.
-func TestSeedBools(t *testing.T) {
+func TestStandsEngineBools(t *testing.T) {
 	for v, want := range map[string]string{"on": "true", "Yes": "true", "1": "true", "OFF": "false", "n": "false", "False": "false"} {
 		e, _ := New(func(k string) string { return map[string]string{"OUTPUT__CONSOLE": v}[k] }, nil)
 		if err := e.Check(); err != nil {
@@ -167,7 +167,7 @@ func TestSeedBools(t *testing.T) {
 
 // The S3 backend's credentials reach the process environment, where the Pulumi CLI and the backend's
 // reader take them; what the process already has is kept.
-func TestExportSeedEnv(t *testing.T) {
+func TestExportStandsEngineEnv(t *testing.T) {
 	f := testenv.WriteFile(t, t.TempDir(), "s3.env", "S3__ACCESS_KEY=ak-file\nS3__SECRET_KEY=sk-file\nPULUMI_SKIP_UPDATE_CHECK=true\nSECRET_X=not-exported\n")
 	process := map[string]string{"AWS_ACCESS_KEY_ID": "ak-process"}
 	e, err := New(func(k string) string { return process[k] }, []string{f})

@@ -1,5 +1,5 @@
 // Package diff decides what to do: desired stands (from the repository) × actual stacks (from the
-// inventory) → ordered actions with reasons, behind every safety guard of DESIGN.md. It is pure: no
+// inventory) → ordered actions with reasons, behind every destroy guard (docs/operations.md). It is pure: no
 // I/O, no clock, so every decision is a table test.
 package diff
 
@@ -32,7 +32,7 @@ type Actual struct {
 	Protected bool   // the last applied manifest had stand.protect: true
 }
 
-// Input is everything a plan depends on.
+// Input is everything a decision depends on.
 type Input struct {
 	Desired []Desired
 	Actual  []Actual
@@ -55,7 +55,7 @@ type Input struct {
 // Kind is what happens to a stand.
 type Kind string
 
-// Kinds, in the order a plan lists them.
+// Kinds, in the order Decide lists them.
 const (
 	Create  Kind = "create"
 	Update  Kind = "update"
@@ -70,15 +70,15 @@ type Action struct {
 	ID     string
 	Reason reason.Reason // why, for noop and blocked
 	Detail string        // what changed, or the guard's numbers; never a value of the manifest
-	// SpecHash is the desired spec of a declared stand: two plans decide the same for a stand only
+	// SpecHash is the desired spec of a declared stand: two decisions are the same for a stand only
 	// when they also want the same spec of it.
 	SpecHash string
 }
 
 var kindOrder = map[Kind]int{Create: 0, Update: 1, Destroy: 2, Noop: 3, Blocked: 4}
 
-// Plan computes the actions for one cycle.
-func Plan(in Input) []Action {
+// Decide computes the actions for one cycle.
+func Decide(in Input) []Action {
 	share := in.MaxDestroyShare
 	if share <= 0 {
 		share = 0.5

@@ -84,7 +84,7 @@ func TestPlan(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := render(Plan(c.in)); got != c.want {
+			if got := render(Decide(c.in)); got != c.want {
 				t.Errorf("\n got: %s\nwant: %s", got, c.want)
 			}
 		})
@@ -96,7 +96,7 @@ func TestMassDeletionReasonSaysWhy(t *testing.T) {
 	for i := range 10 {
 		actual = append(actual, owned(fmt.Sprint(i), "1"))
 	}
-	plan := Plan(Input{SourceOK: true, Desired: []Desired{{ID: "0", SpecHash: "1"}}, Actual: actual})
+	plan := Decide(Input{SourceOK: true, Desired: []Desired{{ID: "0", SpecHash: "1"}}, Actual: actual})
 	for _, a := range plan {
 		if a.Kind == Blocked && (a.Reason != reason.MassDeletion || !strings.Contains(a.Detail, "9 stands removed at once, more than 5 (50% of 10)")) {
 			t.Errorf("reason %s, detail %q", a.Reason, a.Detail)

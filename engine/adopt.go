@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
+	"github.com/stands-engine/stands-reconciler/engine/cloud"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -103,11 +103,11 @@ func (e *Engine) adoptState(ctx context.Context, in stands.Input, archiveDir str
 	if err != nil {
 		return nil, err
 	}
-	hc, err := e.hcloud()
+	c, err := e.cloud()
 	if err != nil {
 		return nil, err
 	}
-	a, servers, err := matchServers(ctx, hc, s, ids)
+	a, servers, err := matchServers(ctx, c, s, ids)
 	if err != nil || dryRun {
 		return a, err
 	}
@@ -120,7 +120,7 @@ func (e *Engine) adoptState(ctx context.Context, in stands.Input, archiveDir str
 			labels = map[string]string{}
 		}
 		labels[provider.LabelManagedBy], labels[provider.LabelStand] = provider.ManagedByValue, s.ID
-		if _, _, err := hc.Server.Update(ctx, srv, hcloud.ServerUpdateOpts{Labels: labels}); err != nil {
+		if err := c.SetLabels(ctx, srv.ID, labels); err != nil {
 			return nil, fmt.Errorf("label server %s (its old state is in %s): %w", srv.Name, a.Archive, err)
 		}
 	}
@@ -167,7 +167,7 @@ func oldServers(name string, dep *deployment) ([]int64, error) {
 // matchServers reads each old server from Hetzner and pairs it with the manifest's node of its
 // name: a server no node names, or one whose type, image or location the manifest would change, is
 // refused (the first apply would replace it).
-func matchServers(ctx context.Context, hc *hcloud.Client, s *manifest.Stand, ids []int64) (*Adoption, []*hcloud.Server, error) {
+func matchServers(ctx context.Context, c cloud.Cloud, s *manifest.Stand, ids []int64) (*Adoption, []*cloud.Server, error) {
 	a := &Adoption{StandID: s.ID}
 	profiles := map[string]*manifest.Profile{}
 	for _, p := range s.Profiles {
@@ -177,10 +177,10 @@ func matchServers(ctx context.Context, hc *hcloud.Client, s *manifest.Stand, ids
 	for _, n := range s.Nodes {
 		byName[s.ServerName(n)] = n
 	}
-	var servers []*hcloud.Server
+	var servers []*cloud.Server
 	var problems []string
 	for _, id := range ids {
-		srv, _, err := hc.Server.GetByID(ctx, id)
+		srv, err := c.Server(ctx, id)
 		if err != nil {
 			return nil, nil, fmt.Errorf("read server %d: %w", id, err)
 		}
@@ -213,21 +213,17 @@ func matchServers(ctx context.Context, hc *hcloud.Client, s *manifest.Stand, ids
 
 // serverMismatch lists what the manifest would change on a server that only a replacement changes
 // (the type too: adopting is no time for a resize).
-func serverMismatch(srv *hcloud.Server, n *manifest.Node, p *manifest.Profile) []string {
+func serverMismatch(srv *cloud.Server, n *manifest.Node, p *manifest.Profile) []string {
 	var out []string
 	check := func(what, have, want string) {
 		if have != want {
 			out = append(out, fmt.Sprintf("server %s: %s %s, the manifest's node %s says %s", srv.Name, what, have, n.Name, want))
 		}
 	}
-	if srv.ServerType != nil {
-		check("type", srv.ServerType.Name, p.ServerType)
-	}
-	if srv.Image != nil {
-		check("image", srv.Image.Name, p.Image)
-	}
-	if srv.Location != nil {
-		check("location", srv.Location.Name, p.Location)
+	for _, c := range []struct{ what, have, want string }{{"type", srv.Type, p.ServerType}, {"image", srv.Image, p.Image}, {"location", srv.Location, p.Location}} {
+		if c.have != "" { // what the API did not say is not held against it
+			check(c.what, c.have, c.want)
+		}
 	}
 	return out
 }

@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sort"
 	"strings"
 
-	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
@@ -19,6 +17,8 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
+	"github.com/stands-engine/stands-reconciler/engine/cloud"
+	"github.com/stands-engine/stands-reconciler/engine/cloud/hetzner"
 	"github.com/stands-engine/stands-reconciler/engine/configset"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/manifest"
@@ -49,9 +49,9 @@ type serverRes struct {
 	PrivateIP  pulumi.StringOutput `pulumi:"privateIP"`
 }
 
-// plan is what the program needs; it is filled in after the stack is opened (the key pair and the
+// programInputs is what the stand's inline program needs; it is filled in after the stack is opened (the key pair and the
 // network's range come from the stack and from Hetzner).
-type plan struct {
+type programInputs struct {
 	in         stands.Input
 	mode       string // NodesFull or NodesSkipped
 	configsets string // folder for configsets; empty: none
@@ -63,7 +63,7 @@ type plan struct {
 	hostKeys   map[string]hostKey // by node
 }
 
-func (p *plan) program(ctx *pulumi.Context) error {
+func (p *programInputs) program(ctx *pulumi.Context) error {
 	s := p.in.Stand
 	profiles := map[string]*manifest.Profile{}
 	for _, pr := range s.Profiles {
@@ -176,42 +176,39 @@ func indexNode(s *manifest.Stand, name string) int {
 	return -1
 }
 
-func (e *Engine) hcloud() (*hcloud.Client, error) {
+// cloud is the Hetzner project, opened with the token as it is now (a rotated credential file needs
+// no restart). The provider opens its own, with the token the engine configures it with.
+func (e *Engine) cloud() (cloud.Cloud, error) {
 	token, err := e.hcloudToken()
 	if err != nil {
 		return nil, err
 	}
-	opts := []hcloud.ClientOption{hcloud.WithToken(token), hcloud.WithApplication("stands-reconciler", provider.Version),
-		hcloud.WithHTTPClient(&http.Client{Timeout: provider.HTTPTimeout})}
-	if e.cfg.HcloudEndpoint != "" {
-		opts = append(opts, hcloud.WithEndpoint(e.cfg.HcloudEndpoint))
-	}
-	return hcloud.NewClient(opts...), nil
+	return hetzner.New(token, hetzner.WithEndpoint(e.cfg.HcloudEndpoint), hetzner.WithApplication(provider.Version)), nil
+}
+
+// standLabels select a stand's servers: ours, and labelled with its id.
+func standLabels(standID string) map[string]string {
+	return map[string]string{provider.LabelManagedBy: provider.ManagedByValue, provider.LabelStand: standID}
 }
 
 // sweep deletes what Hetzner still holds with the destroyed stand's labels. A create interrupted
 // before the provider recorded its server (a kill, a timeout, a request Hetzner finished after its
-// caller gave up) leaves a server outside the stack: an apply adopts it by name, but a destroy
+// caller gave up) leaves a server outside the stack: an apply reclaims it by name, but a destroy
 // never sees it, and nothing else would ever delete it. The labels name this stand alone.
 func (e *Engine) sweep(ctx context.Context, standID string, log *slog.Logger) error {
 	if standID == "" {
 		return nil
 	}
-	hc, err := e.hcloud()
+	c, err := e.cloud()
 	if err != nil {
 		return err
 	}
-	left, err := hc.Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{
-		LabelSelector: provider.LabelManagedBy + "=" + provider.ManagedByValue + "," + provider.LabelStand + "=" + standID}})
+	left, err := c.Servers(ctx, standLabels(standID))
 	if err != nil {
 		return fmt.Errorf("list the servers left of %s: %w", standID, err)
 	}
 	for _, srv := range left {
-		res, _, err := hc.Server.DeleteWithResult(ctx, srv)
-		if err != nil {
-			return fmt.Errorf("delete server %s left outside the stack of %s: %w", srv.Name, standID, err)
-		}
-		if err := hc.Action.WaitFor(ctx, res.Action); err != nil {
+		if err := c.DeleteServer(ctx, srv.ID); err != nil {
 			return fmt.Errorf("delete server %s left outside the stack of %s: %w", srv.Name, standID, err)
 		}
 		log.Warn("deleted a server an interrupted create had left outside the stack", "server", srv.Name, "id", srv.ID)
@@ -220,10 +217,10 @@ func (e *Engine) sweep(ctx context.Context, standID string, log *slog.Logger) er
 }
 
 // prepare opens the stand's stack (creating it when create is set), checks ownership, and fills the
-// plan.
-func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly bool) (auto.Stack, *plan, auto.OutputMap, error) {
+// program's inputs.
+func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly bool) (auto.Stack, *programInputs, auto.OutputMap, error) {
 	s := in.Stand
-	p := &plan{in: in, mode: e.NodesMode(), configsets: e.cfg.ConfigsetDir, hashKey: e.configHashKey()}
+	p := &programInputs{in: in, mode: e.NodesMode(), configsets: e.cfg.ConfigsetDir, hashKey: e.configHashKey()}
 	st, err := e.stack(ctx, stands.StackRef{Project: s.Project, Env: s.Env}, p.program, create)
 	if !create && auto.IsSelectStack404Error(err) {
 		return auto.Stack{}, nil, nil, fmt.Errorf("stack %s/%s: %w", s.Project, s.Env, ErrNoStack)
@@ -245,7 +242,7 @@ func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly 
 	if err := checkStandID(s.Project+"/"+s.Env, outs, s.ID); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
-	// A preview only reads (DESIGN.md): what a killed run left behind is undone by the next apply,
+	// A preview only reads (docs/pr-workflow.md): what a killed run left behind is undone by the next apply,
 	// never by a plan a pull request asked for.
 	if !readOnly {
 		if err := e.recoverStack(ctx, st, stands.StackRef{Project: s.Project, Env: s.Env}, dep, e.standLog(in)); err != nil {
@@ -258,18 +255,18 @@ func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly 
 	if p.privateKey, p.publicKey, err = e.keyPair(outs, readOnly); err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
-	hc, err := e.hcloud()
+	c, err := e.cloud()
 	if err != nil {
 		return auto.Stack{}, nil, nil, err
 	}
-	net, _, err := hc.Network.GetByName(ctx, s.Profiles[0].Network)
+	net, err := c.Network(ctx, s.Profiles[0].Network)
 	if err != nil {
 		return auto.Stack{}, nil, nil, fmt.Errorf("look up network %s: %w", s.Profiles[0].Network, err)
 	}
 	if net == nil {
 		return auto.Stack{}, nil, nil, fmt.Errorf("network %q does not exist in the Hetzner project", s.Profiles[0].Network)
 	}
-	p.ipRange = net.IPRange.String()
+	p.ipRange = net.IPRange
 	// Cloud-init is all the program takes from this render; addresses are not known yet.
 	addr := manifest.Addresses{NetworkIPRange: p.ipRange, SSHPublicKey: p.publicKey}
 	if in.Untrusted {
@@ -488,7 +485,7 @@ func (e *Engine) preview(ctx context.Context, in stands.Input, op string) (*stan
 	return res, err
 }
 
-func (e *Engine) result(in stands.Input, op string, changed bool, changes map[string]int, outs auto.OutputMap, p *plan) (*stands.Result, error) {
+func (e *Engine) result(in stands.Input, op string, changed bool, changes map[string]int, outs auto.OutputMap, p *programInputs) (*stands.Result, error) {
 	r := &stands.Result{StandID: in.Stand.ID, Operation: op, Changed: changed, Changes: changes, SpecHash: in.SpecHash, NodesMode: p.mode}
 	r.Nodes = nodesFrom(outs)
 	if v, ok := outs[OutConnection]; ok {
@@ -526,7 +523,7 @@ func nodesFrom(outs auto.OutputMap) []stands.Node {
 }
 
 // Destroy deletes a stand's servers and removes its stack. It needs only the stack's name — never the
-// manifest, never SSH (seed §3/§9). A stack that does not exist is already destroyed.
+// manifest, never SSH (docs/stands-engine.md#destroy). A stack that does not exist is already destroyed.
 func (e *Engine) Destroy(ctx context.Context, ref stands.StackRef) (_ *stands.Result, err error) {
 	ctx, done := e.scoped(ctx)
 	defer done()
@@ -567,7 +564,7 @@ func (e *Engine) Destroy(ctx context.Context, ref stands.StackRef) (_ *stands.Re
 		return nil, err
 	}
 	standID, _ := outs[OutStandID].Value.(string)
-	// The servers go away: nothing is removed from them first, and none is connected to (seed §9),
+	// The servers go away: nothing is removed from them first, and none is connected to (docs/stands-engine.md#destroy),
 	// so an unreachable server cannot hold the destroy up.
 	st.Workspace().SetEnvVar(provider.EnvNoSSH, "1")
 	ch, wait := e.progress(log)

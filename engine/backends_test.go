@@ -33,7 +33,7 @@ type backendCase struct {
 }
 
 // TestStateBackends runs a stand against each state backend form on servers started in the test:
-// s3://<bucket>/<owner>?region=..&endpoint=..&s3ForcePathStyle=true (the seed's production form) on
+// s3://<bucket>/<owner>?region=..&endpoint=..&s3ForcePathStyle=true (the Stands Engine's production form) on
 // gofakes3, the in-memory fake the other tests use, and on versitygw, a real server, which keeps the
 // fake honest; and postgres://user@host/db on a real PostgreSQL, its password a credential.
 func TestStateBackends(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
-// ConnectionRecord builds the seed's connection record, {"id_stand": ..., "<connection name>": {...}},
+// ConnectionRecord builds the connection record (docs/stands-engine.md#connection-record), {"id_stand": ..., "<connection name>": {...}},
 // in deploy order, from instances rendered with the servers' real addresses.
 func ConnectionRecord(standID string, r *manifest.Rendered) (json.RawMessage, error) {
 	var b bytes.Buffer
@@ -40,7 +40,7 @@ func ConnectionRecord(standID string, r *manifest.Rendered) (json.RawMessage, er
 // Masked is the string every masked value becomes.
 const Masked = "***"
 
-// MaskConnection returns the record with secrets masked (DESIGN.md, stricter than seed §11): every
+// MaskConnection returns the record with secrets masked (stricter than the Stands Engine: docs/stands-engine.md#connection-record): every
 // value under a "credentials" key, every "url", and any value that contains a resolved secret value
 // (a DSN under another key). Key order is kept.
 func MaskConnection(record json.RawMessage, secretValues []string) (json.RawMessage, error) {

@@ -50,9 +50,9 @@ type Config struct {
 	Env             map[string]string
 	Log             *slog.Logger
 	// SkipNodes is servers-only mode: servers are provisioned and everything is rendered, but nothing
-	// is done over SSH (DESIGN.md); the default is full node deployment.
+	// is done over SSH (docs/architecture.md#node-work); the default is full node deployment.
 	SkipNodes bool
-	// ConfigsetDir, when set, receives each applied stand's rendered files (seed §10):
+	// ConfigsetDir, when set, receives each applied stand's rendered files (docs/stands-engine.md#configsets):
 	// <ConfigsetDir>/<stand-id>/<app>--<instance>/…, folders 0700, files 0600.
 	ConfigsetDir string
 	// LockLease is how old another host's stack lock must be before it counts as abandoned; 0 means
@@ -61,7 +61,7 @@ type Config struct {
 	// LeaseCheck, with several replicas, judges a stack lock whose holder ran under a lease by that
 	// lease alone (fence.go).
 	LeaseCheck LeaseCheck
-	// KeyFile, when set, is the stand's SSH private key on disk (the seed's STAND__PATH_TO_KEY, for
+	// KeyFile, when set, is the stand's SSH private key on disk (the Stands Engine's STAND__PATH_TO_KEY, for
 	// one-shot commands on one stand): a new stand is created with the key the file holds, or, when
 	// there is no file, with a new one written there (0600); for a stand that has one in its state,
 	// a missing file receives it and a file holding another key is refused (stand_key.go).

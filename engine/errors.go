@@ -6,8 +6,6 @@ import (
 	"net"
 	"strings"
 
-	"github.com/hetznercloud/hcloud-go/v2/hcloud"
-
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/reason"
 )
@@ -31,12 +29,11 @@ var rules = []rule{
 	{reason: reason.NotOwned, is: func(err error) bool {
 		return errors.Is(err, ErrNotOwned) || errors.Is(err, provider.ErrNotOurs)
 	}, texts: []string{"not managed by stands-reconciler", "is not owned by stands-reconciler"}},
-	{reason: reason.ProviderAuth, is: hcloudCode(hcloud.ErrorCodeUnauthorized, hcloud.ErrorCodeForbidden, "token_readonly"),
-		texts: []string{"(unauthorized)", "unable to authenticate", "(token_readonly)", "the stands provider is not configured"}},
-	{reason: reason.RateLimited, is: hcloudCode(hcloud.ErrorCodeRateLimitExceeded), texts: []string{"(rate_limit_exceeded)"}},
-	{reason: reason.HetznerUnavailable,
-		is:    hcloudCode(hcloud.ErrorCodeServiceError, hcloud.ErrorCodeMaintenance, hcloud.ErrorCodeTimeout, hcloud.ErrorCodeServerError, hcloud.ErrorCodeResourceUnavailable),
-		texts: []string{"(service_error)", "(unavailable)", "(maintenance)", "(timeout)", "(server_error)", "(resource_unavailable)"}},
+	// The cloud's own errors carry their reason already (engine/cloud); these are its codes as the
+	// provider's errors show them through the CLI's output.
+	{reason: reason.ProviderAuth, texts: []string{"(unauthorized)", "unable to authenticate", "(token_readonly)", "the stands provider is not configured"}},
+	{reason: reason.RateLimited, texts: []string{"(rate_limit_exceeded)"}},
+	{reason: reason.HetznerUnavailable, texts: []string{"(service_error)", "(unavailable)", "(maintenance)", "(timeout)", "(server_error)", "(resource_unavailable)"}},
 	// Pulumi's diy backends report a concurrent update as a lock.
 	{reason: reason.UpdateConflict, is: func(err error) bool { return errors.Is(err, ErrUpdateInProgress) },
 		texts: []string{"another update is currently in progress", "[409] conflict", "the stack is currently locked by"}},
@@ -51,10 +48,6 @@ var rules = []rule{
 	}, texts: []string{"nosuchbucket", "could not reach", "connection refused", "no such host", "i/o timeout", "failed to open bucket", "tls handshake timeout",
 		// a postgres:// backend: down, restarting, failing over, or refusing our credentials
 		"state database", "failed to ping postgresql", "the database system is", "bad connection", "terminating connection", "password authentication failed"}},
-}
-
-func hcloudCode(codes ...hcloud.ErrorCode) func(error) bool {
-	return func(err error) bool { return hcloud.IsError(err, codes...) }
 }
 
 // Classify maps an error of this package to its reason (the catalogue gives its kind). An error that

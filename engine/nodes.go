@@ -46,7 +46,7 @@ func (e *Engine) NodesMode() string {
 
 // sshPolicy tells the provider which servers it may connect to when it deletes: in full mode the
 // servers the stand keeps; in servers-only mode none.
-func (e *Engine) sshPolicy(st auto.Stack, p *plan) {
+func (e *Engine) sshPolicy(st auto.Stack, p *programInputs) {
 	ws := st.Workspace()
 	if p.mode != NodesFull {
 		ws.SetEnvVar(provider.EnvNoSSH, "1")
@@ -60,10 +60,10 @@ func (e *Engine) sshPolicy(st auto.Stack, p *plan) {
 	ws.SetEnvVar(provider.EnvKeepServers, strings.Join(keep, ","))
 }
 
-// nodeWork registers seed §8 steps 8–12 for every server: a Node (cloud-init wait, user systemd,
+// nodeWork registers steps 8–12 of docs/stands-engine.md#create for every server: a Node (cloud-init wait, user systemd,
 // Podman, firewalld), then its Images, then the instances one after the other in the top-level apps
 // order and each app's instances order, wherever they are placed. It returns the resources' ids.
-func (p *plan) nodeWork(ctx *pulumi.Context, nodes []stackNode, rendered pulumi.AnyOutput) ([]any, error) {
+func (p *programInputs) nodeWork(ctx *pulumi.Context, nodes []stackNode, rendered pulumi.AnyOutput) ([]any, error) {
 	s := p.in.Stand
 	privateKey := pulumi.ToSecret(pulumi.String(p.privateKey)).(pulumi.StringOutput)
 	type onNode struct {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/hetznercloud/hcloud-go/v2/hcloud"
-
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 )
 
@@ -28,11 +26,11 @@ func (e *Engine) Orphans(ctx context.Context) (_ []Orphan, err error) {
 	if err != nil {
 		return nil, err
 	}
-	hc, err := e.hcloud()
+	c, err := e.cloud()
 	if err != nil {
 		return nil, err
 	}
-	servers, err := hc.Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{LabelSelector: provider.LabelManagedBy + "=" + provider.ManagedByValue}})
+	servers, err := c.Servers(ctx, map[string]string{provider.LabelManagedBy: provider.ManagedByValue})
 	if err != nil {
 		return nil, fmt.Errorf("list servers: %w", err)
 	}

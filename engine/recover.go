@@ -27,8 +27,8 @@ type lockFile struct {
 }
 
 // recoverStack undoes what a killed run leaves behind, deliberately and with a log record each:
-// a lock whose process is dead, and pending creates (the servers they started are adopted by the
-// next apply, since the provider adopts a server with the stand's name and our labels).
+// a lock whose process is dead, and pending creates (the servers they started are reclaimed by the
+// next apply, since the provider reclaims a server with the stand's name and our labels).
 func (e *Engine) recoverStack(ctx context.Context, st auto.Stack, ref stands.StackRef, dep *deployment, log *slog.Logger) error {
 	if err := e.clearStaleLocks(ctx, ref, log); err != nil {
 		return err
@@ -48,7 +48,7 @@ func (e *Engine) recoverStack(ctx context.Context, st auto.Stack, ref stands.Sta
 	if err != nil {
 		return fmt.Errorf("refresh %s to clear pending operations: %w", st.Name(), err)
 	}
-	log.Info("pending operations cleared; servers they started are adopted by the next apply", "count", len(dep.Pending))
+	log.Info("pending operations cleared; servers they started are reclaimed by the next apply", "count", len(dep.Pending))
 	return nil
 }
 

@@ -2,8 +2,9 @@ package engine
 
 import (
 	"context"
-	"github.com/stands-engine/stands-reconciler/stands"
 	"sync"
+
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // stackLocks makes this process's operations that write a stack take turns. The diy backend's lock

@@ -3,9 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
-	"github.com/stands-engine/stands-reconciler/stands"
 	"testing"
 	"time"
+
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // TestStackLocks: operations on one stack take turns, on different stacks they do not wait, and a

@@ -66,7 +66,7 @@ func keepKeyFile(path, private, public string, readOnly bool) error {
 }
 
 // writeKeyFile writes a private key readable by its owner only, into a folder that must exist (the
-// seed's rule: a key is not dropped somewhere unexpected).
+// the Stands Engine's rule: a key is not dropped somewhere unexpected).
 func writeKeyFile(path, private string) error {
 	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
 		return fmt.Errorf("write the stand's key file %s: its folder does not exist", path)

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// The seed's STAND__PATH_TO_KEY: a new stand takes the file's key, or writes a new one there; a stand
+// The Stands Engine's STAND__PATH_TO_KEY: a new stand takes the file's key, or writes a new one there; a stand
 // with a key in its state writes it to a missing file and refuses a file holding another; a preview
 // writes nothing.
 func TestStandKeyFile(t *testing.T) {

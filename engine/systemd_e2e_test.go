@@ -84,7 +84,7 @@ func systemdOnNode(t *testing.T, c *ssh.Client) {
 	mustRun(t, c, "sudo mkdir -p "+vmInstall+" && (mountpoint -q "+vmInstall+" || sudo mount -o ro /dev/disk/by-label/"+vm.ShareLabel+" "+vmInstall+")")
 
 	// 1. hcloudsim in the VM, its token from a file (no argv holds it).
-	mustRun(t, c, fmt.Sprintf("printf %%s %s > /var/tmp/hcloudsim-token && sudo systemd-run --unit=%s -E HCLOUDSIM_TOKEN_FILE=/var/tmp/hcloudsim-token %s/hcloudsim -listen 127.0.0.1:8086 -seed-example -action-delay 5s",
+	mustRun(t, c, fmt.Sprintf("printf %%s %s > /var/tmp/hcloudsim-token && sudo systemd-run --unit=%s -E HCLOUDSIM_TOKEN_FILE=/var/tmp/hcloudsim-token %s/hcloudsim -listen 127.0.0.1:8086 -example-project -action-delay 5s",
 		vmHetzner, vmSimulator, vmInstall))
 
 	// 2. The install script, twice, and what it made.

@@ -92,16 +92,16 @@ func New(ctx context.Context, opts ...Option) (*Sim, error) {
 	return s, nil
 }
 
-// SeedExampleProject creates, when missing, what the example stands expect of a Hetzner project: the
+// CreateExampleProject creates, when missing, what the example stands expect of a Hetzner project: the
 // network "stands-net" (10.0.0.0/16 with the subnet 10.0.1.0/24 in eu-central) and the admin SSH key
 // "stands-admin". The local demo starts the simulator with it.
-func (s *Sim) SeedExampleProject(publicKey string) error {
+func (s *Sim) CreateExampleProject(publicKey string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.networkByName("stands-net") == nil {
 		body := []byte(`{"name":"stands-net","ip_range":"10.0.0.0/16","subnets":[{"type":"cloud","ip_range":"10.0.1.0/24","network_zone":"eu-central"}]}`)
 		if _, e := s.createNetwork(body); e != nil {
-			return fmt.Errorf("seed network: %s", e.Message)
+			return fmt.Errorf("create the example network: %s", e.Message)
 		}
 	}
 	for _, k := range s.st.SSHKeys {
@@ -111,7 +111,7 @@ func (s *Sim) SeedExampleProject(publicKey string) error {
 	}
 	body, _ := json.Marshal(map[string]string{"name": "stands-admin", "public_key": publicKey})
 	if _, e := s.routeSSHKeys(http.MethodPost, nil, nil, body); e != nil {
-		return fmt.Errorf("seed SSH key: %s", e.Message)
+		return fmt.Errorf("create the example SSH key: %s", e.Message)
 	}
 	return s.save()
 }

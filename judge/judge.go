@@ -2,7 +2,7 @@
 // stand: each stand's input for the engine, or why it cannot go on (invalid, another owner's, its
 // secrets unavailable). A broken stand fails alone. The loop judges the tracked branch with the real
 // secrets; a pull request's plan judges both branches with placeholders (package prplan). Judging
-// touches no state, so both share it, and the diff of a judgement against the stacks (Plan) is
+// touches no state, so both share it, and the diff of a judgement against the stacks (Decide) is
 // computed the same way for a cycle and for a plan.
 package judge
 
@@ -153,14 +153,14 @@ type Guards struct {
 	AllowMassDestroy bool
 }
 
-// Plan is the diff of the evaluation against the stacks behind the guards: what a cycle decides.
+// Decide is the diff of the evaluation against the stacks behind the guards: what a cycle decides.
 // running marks stands held as they are (an operation runs on them; nil: none), hold blocks every
 // destroy with its reason (an outside service is down; "" none).
-func (ev *Evaluation) Plan(actual []diff.Actual, g Guards, running func(id string) bool, hold reason.Reason) []diff.Action {
+func (ev *Evaluation) Decide(actual []diff.Actual, g Guards, running func(id string) bool, hold reason.Reason) []diff.Action {
 	if running == nil {
 		running = func(string) bool { return false }
 	}
-	return diff.Plan(diff.Input{Desired: append(ev.Desired(running), ev.OwnerChanges(actual, g.Owner)...), Actual: actual,
+	return diff.Decide(diff.Input{Desired: append(ev.Desired(running), ev.OwnerChanges(actual, g.Owner)...), Actual: actual,
 		SourceOK: len(ev.Unreadable) == 0, MaxDestroyShare: g.MaxDestroyShare, AllowDestroy: ev.Allow,
 		AllowMassDestroy: g.AllowMassDestroy, Hold: hold})
 }

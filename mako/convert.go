@@ -206,7 +206,7 @@ func (c *converter) text(line string) {
 			line = line[2+end+1:]
 		case strings.HasPrefix(line, "<&") || strings.HasPrefix(line, "</&"):
 			// Mako's old call syntax: it drops the < of a <& it cannot parse (a shell's <&3), so
-			// the seed wrote something else than the text says.
+			// the Stands Engine wrote something else than the text says.
 			c.unsupported("a <& (Mako's call syntax: Mako drops the <, so its output was not this text)", line)
 			return
 		default:

@@ -167,7 +167,7 @@ func (d *decoder) stand(root *node, file string, opts LoadOptions) *Stand {
 	return s
 }
 
-// accounts reads stand.users and stand.ssh (seed §3).
+// accounts reads stand.users and stand.ssh (docs/stands-engine.md#accounts-and-keys).
 func (d *decoder) accounts(s *Stand, meta *node) {
 	users := meta.get("users")
 	if users == nil {

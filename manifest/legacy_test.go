@@ -6,13 +6,13 @@ import (
 	"testing"
 )
 
-// legacyForm turns the mini repository's stand (seed form) into the old one: users and ssh at the
+// legacyForm turns the mini repository's stand (the Stands Engine's form) into the old one: users and ssh at the
 // top level, same lines.
 func legacyForm(t *testing.T, seed string) string {
 	t.Helper()
 	old := "  users:\n    sudo: admin\n    app: app\n  ssh:\n    key_name_admin: k\n"
 	if !strings.Contains(seed, old) {
-		t.Fatal("the mini repository's stand.yml is not in the seed's form")
+		t.Fatal("the mini repository's stand.yml is not in the Stands Engine's form")
 	}
 	return strings.Replace(seed, old, "users:\n  sudo: admin\n  app: app\nssh:\n  key_name_admin: k\n", 1)
 }
@@ -41,7 +41,7 @@ func TestLegacyTopLevelAccounts(t *testing.T) {
 		}
 	}
 	if s, err := Load(base, "stands/a/stand.yml", LoadOptions{}); err != nil || len(s.Warnings) != 0 {
-		t.Errorf("seed form: %v, warnings %v", err, s.Warnings)
+		t.Errorf("the Stands Engine's form: %v, warnings %v", err, s.Warnings)
 	}
 	secrets := map[string]string{"SECRET_KV_PASS": "kv-value", "SECRET_REG_PASS": "reg-value"}
 	if a, b := hashOf(t, base, secrets, "p"), hashOf(t, legacy, secrets, "p"); a != b {
@@ -55,7 +55,7 @@ func TestLegacyTopLevelAccounts(t *testing.T) {
 		t.Errorf("both forms: %v", err)
 	}
 
-	// A base in the old form, the stand in the seed's overriding one user: deep merge as ever.
+	// A base in the old form, the stand in the Stands Engine's overriding one user: deep merge as ever.
 	mixed := with(base, map[string]string{
 		"bases/acc.yml":      "users:\n  sudo: admin\n  app: app\nssh:\n  key_name_admin: k\n",
 		"stands/a/stand.yml": "from_dep_manifest: ../../bases/acc.yml\n" + strings.Replace(seed, "    app: app\n", "    app: svc\n", 1),

@@ -51,10 +51,10 @@ type loader struct {
 }
 
 // legacyKeys are the stand settings an earlier version of this project read at the top level of a
-// manifest; the seed (and now this project) has them under stand:.
+// manifest; the Stands Engine (and now this project) has them under stand:.
 var legacyKeys = []string{"users", "ssh"}
 
-// hoistLegacy moves a manifest's top-level users and ssh under stand:, where the seed's format has
+// hoistLegacy moves a manifest's top-level users and ssh under stand:, where the Stands Engine's format has
 // them, with a deprecation warning; both places at once is an error. It runs per file, before
 // from_dep_manifest merges them, so a base in either form merges with a stand in the other.
 func (l *loader) hoistLegacy(doc *node) {

@@ -171,7 +171,7 @@ func walkSecrets(n *node, where string, uses *[]SecretUse) {
 	}
 }
 
-// idPart is what owner, project, env and node names must match: DESIGN.md's [a-z0-9-]+, without a
+// idPart is what owner, project, env and node names must match: [a-z0-9-]+ (docs/manifest.md), without a
 // leading or trailing dash so server names stay valid RFC 1123 labels.
 var idPart = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 

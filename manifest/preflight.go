@@ -55,7 +55,7 @@ func IsBase(p string) bool {
 type PreflightOptions struct {
 	LoadOptions
 	// Secrets resolves !secret references; validation renders with the real values to catch escaping
-	// mistakes, as the seed engine did.
+	// mistakes, as the Stands Engine did.
 	Secrets SecretSource
 	// SkipRender leaves templates alone: a caller that renders elsewhere (a pull request's stands,
 	// in the render sandbox) adds those diagnostics itself.
@@ -191,7 +191,7 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 
 // uniqueServerNames refuses two nodes of different stands whose server names are the same (env two
 // with node node-db, env two-node with node db): Hetzner names are unique in a project, and the second
-// apply would fail or, worse, adopt the first stand's server.
+// apply would fail or, worse, reclaim the first stand's server.
 func uniqueServerNames(results []*Result) {
 	type owner struct {
 		res  *Result

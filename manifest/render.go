@@ -145,7 +145,7 @@ func render(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, rep *Report, 
 		if p == nil || p.CloudInit == "" {
 			continue
 		}
-		// Cloud-init is rendered before the server exists: no addresses, only names (seed §4).
+		// Cloud-init is rendered before the server exists: no addresses, only names (docs/stands-engine.md#cloud-init).
 		ctx := map[string]any{
 			"user_admin": base["user_admin"], "user_app": base["user_app"], "ssh_public_key": base["ssh_public_key"],
 			"network_ip_range": base["network_ip_range"], "stand": base["stand"],
@@ -177,7 +177,7 @@ func clone(m map[string]any) map[string]any {
 	return c
 }
 
-// baseContext holds the seed's context names and what every template may see about the stand.
+// baseContext holds the Stands Engine's context names and what every template may see about the stand.
 func (r *renderer) baseContext() map[string]any {
 	s := r.s
 	nodes := map[string]any{}

@@ -82,7 +82,7 @@ type SecretSource interface {
 // ErrSecretNotFound marks a secret that does not exist, as opposed to a source that is unavailable.
 var ErrSecretNotFound = errors.New("secret not found")
 
-// EnvSource resolves secrets from the environment as the seed engine did: `!secret registry-password`
+// EnvSource resolves secrets from the environment as the Stands Engine did: `!secret registry-password`
 // reads SECRET_REGISTRY_PASSWORD. A path's `/` and `.` become `_` too, and an explicit field other than
 // "value" is appended after a double underscore: `!secret db/main#user` reads SECRET_DB_MAIN__USER.
 type EnvSource struct {

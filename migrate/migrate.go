@@ -57,9 +57,9 @@ func (m *Migration) Problems() int {
 
 var makoRef = regexp.MustCompile(`\.mako\b`)
 
-// Plan reads the folder at dir, whose files manifests name under prefix ("" for the repository,
+// Scan reads the folder at dir, whose files manifests name under prefix ("" for the repository,
 // resource:/NAME/ for a root), and adds what it would change.
-func (m *Migration) Plan(dir, prefix string) error {
+func (m *Migration) Scan(dir, prefix string) error {
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

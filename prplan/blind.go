@@ -18,7 +18,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
-// A pull request's plan is blind to secrets (DESIGN.md, "Pull requests are untrusted"): every
+// A pull request's plan is blind to secrets (docs/pr-workflow.md#plans-never-read-a-secret): every
 // !secret of the head, and of the tracked branch it is compared with, is its name-derived
 // placeholder. Servers never see a secret, so their steps are Pulumi's, exact. What a secret feeds
 // (an instance's configuration, a node's ports and images, registry credentials) is judged here

@@ -1,7 +1,6 @@
 package prplan
 
 import (
-	"context"
 	"encoding/json"
 	"maps"
 	"testing"
@@ -65,19 +64,10 @@ func (h *harness) start() {
 	h.r = reconcile.New(h.cfg, h.src, h.eng, h.sec)
 }
 
-// cycle runs one cycle and waits for its operations and plans.
-func (h *harness) cycle() error {
-	h.t.Helper()
-	err := h.r.Cycle(context.Background())
-	h.r.Wait()
-	return err
-}
-
+// mustCycle runs one cycle and waits for its operations and plans.
 func (h *harness) mustCycle() {
 	h.t.Helper()
-	if err := h.cycle(); err != nil {
-		h.t.Fatalf("cycle: %v", err)
-	}
+	fakes.MustCycle(h.t, h.r)
 }
 
 func (h *harness) files() fstest.MapFS {

@@ -191,7 +191,7 @@ func (pl *Planner) planPR(ctx context.Context, pr stands.PullRequest, main *judg
 		plan.add(planRow{id: "?", action: "invalid", note: u})
 	}
 	before := map[string]diff.Action{}
-	for _, a := range main.Plan(actual, pl.cfg.Guards, nil, "") {
+	for _, a := range main.Decide(actual, pl.cfg.Guards, nil, "") {
 		before[a.ID] = a
 	}
 	inputs := map[string]*stands.Input{}
@@ -202,7 +202,7 @@ func (pl *Planner) planPR(ctx context.Context, pr stands.PullRequest, main *judg
 	for _, v := range main.Verdicts {
 		declared[v.ID] = true
 	}
-	for _, a := range head.Plan(actual, pl.cfg.Guards, nil, "") {
+	for _, a := range head.Decide(actual, pl.cfg.Guards, nil, "") {
 		if b, ok := before[a.ID]; ok && b == a {
 			continue // merging it changes nothing for this stand
 		}

@@ -36,7 +36,7 @@ func (k Kind) String() string {
 	return "Generic"
 }
 
-// Phase is where a stand is (DESIGN.md).
+// Phase is where a stand is (docs/architecture.md#status-and-reasons).
 type Phase string
 
 // Phases.

@@ -28,11 +28,11 @@ type op struct {
 	yield  <-chan struct{} // replicas: closed while it waits for a worker when the stand is another's now
 }
 
-// decide turns the plan into outcomes and operations. Called with r.mu held.
-func (r *Reconciler) decide(plan []diff.Action, d *desiredState, found map[string]stands.StackInfo, commit string) []op {
+// decide turns the actions into outcomes and operations. Called with r.mu held.
+func (r *Reconciler) decide(actions []diff.Action, d *desiredState, found map[string]stands.StackInfo, commit string) []op {
 	now := r.cfg.Now()
 	var ops []op
-	for _, a := range plan {
+	for _, a := range actions {
 		st := r.state(a.ID)
 		if info, ok := found[a.ID]; ok {
 			st.ref = stands.StackRef{Project: info.Project, Env: info.Env, StandID: info.StandID}
@@ -57,7 +57,7 @@ func (r *Reconciler) decide(plan []diff.Action, d *desiredState, found map[strin
 		ops = append(ops, o)
 	}
 	if len(d.unreadable) == 0 {
-		r.forgetGone(plan)
+		r.forgetGone(actions)
 	}
 	for i, o := range ops {
 		r.stands[o.id].running = true
@@ -153,9 +153,9 @@ func (r *Reconciler) upToDate(st *stand, in *stands.Input, stack stands.StackInf
 
 // forgetGone records that a stand which left the repository without ever having a stack (e.g. it
 // never validated) has nothing to destroy, instead of keeping its last failure forever.
-func (r *Reconciler) forgetGone(plan []diff.Action) {
+func (r *Reconciler) forgetGone(actions []diff.Action) {
 	planned := map[string]bool{}
-	for _, a := range plan {
+	for _, a := range actions {
 		planned[a.ID] = true
 	}
 	for id, st := range r.stands {

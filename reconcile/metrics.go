@@ -36,7 +36,7 @@ func newMetrics(r *Reconciler, reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		r: r,
 		cycles: f.NewHistogramVec(prometheus.HistogramOpts{Name: "stands_cycle_duration_seconds",
-			Help: "Duration of reconcile cycles (fetch, judge, inventory, plan, publish), by result.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}, []string{"result"}),
+			Help: "Duration of reconcile cycles (fetch, judge, inventory, decide, publish), by result.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}, []string{"result"}),
 		operations: f.NewHistogramVec(prometheus.HistogramOpts{Name: "stands_operation_duration_seconds",
 			Help:    "Duration of operations on stands, by kind (apply, drift, observe, destroy) and result (ok or the reason's kind: Waiting, Stalling, Generic).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 13)}, []string{"kind", "result"}),

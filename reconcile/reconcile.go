@@ -393,17 +393,17 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		log.Info("secret store answers again", "after_cycles", r.secretsDown)
 		r.secretsDown = 0
 	}
-	plan := d.ev.Plan(actual, r.guards(), func(id string) bool { return d.running[id] }, hold)
+	actions := d.ev.Decide(actual, r.guards(), func(id string) bool { return d.running[id] }, hold)
 
 	r.mu.Lock()
 	r.unreadable = d.unreadable
 	r.repoPause = repositoryPause(snap.Files, snap.Source)
-	ops := r.decide(plan, d, found, snap.Source)
+	ops := r.decide(actions, d, found, snap.Source)
 	r.health.Cycles++
 	r.mu.Unlock()
 
 	counts := map[diff.Kind]int{}
-	for _, a := range plan {
+	for _, a := range actions {
 		counts[a.Kind]++
 	}
 	log.Info("cycle planned", "create", counts[diff.Create], "update", counts[diff.Update], "destroy", counts[diff.Destroy],

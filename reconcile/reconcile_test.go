@@ -35,19 +35,15 @@ func newHarness(t *testing.T, stands map[string]string, tune func(*Config)) *har
 	return h
 }
 
-// cycle runs one cycle and waits for its operations.
+// cycle runs one cycle and waits for its operations and plans.
 func (h *harness) cycle() error {
 	h.t.Helper()
-	err := h.r.Cycle(context.Background())
-	h.r.Wait()
-	return err
+	return fakes.Cycle(h.t, h.r)
 }
 
 func (h *harness) mustCycle() {
 	h.t.Helper()
-	if err := h.cycle(); err != nil {
-		h.t.Fatalf("cycle: %v", err)
-	}
+	fakes.MustCycle(h.t, h.r)
 }
 
 func repoWith(ids ...string) map[string]string {

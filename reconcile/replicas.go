@@ -108,7 +108,7 @@ func (r *Reconciler) claim(ctx context.Context, ids []string) {
 		}
 	}
 	if len(taken) > 0 {
-		r.adopt(ctx, taken, tokens)
+		r.takeUp(ctx, taken, tokens)
 	}
 	if len(handoff) > 0 {
 		r.share(ctx) // its last status first: the next holder starts from it
@@ -149,9 +149,9 @@ func (r *Reconciler) known(ev *judge.Evaluation) []string {
 	return slices.Sorted(maps.Keys(ids))
 }
 
-// adopt makes newly held stands continue from their records: the status their last holder wrote
+// takeUp makes newly held stands continue from their records: the status their last holder wrote
 // (a record that cannot be read leaves the status as this replica knew it, which it then writes).
-func (r *Reconciler) adopt(ctx context.Context, ids []string, tokens map[string]int64) {
+func (r *Reconciler) takeUp(ctx context.Context, ids []string, tokens map[string]int64) {
 	recs, err := r.rep.Records(ctx, ids)
 	if err != nil {
 		r.log.Warn("stand records not read; their statuses continue from the status files", "err", err)

@@ -49,15 +49,15 @@ type replicaSource struct {
 }
 
 func (s *replicaSource) Publish(ctx context.Context, files map[string][]byte, msg string) (string, error) {
-	s.Mu.Lock()
+	s.mu.Lock()
 	s.commits++
-	s.Mu.Unlock()
+	s.mu.Unlock()
 	return s.fakeSource.Publish(ctx, files, msg)
 }
 
 func (s *replicaSource) count() int {
-	s.Mu.Lock()
-	defer s.Mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.commits
 }
 

@@ -37,7 +37,7 @@ type Status struct {
 	Changes              map[string]int  `json:"changes,omitempty"` // Pulumi's step counts of the last operation
 	NodesMode            string          `json:"nodesMode,omitempty"`
 	Nodes                []stands.Node   `json:"nodes,omitempty"`
-	Connection           json.RawMessage `json:"connection,omitempty"` // masked (DESIGN.md)
+	Connection           json.RawMessage `json:"connection,omitempty"` // masked (docs/stands-engine.md#connection-record)
 	// StateDigest names the stack state this status was made from, once its connection record is
 	// stored: while the backend holds that state, a restarted reconciler trusts the status.
 	StateDigest string          `json:"stateDigest,omitempty"`

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine on the example repository: a simulated Hetzner project (hcloudsim, seeded with the network
+# The engine on the example repository: a simulated Hetzner project (hcloudsim, with the network
 # and SSH key the examples expect), the real Pulumi CLI, and the two-node stand previewed, applied,
 # applied again (a no-op) and destroyed, servers only. Everything stays under _apply/ (not _demo/, which is make demo's).
 set -euo pipefail
@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 out=_apply
 rm -rf "$out"
 mkdir -p "$out"
-bin/hcloudsim -listen 127.0.0.1:0 -seed-example -state "$out/hcloud.json" -action-delay 300ms \
+bin/hcloudsim -listen 127.0.0.1:0 -example-project -state "$out/hcloud.json" -action-delay 300ms \
   > "$out/endpoint" 2> "$out/hcloudsim.log" &
 sim=$!
 trap 'kill $sim 2>/dev/null || true' EXIT

@@ -39,7 +39,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	vmRegistry := fs.String("vm-registry", "", "vm backend: host:port of a registry on loopback that guests reach as "+vm.RegistryGuestAddr)
 	vmAccel := fs.String("vm-accel", "auto", "vm backend: auto (kvm when a probe boots the image with it, else tcg), tcg or kvm")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error ($LOG_LEVEL wins)")
-	seed := fs.Bool("seed-example", false, "create the network stands-net and the SSH key stands-admin the example stands expect")
+	example := fs.Bool("example-project", false, "create the network stands-net and the SSH key stands-admin the example stands expect")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -67,9 +67,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("start simulator", "err", err)
 		return 1
 	}
-	if *seed {
-		if err := sim.SeedExampleProject(examplePublicKey); err != nil {
-			log.Error("seed the example project", "err", err)
+	if *example {
+		if err := sim.CreateExampleProject(examplePublicKey); err != nil {
+			log.Error("create the example project", "err", err)
 			return 1
 		}
 	}

@@ -21,7 +21,7 @@ func TestServeAndRestart(t *testing.T) {
 		pr, pw := io.Pipe()
 		done := make(chan int, 1)
 		go func() {
-			done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-token", "tok", "-state", state, "-action-delay", "10ms", "-seed-example"}, pw, io.Discard)
+			done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-token", "tok", "-state", state, "-action-delay", "10ms", "-example-project"}, pw, io.Discard)
 			pw.Close()
 		}()
 		line, err := bufio.NewReader(pr).ReadString('\n')
@@ -59,7 +59,7 @@ func TestServeAndRestart(t *testing.T) {
 	nets, err := c.Network.All(ctx)
 	keys, err2 := c.SSHKey.All(ctx)
 	if err != nil || err2 != nil || len(nets) != 1 || nets[0].Name != "stands-net" || len(keys) != 1 || keys[0].Name != "stands-admin" {
-		t.Fatalf("seeded project: %d networks, %d keys (%v %v)", len(nets), len(keys), err, err2)
+		t.Fatalf("the example project: %d networks, %d keys (%v %v)", len(nets), len(keys), err, err2)
 	}
 }
 

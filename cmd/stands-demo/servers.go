@@ -169,7 +169,7 @@ func (d *demo) startHetzner(ctx context.Context) error {
 		return err
 	}
 	// Action delays of a second: Hetzner's are tens of seconds, which would only make the demo wait.
-	args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-seed-example", "-state", d.p.join("hcloudsim", "state.json"), "-action-delay", "1s"}
+	args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-example-project", "-state", d.p.join("hcloudsim", "state.json"), "-action-delay", "1s"}
 	env := []string{"HCLOUDSIM_TOKEN_FILE=" + tokenFile, "PATH=/usr/bin:/bin"}
 	if d.p.full {
 		args = append(args, "-machine", "vm", "-vm-dir", d.p.vmDir(), "-vm-registry", d.reg.Addr)

@@ -86,7 +86,7 @@ func standInput(ctx context.Context, op, path string, ef *engineFlags, roots loc
 	return eng, stands.Input{FS: r.fsys, Stand: r.Stand, Secrets: r.Secrets, SpecHash: hash}, exitOK
 }
 
-// withKeyFile points the engine at the stand's key file (the seed's STAND__PATH_TO_KEY), if any.
+// withKeyFile points the engine at the stand's key file (the Stands Engine's STAND__PATH_TO_KEY), if any.
 func withKeyFile(path string) func(*engine.Config) {
 	return func(c *engine.Config) {
 		if path == "" {

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 }
 
 // TestApplyPreviewDestroyCommands runs the one-shot commands against the real Pulumi CLI and a
-// simulated Hetzner project, and checks the seed's stdout contract.
+// simulated Hetzner project, and checks the Stands Engine's stdout contract.
 func TestApplyPreviewDestroyCommands(t *testing.T) {
 	pl := testenv.NewPulumi(t)
 	h := testenv.StartHetzner(t, "cli-token-SENTINEL")

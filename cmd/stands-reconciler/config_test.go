@@ -142,7 +142,7 @@ func TestConfigRefusals(t *testing.T) {
 	}
 }
 
-// TestOneShotTakesSecretsFromTheEnvironment: the one-shot commands keep the seed engine's way, a
+// TestOneShotTakesSecretsFromTheEnvironment: the one-shot commands keep the Stands Engine's way, a
 // secret's value in the environment; the daemon refuses it (TestConfigRefusals).
 func TestOneShotTakesSecretsFromTheEnvironment(t *testing.T) {
 	vars := map[string]string{"STANDS_PASSPHRASE": "pass-phrase", "HCLOUD_TOKEN": "hc-token", "STANDS_PULUMI_BIN": fakePulumi(t), "STANDS_STATE_DIR": t.TempDir()}

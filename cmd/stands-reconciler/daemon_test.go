@@ -66,7 +66,7 @@ type daemonEnv struct {
 	pl       *testenv.Pulumi
 	// gitUser and gitToken are who the daemon is in Gitea (the admin unless a test says otherwise).
 	gitUser, gitToken string
-	state             string // the daemon's state folder
+	state             string // the daemon's state folder, kept across its restarts
 	cmd               *exec.Cmd
 	exited            chan error
 }
@@ -75,7 +75,10 @@ type daemonEnv struct {
 // stands (name → port) to a new repository. The daemon is not started yet.
 func newDaemonEnv(t *testing.T, stands map[string]int) *daemonEnv {
 	pl := testenv.NewPulumi(t)
-	e := &daemonEnv{t: t, pl: pl, gitea: testenv.StartGitea(t), hetzner: testenv.StartHetzner(t, "hcloud-tok-"+hex.EncodeToString(randomBytes(8)))}
+	// One state folder for every start, as a restarted daemon keeps its own: a fresh one is an empty
+	// Pulumi backend, where a restarted daemon finds no stack at all.
+	e := &daemonEnv{t: t, pl: pl, gitea: testenv.StartGitea(t), hetzner: testenv.StartHetzner(t, "hcloud-tok-"+hex.EncodeToString(randomBytes(8))),
+		state: filepath.Join(t.TempDir(), "state")}
 	e.vault = testenv.StartVault(t)
 	roleID, secretID := e.vault.AppRole(t, "stands-reconciler", testenv.ReconcilerPolicy(t), map[string]any{"token_ttl": "1h", "token_max_ttl": "24h"})
 	e.roleID = roleID
@@ -398,7 +401,6 @@ func (e *daemonEnv) start(extra ...string) {
 	}
 	cmd := exec.Command(exe, append([]string{"run", "--repo", e.repo.Info.CloneURL, "--poll-interval", "1s", "--listen", e.listen,
 		"--drift-interval", "0", "--drain-timeout", "2m"}, extra...)...)
-	e.state = filepath.Join(dir, "state")
 	cmd.Env = []string{runMainEnv + "=1", "PATH=" + wrapBin + ":" + os.Getenv("PATH"), "HOME=" + dir,
 		"STANDS_STATE_DIR=" + e.state, "HCLOUD_ENDPOINT=" + e.hetzner.Endpoint,
 		"HCLOUD_TOKEN_FILE=" + secretFile("hcloud-token", e.hetzner.Token),

@@ -1,6 +1,6 @@
 // Command stands-reconciler turns a Git repository of stand.yml files into running stands.
 //
-// Exit codes follow the seed engine: 0 success (and --help, --version), 1 configuration or validation
+// Exit codes follow the Stands Engine: 0 success (and --help, --version), 1 configuration or validation
 // error, 2 bad command line, 130 interrupted.
 package main
 

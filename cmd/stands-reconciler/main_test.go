@@ -279,7 +279,7 @@ func TestValidateWarnsOldForm(t *testing.T) {
 	old := strings.Replace(string(seed), "  users:\n    sudo: admin\n    app: app\n  ssh:\n    key_name_admin: k\n",
 		"users:\n  sudo: admin\n  app: app\nssh:\n  key_name_admin: k\n", 1)
 	if old == string(seed) {
-		t.Fatal("the mini repository's stand is not in the seed's form")
+		t.Fatal("the mini repository's stand is not in the Stands Engine's form")
 	}
 	dir := repoFromArchive(t, "-- stands/a/stand.yml --\n"+old)
 	r := runCLI(t, context.Background(), newRecorder(map[string]string{"SECRET_KV_PASS": "kv-value", "SECRET_REG_PASS": "reg-value"}), "validate", dir)

@@ -33,11 +33,11 @@ func runMigrate(ctx context.Context, args []string, std stdio, getenv env) int {
 	}
 	m := &migrate.Migration{}
 	if err == nil {
-		err = m.Plan(root, "")
+		err = m.Scan(root, "")
 	}
 	for _, n := range slices.Sorted(maps.Keys(roots)) {
 		if err == nil {
-			err = m.Plan(roots[n], "resource:/"+n+"/")
+			err = m.Scan(roots[n], "resource:/"+n+"/")
 		}
 	}
 	if err != nil {

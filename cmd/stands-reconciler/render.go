@@ -33,7 +33,7 @@ func runRender(ctx context.Context, args []string, std stdio, getenv env) int {
 		return code
 	}
 	// Every stand is written before any record is printed: stdout has a success record only when the
-	// command succeeds (the seed's contract), and Ctrl-C between stands stops it with 130.
+	// command succeeds (the Stands Engine's contract: docs/stands-engine.md#output), and Ctrl-C between stands stops it with 130.
 	records := make([]map[string]any, 0, len(results))
 	for _, r := range results {
 		if ctx.Err() != nil {

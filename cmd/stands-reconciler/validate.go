@@ -114,7 +114,7 @@ type resultAt struct {
 	*manifest.Result
 }
 
-// writeRecord prints one NDJSON result record on stdout, the seed's machine-readable contract.
+// writeRecord prints one NDJSON result record on stdout, the Stands Engine's machine-readable contract (docs/stands-engine.md#output).
 func writeRecord(std stdio, rec any) int {
 	b, err := json.Marshal(rec)
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package configset writes a stand's rendered files to disk for diagnosis (seed §10): what was, or
+// Package configset writes a stand's rendered files to disk for diagnosis (docs/stands-engine.md#configsets): what was, or
 // would be, sent to each node. Configsets hold secret values in clear, so folders are 0700 and files
 // 0600 whatever mode the file gets on the node.
 package configset

@@ -37,7 +37,7 @@ func (u AppUser) run(ctx context.Context, c *Conn, what, script string, stdin []
 }
 
 // Registry is what a node needs to pull from a registry: its address, credentials (optional) and
-// whether to skip TLS verification (seed §5: insecure adds --tls-verify=false to login and pull).
+// whether to skip TLS verification (docs/stands-engine.md#registries-and-secrets: insecure adds --tls-verify=false to login and pull).
 type Registry struct {
 	URL      string   `json:"url"`
 	Username string   `json:"username,omitempty"`
@@ -53,7 +53,7 @@ func tlsFlag(insecure bool) string {
 	return ""
 }
 
-// PullImages does seed §8 step 10 for one node: per registry, log in as the app user, pull the
+// PullImages does step 10 of docs/stands-engine.md#create for one node: per registry, log in as the app user, pull the
 // images the node lacks in parallel, log out. The password goes to Podman on stdin, never on a
 // command line another user of the node could read.
 func PullImages(ctx context.Context, c *Conn, u AppUser, regs []Registry) error {
@@ -101,8 +101,8 @@ type Deployment struct {
 	Hook     *File // the post-start hook, uploaded next to the Pod YAML; nil without one
 }
 
-// Plan lays an instance out on a node of the given flavour; hash is the instance's ConfigHash.
-func Plan(standID string, in *manifest.RenderedInstance, u AppUser, f Flavour, hash string) Deployment {
+// Layout lays an instance out on a node of the given flavour; hash is the instance's ConfigHash.
+func Layout(standID string, in *manifest.RenderedInstance, u AppUser, f Flavour, hash string) Deployment {
 	d := Deployment{Instance: in, Flavour: f, Unit: Units(standID, in, u.Home, f, hash)}
 	if in.PostStart != nil {
 		d.Hook = &File{Path: path.Join(u.Home, ".config", "stands", InstanceName(in), "post-start"), Mode: 0o700, Content: in.PostStart.Content}
@@ -123,7 +123,7 @@ func (d Deployment) files() []File {
 	return out
 }
 
-// DeployOptions tune Deploy; zero values are seed §8's.
+// DeployOptions tune Deploy; zero values are those of docs/stands-engine.md#create.
 type DeployOptions struct {
 	PortTries    int           // 30
 	PortInterval time.Duration // 2 s
@@ -140,7 +140,7 @@ func (d Deployment) pendingMarker(u AppUser) string {
 	return path.Join(u.Home, ".config", "stands", InstanceName(d.Instance), "restart-pending")
 }
 
-// Deploy does seed §8 steps 11–12 for one instance, idempotently: upload the files that differ
+// Deploy does steps 11–12 of docs/stands-engine.md#create for one instance, idempotently: upload the files that differ
 // from the node's (content or mode), restart the unit when any of them changed — in this run or in
 // one cut short — or it is not running, wait until it is active and every role port listens, then
 // run the post-start hook. It reports whether the unit was (re)started.

@@ -19,7 +19,7 @@ func probeDeployment() Deployment {
 		Ports:     []manifest.Port{{Number: 8080, Proto: "tcp"}, {Number: 5353, Proto: "udp"}},
 		Files:     []manifest.RenderedFile{{Dest: "/home/app/stands/front/web.env", Mode: 0o640, Content: []byte("GREETING=hi\n")}},
 		PostStart: &manifest.RenderedFile{Src: "hooks/healthz.sh", Content: []byte("#!/bin/sh\n")}, PostStartHook: &manifest.Hook{Probe: true, Timeout: 30 * time.Second}}
-	return Plan("demo_demo_two-node", in, AppUser{Name: "app", UID: 1001, Home: "/home/app"}, KubeTemplate, "0123456789abcdef")
+	return Layout("demo_demo_two-node", in, AppUser{Name: "app", UID: 1001, Home: "/home/app"}, KubeTemplate, "0123456789abcdef")
 }
 
 // facts is what a healthy node prints for probeDeployment, with changes applied.

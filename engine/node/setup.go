@@ -28,7 +28,7 @@ type Prepared struct {
 	Flavour       Flavour
 }
 
-// Prepare does the node's part of seed §8 step 9, each step idempotent: wait for cloud-init, enable
+// Prepare does the node's part of step 9 of docs/stands-engine.md#create, each step idempotent: wait for cloud-init, enable
 // linger for the app user and wait for its user systemd, the user Podman socket, the app-net network,
 // and the role ports in firewalld.
 func Prepare(ctx context.Context, c *Conn, appUser string, ports []manifest.Port) (*Prepared, error) {

@@ -2,7 +2,7 @@
 // an app instance, in the flavour the node's Podman supports — a Quadlet `.kube` file from Podman 4.4
 // on, else the `podman-kube@.service` template that Podman 4.3 (Debian 12) ships, with a drop-in. The
 // unit's text carries a hash of everything the instance runs with, so a changed configuration
-// changes the unit, and the deploy restarts it (seed 001: a config change must restart the workload).
+// changes the unit, and the deploy restarts it (docs/stands-engine.md#create: a changed configuration must restart the workload).
 package node
 
 import (
@@ -45,7 +45,7 @@ func FlavourFor(version string) (Flavour, error) {
 	return KubeTemplate, nil
 }
 
-// Network is the Podman network every instance joins (seed §8 step 9).
+// Network is the Podman network every instance joins (step 9 of docs/stands-engine.md#create).
 const Network = "app-net"
 
 // File is a file the unit needs, written as the app user.

@@ -21,7 +21,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
-// Type tokens of the work on a server (seed §8 steps 8–12): a Node is the server's setup, Images the
+// Type tokens of the work on a server (steps 8–12 of docs/stands-engine.md#create): a Node is the server's setup, Images the
 // registry pulls, an Instance one app instance's files, unit and hook.
 const (
 	NodeType     = "stands:index:Node"
@@ -466,7 +466,7 @@ func deploymentOf(m resource.PropertyMap) (node.Deployment, node.AppUser, error)
 	}
 	u := appUserOf(m)
 	in := spec.rendered(stringProp(m, pApp), stringProp(m, pInstance), stringProp(m, pNode))
-	return node.Plan(stringProp(m, pStandID), in, u, node.Flavour(stringProp(m, pFlavour)), stringProp(m, pConfigHash)), u, nil
+	return node.Layout(stringProp(m, pStandID), in, u, node.Flavour(stringProp(m, pFlavour)), stringProp(m, pConfigHash)), u, nil
 }
 
 // deploy deploys an instance; prev is the state it replaces (an update), nil for a create. touched
@@ -534,7 +534,7 @@ func (r instanceResource) update(ctx context.Context, c call, _ string, olds, ne
 	return news, nil
 }
 
-// delete removes the instance from its server when the server stays (DESIGN.md); a server that goes
+// delete removes the instance from its server when the server stays (docs/architecture.md#node-work); a server that goes
 // away takes the instance with it, and is never connected to. A server that is not the one the
 // instance was deployed to (deleted already, or another one under the same name) holds nothing of it.
 func (instanceResource) delete(ctx context.Context, c call, _ string, st resource.PropertyMap) error {
@@ -543,8 +543,8 @@ func (instanceResource) delete(ctx context.Context, c call, _ string, st resourc
 		return nil
 	}
 	if id := numberProp(st, pServerID); id != 0 {
-		if hc, err := c.hc(); err == nil {
-			srv, _, err := hc.Server.GetByID(ctx, id)
+		if cl, err := c.cloud(); err == nil {
+			srv, err := cl.Server(ctx, id)
 			if err != nil {
 				return fmt.Errorf("look up server %s (id %d): %w", server, id, err)
 			}

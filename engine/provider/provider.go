@@ -10,19 +10,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
-	"time"
 
-	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/diag"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/util/rpcutil/rpcerror"
 	pprovider "github.com/pulumi/pulumi/sdk/v3/go/pulumi/provider"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+	"github.com/stands-engine/stands-reconciler/engine/cloud"
+	"github.com/stands-engine/stands-reconciler/engine/cloud/hetzner"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -78,7 +77,7 @@ type call struct {
 	urn string
 }
 
-func (c call) hc() (*hcloud.Client, error) { return c.p.hc() }
+func (c call) cloud() (cloud.Cloud, error) { return c.p.cloud() }
 
 // info tells the operator what a long operation is doing; the engine logs it.
 func (c call) info(ctx context.Context, msg string) {
@@ -99,15 +98,15 @@ type Provider struct {
 	pulumirpc.UnimplementedResourceProviderServer
 
 	mu      sync.Mutex
-	client  *hcloud.Client
+	client  cloud.Cloud
 	types   map[string]resourceType
 	cancel  context.CancelFunc
 	ctx     context.Context
-	newHTTP func(token, endpoint string) *hcloud.Client
+	newHTTP func(token, endpoint string) cloud.Cloud
 	host    *pprovider.HostClient
 }
 
-// New returns a provider; Configure gives it its Hetzner client.
+// New returns a provider; Configure gives it its cloud (Hetzner's).
 func New() *Provider {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Provider{
@@ -118,17 +117,8 @@ func New() *Provider {
 	}
 }
 
-// HTTPTimeout bounds every request to the Hetzner API: a hung endpoint fails the call, which the
-// engine's retries and the operation's deadline then handle, instead of freezing it.
-const HTTPTimeout = 60 * time.Second
-
-func newClient(token, endpoint string) *hcloud.Client {
-	opts := []hcloud.ClientOption{hcloud.WithToken(token), hcloud.WithApplication("stands-reconciler", Version),
-		hcloud.WithHTTPClient(&http.Client{Timeout: HTTPTimeout})}
-	if endpoint != "" {
-		opts = append(opts, hcloud.WithEndpoint(endpoint))
-	}
-	return hcloud.NewClient(opts...)
+func newClient(token, endpoint string) cloud.Cloud {
+	return hetzner.New(token, hetzner.WithEndpoint(endpoint), hetzner.WithApplication(Version))
 }
 
 var marshal = plugin.MarshalOptions{KeepSecrets: true, KeepUnknowns: true, SkipNulls: true}
@@ -149,8 +139,8 @@ func (p *Provider) typ(urn string) (resourceType, error) {
 	return rt, nil
 }
 
-// hc returns the configured client or an error saying the provider was not configured.
-func (p *Provider) hc() (*hcloud.Client, error) {
+// cloud returns the configured cloud or an error saying the provider was not configured.
+func (p *Provider) cloud() (cloud.Cloud, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.client == nil {

@@ -6,17 +6,16 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"time"
 
-	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+	"github.com/stands-engine/stands-reconciler/engine/cloud"
 )
 
 // ServerType is the Pulumi type token of a stand's server.
 const ServerType = "stands:index:Server"
 
-// Ownership labels: every server the reconciler creates carries them, and it adopts or deletes only
+// Ownership labels: every server the reconciler creates carries them, and it reclaims or deletes only
 // servers that do.
 const (
 	LabelManagedBy = "stands.dev/managed-by"
@@ -33,7 +32,7 @@ type ServerArgs struct {
 	Network    string            `json:"network"`    // Hetzner network name
 	SSHKeyName string            `json:"sshKeyName"` // Hetzner SSH key name (ssh.key_name_admin)
 	Labels     map[string]string `json:"labels"`
-	UserData   string            `json:"userData"` // secret; changes after create are ignored (seed §4)
+	UserData   string            `json:"userData"` // secret; changes after create are ignored (docs/stands-engine.md#cloud-init)
 }
 
 // Input property names.
@@ -117,7 +116,7 @@ func (serverResource) diff(_ context.Context, _ string, olds, news resource.Prop
 		}
 	}
 	// userData is deliberately not compared: cloud-init runs once, so a new template applies to new
-	// servers only (seed §4), and a change must not replace a running server behind the user's back.
+	// servers only (docs/stands-engine.md#cloud-init), and a change must not replace a running server behind the user's back.
 	resp.Changes = pulumirpc.DiffResponse_DIFF_NONE
 	if len(resp.Diffs) > 0 {
 		resp.Changes = pulumirpc.DiffResponse_DIFF_SOME
@@ -133,20 +132,20 @@ func (serverResource) create(ctx context.Context, cl call, in resource.PropertyM
 	if preview {
 		return "", computed(in, pServerID, pPublicIPv4, pPrivateIP, pNetworkID), nil
 	}
-	c, err := cl.hc()
+	c, err := cl.cloud()
 	if err != nil {
 		return "", nil, err
 	}
 	args := decodeServerArgs(in)
-	network, _, err := c.Network.GetByName(ctx, args.Network)
+	network, err := c.Network(ctx, args.Network)
 	if err != nil {
 		return "", nil, fmt.Errorf("look up network %s: %w", args.Network, err)
 	}
 	if network == nil {
 		return "", nil, fmt.Errorf("network %q does not exist in the Hetzner project", args.Network)
 	}
-	// Adopt a server left by a run that died between the API call and the state write.
-	existing, _, err := c.Server.GetByName(ctx, args.Name)
+	// Reclaim a server left by a run that died between the API call and the state write.
+	existing, err := c.ServerByName(ctx, args.Name)
 	if err != nil {
 		return "", nil, fmt.Errorf("look up server %s: %w", args.Name, err)
 	}
@@ -160,60 +159,42 @@ func (serverResource) create(ctx context.Context, cl call, in resource.PropertyM
 		}
 		return strconv.FormatInt(srv.ID, 10), serverState(in, outputsOf(srv, network)), nil
 	}
-	key, _, err := c.SSHKey.GetByName(ctx, args.SSHKeyName)
+	key, err := c.SSHKey(ctx, args.SSHKeyName)
 	if err != nil {
 		return "", nil, fmt.Errorf("look up SSH key %s: %w", args.SSHKeyName, err)
 	}
 	if key == nil {
 		return "", nil, fmt.Errorf("SSH key %q does not exist in the Hetzner project", args.SSHKeyName)
 	}
-	res, _, err := c.Server.Create(ctx, hcloud.ServerCreateOpts{
-		Name: args.Name, ServerType: &hcloud.ServerType{Name: args.ServerType}, Image: &hcloud.Image{Name: args.Image},
-		Location: &hcloud.Location{Name: args.Location}, SSHKeys: []*hcloud.SSHKey{key}, UserData: args.UserData,
-		Labels: args.Labels, Networks: []*hcloud.Network{network},
-	})
+	srv, err := c.CreateServer(ctx, cloud.CreateOptions{Name: args.Name, Type: args.ServerType, Image: args.Image, Location: args.Location,
+		SSHKey: key, UserData: args.UserData, Labels: args.Labels, Network: network})
 	if err != nil {
-		return "", nil, fmt.Errorf("create server %s: %w", args.Name, err)
-	}
-	if err := c.Action.WaitFor(ctx, append([]*hcloud.Action{res.Action}, res.NextActions...)...); err != nil {
-		// The server exists: report its id so the engine records it and a later run can fix it.
-		return strconv.FormatInt(res.Server.ID, 10), nil, fmt.Errorf("create server %s: %w", args.Name, err)
-	}
-	srv, _, err := c.Server.GetByID(ctx, res.Server.ID)
-	if err != nil || srv == nil {
-		return strconv.FormatInt(res.Server.ID, 10), nil, fmt.Errorf("read created server %s: %v", args.Name, err)
+		if srv != nil {
+			// The server exists: report its id so the engine records it and a later run can fix it.
+			return strconv.FormatInt(srv.ID, 10), nil, err
+		}
+		return "", nil, err
 	}
 	return strconv.FormatInt(srv.ID, 10), serverState(in, outputsOf(srv, network)), nil
 }
 
-func ensureAttached(ctx context.Context, c *hcloud.Client, srv *hcloud.Server, network *hcloud.Network) (*hcloud.Server, error) {
-	for _, p := range srv.PrivateNet {
-		if p.Network != nil && p.Network.ID == network.ID {
-			return srv, nil
-		}
+func ensureAttached(ctx context.Context, c cloud.Cloud, srv *cloud.Server, network *cloud.Network) (*cloud.Server, error) {
+	if _, ok := srv.PrivateIP(network.ID); ok {
+		return srv, nil
 	}
-	a, _, err := c.Server.AttachToNetwork(ctx, srv, hcloud.ServerAttachToNetworkOpts{Network: network})
-	if err != nil {
-		return nil, fmt.Errorf("attach server %s to network %s: %w", srv.Name, network.Name, err)
-	}
-	if err := c.Action.WaitFor(ctx, a); err != nil {
-		return nil, fmt.Errorf("attach server %s to network %s: %w", srv.Name, network.Name, err)
-	}
-	got, _, err := c.Server.GetByID(ctx, srv.ID)
-	if err != nil || got == nil {
-		return nil, fmt.Errorf("read server %s: %v", srv.Name, err)
-	}
-	return got, nil
+	return c.Attach(ctx, srv, network)
 }
 
-func outputsOf(srv *hcloud.Server, network *hcloud.Network) ServerOutputs {
-	out := ServerOutputs{ServerID: srv.ID}
-	if ip := srv.PublicNet.IPv4.IP; ip != nil && !srv.PublicNet.IPv4.IsUnspecified() {
-		out.PublicIPv4 = ip.String()
+func outputsOf(srv *cloud.Server, network *cloud.Network) ServerOutputs {
+	out := ServerOutputs{ServerID: srv.ID, PublicIPv4: srv.PublicIPv4}
+	var id int64
+	if network != nil {
+		id = network.ID
 	}
-	for _, p := range srv.PrivateNet {
-		if p.Network != nil && (network == nil || p.Network.ID == network.ID) {
-			out.PrivateIP, out.NetworkID = p.IP.String(), p.Network.ID
+	// The last attachment of the network, as the engine always read it.
+	for _, a := range srv.Private {
+		if id == 0 || a.NetworkID == id {
+			out.PrivateIP, out.NetworkID = a.IP, a.NetworkID
 		}
 	}
 	return out
@@ -232,11 +213,11 @@ func (serverResource) read(ctx context.Context, cl call, id string, st resource.
 	if err != nil {
 		return "", nil, err
 	}
-	c, err := cl.hc()
+	c, err := cl.cloud()
 	if err != nil {
 		return "", nil, err
 	}
-	srv, _, err := c.Server.GetByID(ctx, n)
+	srv, err := c.Server(ctx, n)
 	if err != nil {
 		return "", nil, fmt.Errorf("read server %s: %w", id, err)
 	}
@@ -265,66 +246,21 @@ func (serverResource) update(ctx context.Context, cl call, id string, olds, news
 	if preview {
 		return serverState(news, out), nil
 	}
-	c, err := cl.hc()
+	c, err := cl.cloud()
 	if err != nil {
 		return nil, err
 	}
 	args := decodeServerArgs(news)
 	if from := stringProp(olds, pServerType); from != args.ServerType {
 		cl.info(ctx, fmt.Sprintf("resizing server %s from %s to %s: shut down, change the type keeping the disk, power on", args.Name, from, args.ServerType))
-		if err := resize(ctx, c, out.ServerID, args.ServerType); err != nil {
+		if err := c.Resize(ctx, out.ServerID, args.ServerType); err != nil {
 			return nil, fmt.Errorf("resize server %s from %s to %s: %w", args.Name, from, args.ServerType, err)
 		}
 	}
-	if _, _, err := c.Server.Update(ctx, &hcloud.Server{ID: out.ServerID}, hcloud.ServerUpdateOpts{Labels: args.Labels}); err != nil {
+	if err := c.SetLabels(ctx, out.ServerID, args.Labels); err != nil {
 		return nil, fmt.Errorf("update labels of server %s: %w", args.Name, err)
 	}
 	return serverState(news, out), nil
-}
-
-// resize changes a server's type in place: shut down (gracefully, then powered off if it does not
-// stop), change the type without upgrading the disk (so a later downgrade stays possible), power on.
-func resize(ctx context.Context, c *hcloud.Client, id int64, to string) error {
-	srv := &hcloud.Server{ID: id}
-	wait := func(a *hcloud.Action, _ *hcloud.Response, err error) error {
-		if err != nil {
-			return err
-		}
-		return c.Action.WaitFor(ctx, a)
-	}
-	if err := wait(c.Server.Shutdown(ctx, srv)); err != nil {
-		return fmt.Errorf("shut down: %w", err)
-	}
-	for deadline := time.Now().Add(2 * time.Minute); ; {
-		s, _, err := c.Server.GetByID(ctx, id)
-		if err != nil {
-			return fmt.Errorf("read server: %w", err)
-		}
-		if s != nil && s.Status == hcloud.ServerStatusOff {
-			break
-		}
-		if time.Now().After(deadline) {
-			if err := wait(c.Server.Poweroff(ctx, srv)); err != nil {
-				return fmt.Errorf("power off after the shutdown did not stop it: %w", err)
-			}
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
-	if err := wait(c.Server.ChangeType(ctx, srv, hcloud.ServerChangeTypeOpts{ServerType: &hcloud.ServerType{Name: to}, UpgradeDisk: false})); err != nil {
-		// Powered on again either way: a refused resize (a disk too large for the type) must not
-		// leave the stand's server off.
-		_ = wait(c.Server.Poweron(ctx, srv))
-		return fmt.Errorf("change type: %w", err)
-	}
-	if err := wait(c.Server.Poweron(ctx, srv)); err != nil {
-		return fmt.Errorf("power on: %w", err)
-	}
-	return nil
 }
 
 func (serverResource) delete(ctx context.Context, cl call, id string, st resource.PropertyMap) error {
@@ -332,18 +268,11 @@ func (serverResource) delete(ctx context.Context, cl call, id string, st resourc
 	if err != nil {
 		return err
 	}
-	c, err := cl.hc()
+	c, err := cl.cloud()
 	if err != nil {
 		return err
 	}
-	res, _, err := c.Server.DeleteWithResult(ctx, &hcloud.Server{ID: n})
-	if hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
-		return nil // already gone: the goal is reached
-	}
-	if err != nil {
-		return fmt.Errorf("delete server %s (id %s): %w", stringProp(st, pName), id, err)
-	}
-	if err := c.Action.WaitFor(ctx, res.Action); err != nil {
+	if err := c.DeleteServer(ctx, n); err != nil {
 		return fmt.Errorf("delete server %s (id %s): %w", stringProp(st, pName), id, err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -84,6 +85,49 @@ func TestNoScaffoldingInProduction(t *testing.T) {
 	}
 	if checked < 20 {
 		t.Fatalf("checked %d packages", checked)
+	}
+}
+
+// TestOneCloud: Hetzner's API is reached through the engine's cloud (engine/cloud) alone: hcloud-go
+// is imported by its one implementation, engine/cloud/hetzner, and by the simulator and the tests
+// that stand in for Hetzner, nowhere else.
+func TestOneCloud(t *testing.T) {
+	allowed := func(pkg string) bool {
+		return pkg == module+"/engine/cloud/hetzner" || strings.HasPrefix(pkg, module+"/hcloudsim") ||
+			pkg == module+"/cmd/hcloudsim" || strings.HasPrefix(pkg, module+"/test/")
+	}
+	out := string(output(t, goCmd(t, "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...")))
+	importers := 0
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || !slices.ContainsFunc(fields[1:], func(i string) bool { return strings.HasPrefix(i, "github.com/hetznercloud/hcloud-go/") }) {
+			continue
+		}
+		importers++
+		if !allowed(fields[0]) {
+			t.Errorf("%s imports hcloud-go: reach Hetzner through engine/cloud", fields[0])
+		}
+	}
+	if importers < 2 {
+		t.Fatalf("found %d importers of hcloud-go: the check looks at the wrong list", importers)
+	}
+}
+
+// TestArchitectureNamesEveryPackage: docs/architecture.md names every package of the module, as
+// `path`, so a package nobody described fails here rather than surprising its next reader.
+func TestArchitectureNamesEveryPackage(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgs := strings.Fields(string(output(t, goCmd(t, "list", "./..."))))
+	if len(pkgs) < 30 {
+		t.Fatalf("go list ./... listed %d packages", len(pkgs))
+	}
+	for _, pkg := range pkgs {
+		if rel := strings.TrimPrefix(pkg, module+"/"); !strings.Contains(string(doc), "`"+rel+"`") {
+			t.Errorf("docs/architecture.md does not name %s: give it a row in the package tables", rel)
+		}
 	}
 }
 

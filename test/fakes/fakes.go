@@ -598,3 +598,25 @@ func digest(v any) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// Loop is what a test cycles: the reconciler.
+type Loop interface {
+	Cycle(ctx context.Context) error
+	Wait()
+}
+
+// Cycle runs one cycle of l and waits for its operations and plans.
+func Cycle(t *testing.T, l Loop) error {
+	t.Helper()
+	err := l.Cycle(context.Background())
+	l.Wait()
+	return err
+}
+
+// MustCycle is Cycle, failing the test on an error.
+func MustCycle(t *testing.T, l Loop) {
+	t.Helper()
+	if err := Cycle(t, l); err != nil {
+		t.Fatalf("cycle: %v", err)
+	}
+}

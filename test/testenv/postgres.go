@@ -23,6 +23,7 @@ type Postgres struct {
 // initdb and postgres; else Debian's newest). Without a server it fails under CI and skips elsewhere.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
+	NeedsServer(t, "PostgreSQL")
 	dir, err := localserver.PostgresBinDir(os.Getenv("STANDS_PG_BIN"))
 	if err != nil {
 		Missing(t, "%v", err)

@@ -30,7 +30,7 @@ const (
 	S3SecretKey = "stands-test-secret"
 )
 
-// S3 is an S3-compatible server on 127.0.0.1 with one bucket, until the test ends: the seed's state
+// S3 is an S3-compatible server on 127.0.0.1 with one bucket, until the test ends: the Stands Engine's state
 // backend, s3://<bucket>/<owner>?endpoint=<URL>&s3ForcePathStyle=true. Two kinds answer the same
 // tests: gofakes3 in memory (StartS3) and versitygw, a real server over a folder (StartVersityGW),
 // which keeps the fake honest.

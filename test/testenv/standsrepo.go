@@ -14,7 +14,7 @@ import (
 
 // PlainStand is a one-server stand of project p, env dev, on the example's base and network, without
 // apps or registries: it needs no secret, so it is judged even while Vault is down, and servers-only
-// runs apply it anywhere hcloudsim runs (hcloudsim -seed-example has its network and key).
+// runs apply it anywhere hcloudsim runs (hcloudsim -example-project has its network and key).
 func PlainStand(p string) string {
 	return fmt.Sprintf(`stand:
   project: %s

@@ -40,10 +40,20 @@ func Missing(t testing.TB, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
+// NeedsServer skips a test under -short (`make check`, the fast loop): it runs a real server or
+// tool (Gitea, Vault, PostgreSQL, the Pulumi CLI, sshd, a registry), which `make test` and CI run.
+func NeedsServer(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs %s: make test runs it, make check (-short) does not", what)
+	}
+}
+
 // Binary finds a tool built by `make tools`: $STANDS_<NAME>_BIN, then bin/<name> in the repository,
-// then PATH.
+// then PATH. Under -short the test is skipped (NeedsServer).
 func Binary(t testing.TB, name, envVar string) string {
 	t.Helper()
+	NeedsServer(t, name)
 	if p := os.Getenv(envVar); p != "" {
 		if _, err := os.Stat(p); err == nil {
 			return p

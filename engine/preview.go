@@ -5,16 +5,12 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 
-	"github.com/hetznercloud/hcloud-go/v2/hcloud"
-
-	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // PreviewNew plans a stand that has no stack yet without creating one in the backend: the preview
-// runs against a throwaway file:// backend that is removed afterwards (DESIGN.md: previews never
+// runs against a throwaway file:// backend that is removed afterwards (docs/pr-workflow.md: previews never
 // create stacks or resources in the production backend). Hetzner is only read.
 func (e *Engine) PreviewNew(ctx context.Context, in stands.Input) (_ *stands.Result, err error) {
 	ctx, done := e.scoped(ctx)
@@ -40,57 +36,27 @@ func (e *Engine) PreviewNew(ctx context.Context, in stands.Input) (_ *stands.Res
 // Prices reads the server types' prices.
 func (e *Engine) Prices(ctx context.Context) (_ stands.Prices, err error) {
 	defer classify(&err)
-	hc, err := e.hcloud()
+	c, err := e.cloud()
 	if err != nil {
 		return nil, err
 	}
-	types, err := hc.ServerType.All(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list server types: %w", err)
-	}
-	out := stands.Prices{}
-	for _, t := range types {
-		out[t.Name] = map[string]stands.Price{}
-		for _, p := range t.Pricings {
-			if p.Location == nil {
-				continue
-			}
-			gross, err := strconv.ParseFloat(p.Monthly.Gross, 64)
-			if err != nil {
-				continue
-			}
-			cur := p.Monthly.Currency
-			if cur == "" {
-				cur = "EUR" // server type prices carry no currency; Hetzner bills in euros
-			}
-			out[t.Name][p.Location.Name] = stands.Price{Monthly: gross, Currency: cur}
-		}
-	}
-	return out, nil
+	return c.Prices(ctx)
 }
 
 // StandServers lists the servers carrying a stand's labels (a read: plans use it to price a destroy).
 func (e *Engine) StandServers(ctx context.Context, standID string) (_ []stands.Server, err error) {
 	defer classify(&err)
-	hc, err := e.hcloud()
+	c, err := e.cloud()
 	if err != nil {
 		return nil, err
 	}
-	servers, err := hc.Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{
-		LabelSelector: provider.LabelManagedBy + "=" + provider.ManagedByValue + "," + provider.LabelStand + "=" + standID}})
+	servers, err := c.Servers(ctx, standLabels(standID))
 	if err != nil {
 		return nil, fmt.Errorf("list servers of %s: %w", standID, err)
 	}
 	var out []stands.Server
 	for _, s := range servers {
-		srv := stands.Server{Name: s.Name}
-		if s.ServerType != nil {
-			srv.ServerType = s.ServerType.Name
-		}
-		if s.Location != nil {
-			srv.Location = s.Location.Name
-		}
-		out = append(out, srv)
+		out = append(out, stands.Server{Name: s.Name, ServerType: s.Type, Location: s.Location})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

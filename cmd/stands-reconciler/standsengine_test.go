@@ -21,17 +21,17 @@ import (
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
-// TestSeedCommandLine is a repository written from the Stands Engine's guide (testdata/seed: Mako
+// TestStandsEngineCommandLine is a repository written from the Stands Engine's guide (testdata/stands-engine: Mako
 // templates, the app package in a resource root) taken through migrate, validate, create (servers
 // only) and destroy with its command line (§7: `--env-file common.env --env-file stand.env
 // --resource project-assets=DIR <command> <manifest>`), configured only by its
 // variables (§2) — state in S3 under STAND__USER, the token, the passphrase, the configset folder,
 // the connection file — against the real Pulumi CLI, an S3-compatible server and hcloudsim. Ours
-// are set only for what the seed's world had no name for: the simulator's endpoint, the CLI's
+// are set only for what the Stands Engine's world had no name for: the simulator's endpoint, the CLI's
 // binary, servers only.
-func TestSeedCommandLine(t *testing.T) {
+func TestStandsEngineCommandLine(t *testing.T) {
 	s3 := testenv.StartS3(t, "stands-state")
-	// The engine and the CLI read the S3 credentials from the process environment, where the seed's
+	// The engine and the CLI read the S3 credentials from the process environment, where the Stands Engine's
 	// names are exported: restored when the test ends.
 	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
 		t.Setenv(k, "")
@@ -66,10 +66,10 @@ SECRET_KV_PASSWORD='`+exampleEnv["SECRET_KV_PASSWORD"]+`'
 `)
 	ours := map[string]string{"HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PULUMI_BIN": pl.Bin, "STANDS_NODES": "skip",
 		"STANDS_STATE_DIR": filepath.Join(dir, "state"), "PULUMI_HOME": pl.Home}
-	// A repository as the Stands Engine's users wrote them (testdata/seed): Mako templates, the app
+	// A repository as the Stands Engine's users wrote them (testdata/stands-engine): Mako templates, the app
 	// package in a --resource root (§6, §7).
 	assets, repo := filepath.Join(dir, "resources"), filepath.Join(dir, "repo")
-	if err := os.CopyFS(dir, os.DirFS("testdata/seed")); err != nil {
+	if err := os.CopyFS(dir, os.DirFS("testdata/stands-engine")); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -113,7 +113,7 @@ SECRET_KV_PASSWORD='`+exampleEnv["SECRET_KV_PASSWORD"]+`'
 		t.Errorf("%d servers after create, want 1", n)
 	}
 	// The state under the user's prefix in the bucket (§2), the connection file and the configset
-	// where the seed's variables put them.
+	// where the Stands Engine's variables put them.
 	if keys := s3.Keys(t); !strings.Contains(strings.Join(keys, " "), "alice/.pulumi/stacks/shop/devback.json") {
 		t.Errorf("no stack under alice/ in the bucket: %v", keys)
 	}
@@ -299,7 +299,7 @@ func TestMigrateReports(t *testing.T) {
 	ctx := context.Background()
 	seedCopy := func(t *testing.T, edit func(redisConf string) string) (repo, assets string) {
 		dir := t.TempDir()
-		if err := os.CopyFS(dir, os.DirFS("testdata/seed")); err != nil {
+		if err := os.CopyFS(dir, os.DirFS("testdata/stands-engine")); err != nil {
 			t.Fatal(err)
 		}
 		conf := filepath.Join(dir, "resources", "apps", "kv", "redis.conf.mako")
@@ -367,9 +367,9 @@ func tree(t *testing.T, dir string) map[string]string {
 	return out
 }
 
-// The daemon takes none of the seed's configuration: --env-file is refused before anything runs, and
-// a seed variable in its environment fails its start naming ours.
-func TestDaemonRefusesSeedConfiguration(t *testing.T) {
+// The daemon takes none of the Stands Engine's configuration: --env-file is refused before anything runs, and
+// a Stands Engine variable in its environment fails its start naming ours.
+func TestDaemonRefusesStandsEngineConfiguration(t *testing.T) {
 	ctx := context.Background()
 	f := testenv.WriteFile(t, t.TempDir(), "x.env", "HCLOUD__TOKEN=s3cr3t-value\n")
 	for _, cmd := range []string{"run", "reconcile", "config"} {
@@ -382,10 +382,10 @@ func TestDaemonRefusesSeedConfiguration(t *testing.T) {
 	r := runCLI(t, ctx, env, "reconcile", "--once")
 	for _, want := range []string{"$HCLOUD__TOKEN is the Stands Engine's", "reads $HCLOUD_TOKEN_FILE", "$STAND__USER is the Stands Engine's", "reads $STANDS_OWNER"} {
 		if r.code != exitError || !strings.Contains(r.stderr, want) {
-			t.Errorf("reconcile with seed variables: exit %d, want %q in\n%s", r.code, want, r.stderr)
+			t.Errorf("reconcile with Stands Engine variables: exit %d, want %q in\n%s", r.code, want, r.stderr)
 		}
 	}
 	if strings.Contains(r.stdout+r.stderr, "s3cr3t") {
-		t.Error("a seed variable's value was printed")
+		t.Error("a Stands Engine variable's value was printed")
 	}
 }
