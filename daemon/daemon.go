@@ -11,7 +11,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 
@@ -191,10 +190,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		"poll_interval", s.Poll, "owner", s.Engine.Owner, "workers", s.Workers)
 	d.rec.Run(ctx, s.Poll)
 	d.log.Info("stopping: letting running operations finish; a second SIGTERM or SIGINT cancels them now", "drain_timeout", s.Drain)
-	if err := d.rec.Drain(s.Drain); err != nil {
-		return fmt.Errorf("drain: %w", err)
-	}
-	return nil
+	return d.rec.Drain(s.Drain)
 }
 
 // Abort cancels the running operations now, as the drain timeout would (a second signal during a

@@ -111,20 +111,23 @@ func runOpen(ctx context.Context, f *daemonFlags, conf *settings, once bool, std
 		fmt.Fprintf(std.err, "run: %v\n", err)
 		return exitError
 	}
-	defer d.Close() // after the drain: credential watchers and the Vault login served it to the end
 	if once {
+		defer d.Close()
 		return reconcileOnce(ctx, d, std)
 	}
 	stopped := make(chan struct{})
-	defer close(stopped)
 	go abortOnSecondSignal(ctx, d, stopped)
+	// Operations cancelled at the drain timeout still make a clean stop: exit 0 tells systemd so.
+	// Only final statuses that could not be committed are an error (the next start commits them).
+	code := exitOK
 	if err := d.Run(ctx); err != nil {
 		log.Warn("drain", "err", err)
-		return exitError
+		code = exitError
 	}
-	// Operations cancelled at the drain timeout still make a clean stop: exit 0 tells systemd so.
+	close(stopped)
+	d.Close() // after the drain: credential watchers and the Vault login served it to the end
 	log.Info("reconciler stopped")
-	return exitOK
+	return code
 }
 
 // abortOnSecondSignal cancels the running operations at a second SIGTERM or SIGINT, once the first
