@@ -14,6 +14,7 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
@@ -103,7 +104,7 @@ func (g *Gitea) BranchTip(ctx context.Context, branch string) (string, error) {
 
 // UpsertComment keeps one comment per pull request: the one containing marker is edited in place
 // (only when its text changes), or created.
-func (g *Gitea) UpsertComment(ctx context.Context, index int64, marker, body string) error {
+func (g *Gitea) UpsertComment(ctx context.Context, index int64, marker string, body mdtext.Markup) error {
 	c, err := g.client(ctx)
 	if err != nil {
 		return err
@@ -122,10 +123,10 @@ func (g *Gitea) UpsertComment(ctx context.Context, index int64, marker, body str
 			if !strings.Contains(cm.Body, marker) || cm.Poster == nil || cm.Poster.UserName != me {
 				continue
 			}
-			if cm.Body == body {
+			if cm.Body == string(body) {
 				return nil
 			}
-			if _, _, err := c.EditIssueComment(g.owner, g.repo, cm.ID, gitea.EditIssueCommentOption{Body: body}); err != nil {
+			if _, _, err := c.EditIssueComment(g.owner, g.repo, cm.ID, gitea.EditIssueCommentOption{Body: string(body)}); err != nil {
 				return fmt.Errorf("edit comment of #%d: %w", index, err)
 			}
 			return nil
@@ -134,7 +135,7 @@ func (g *Gitea) UpsertComment(ctx context.Context, index int64, marker, body str
 			break
 		}
 	}
-	if _, _, err := c.CreateIssueComment(g.owner, g.repo, index, gitea.CreateIssueCommentOption{Body: body}); err != nil {
+	if _, _, err := c.CreateIssueComment(g.owner, g.repo, index, gitea.CreateIssueCommentOption{Body: string(body)}); err != nil {
 		return fmt.Errorf("comment on #%d: %w", index, err)
 	}
 	return nil
@@ -163,9 +164,8 @@ func (g *Gitea) SetStatus(ctx context.Context, sha, context string, state stands
 	if err != nil {
 		return err
 	}
-	if r := []rune(description); len(r) > maxDescription {
-		description = string(r[:maxDescription-1]) + "…"
-	}
+	// Gitea shows a description as text; mdtext.Plain keeps it to one line a reader can trust.
+	description = mdtext.Plain(description, maxDescription)
 	_, _, err = c.CreateStatus(g.owner, g.repo, sha, gitea.CreateStatusOption{State: gitea.StatusState(state), Context: context,
 		Description: description, TargetURL: targetURL})
 	if err != nil {

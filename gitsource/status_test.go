@@ -7,10 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -19,6 +21,8 @@ import (
 	"slices"
 
 	"code.gitea.io/sdk/gitea"
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
+	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
@@ -212,15 +216,6 @@ func TestPlanCommentIsOurOwn(t *testing.T) {
 	repo.Change("init", map[string]string{"README.md": "stands\n"})
 	repo.ChangeOn("change", "a change", map[string]string{"x.txt": "x\n"})
 	api := g.API(t)
-	// Gitea records pushed branches asynchronously: open the pull request once it knows the head.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, _, err := api.GetRepoBranch(repo.Info.Owner.UserName, repo.Info.Name, "change"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("Gitea does not know the pushed branch")
-		}
-	}
 	idx := repo.Open(api, "change", "a change")
 	mallory := g.CreateUser(t, "mallory")
 	repo.AddWriter(api, mallory.Name) // anyone who can comment: the repository is private
@@ -233,7 +228,7 @@ func TestPlanCommentIsOurOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, body := range []string{"<!-- marker -->\nplan one", "<!-- marker -->\nplan two"} {
+	for _, body := range []mdtext.Markup{"<!-- marker -->\nplan one", "<!-- marker -->\nplan two"} {
 		if err := forge.UpsertComment(ctx, idx, "<!-- marker -->", body); err != nil {
 			t.Fatal(err)
 		}
@@ -250,4 +245,37 @@ func TestPlanCommentIsOurOwn(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("comments %q, want %q", got, want)
 	}
+}
+
+// TestStatusDescriptionsAreText: Gitea shows a commit status description as text, so what the
+// reconciler sets is one line a reader can trust: every character visible, at most 200 bytes,
+// whatever a pull request put in it. Its control run, built with the escaping off, fails.
+func TestStatusDescriptionsAreText(t *testing.T) {
+	testenv.NeedsServer(t, "Gitea")
+	g := testenv.StartGitea(t)
+	repo := g.CreateRepo(t, "stands")
+	commit := repo.Change("init", map[string]string{"README.md": "stands\n"})
+	forge, err := NewGitea(repo.Info.CloneURL, func() (string, error) { return g.Token, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range testenv.HostileText(t) {
+		name := fmt.Sprintf("stands/check-%d", i)
+		if err := forge.SetStatus(context.Background(), commit, name, stands.StateFailure, "not planned: "+v, ""); err != nil {
+			t.Fatal(err)
+		}
+		statuses, _, err := g.API(t).ListStatuses(repo.Info.Owner.UserName, repo.Info.Name, commit, gitea.ListStatusesOption{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := slices.IndexFunc(statuses, func(s *gitea.Status) bool { return s.Context == name })
+		if k < 0 {
+			t.Fatalf("no status %s", name)
+		}
+		d := statuses[k].Description
+		if j := strings.IndexFunc(d, func(r rune) bool { return !unicode.IsPrint(r) }); j >= 0 || len(d) > maxDescription {
+			t.Errorf("the description set for %.60q is not one line of visible text (%d bytes): %q", v, len(d), d)
+		}
+	}
+	testenv.ShowFailsWithTags(t, ".", "TestStatusDescriptionsAreText", "stands_inert_off", "is not one line of visible text")
 }

@@ -357,12 +357,12 @@ func (p *prPlan) summary() string {
 	}
 	s := strings.Join(parts, ", ")
 	if p.priced {
-		s += fmt.Sprintf("; %s/month", money(p.cost, p.cur))
+		s += fmt.Sprintf("; %s/month", amount(p.cost, p.cur))
 	}
 	return s
 }
 
-func money(v float64, cur string) string {
+func amount(v float64, cur string) string {
 	sign := "+"
 	if v < 0 {
 		sign, v = "−", -v
@@ -370,18 +370,21 @@ func money(v float64, cur string) string {
 	return fmt.Sprintf("%s%.2f %s", sign, v, cur)
 }
 
+func money(v float64, cur string) mdtext.Markup { return mdtext.Code(amount(v, cur)) }
+
 // comment is the pull request comment: stands, actions, servers and costs, and the problems with
-// file and line. It names servers and types, never a value of the manifest.
-func (p *prPlan) comment(pr stands.PullRequest) string {
-	var b strings.Builder
-	b.WriteString(CommentMarker + "\n")
-	fmt.Fprintf(&b, "### Stands plan for `%s`\n\n", mdtext.Short(p.head))
+// file and line. It names servers and types, never a value of the manifest. Everything in it that a
+// pull request wrote (ids, names, types, positions, messages) is rendered inert by mdtext.
+func (p *prPlan) comment(pr stands.PullRequest) mdtext.Markup {
+	var d mdtext.Doc
+	d.Add(CommentMarker + "\n")
+	d.F("### Stands plan for %s\n\n", mdtext.Short(p.head))
 	if len(p.rows) == 0 {
-		b.WriteString("This pull request changes no stand.\n")
+		d.Add("This pull request changes no stand.\n")
 	} else {
-		b.WriteString("| stand | plan | servers | monthly cost |\n|---|---|---|---|\n")
+		d.Add("| stand | plan | servers | monthly cost |\n|---|---|---|---|\n")
 		for _, r := range p.rows {
-			servers := []string{}
+			servers := []mdtext.Markup{}
 			for _, s := range r.steps {
 				servers = append(servers, stepText(s))
 			}
@@ -389,18 +392,18 @@ func (p *prPlan) comment(pr stands.PullRequest) string {
 				servers = append(servers, "no server changes")
 			}
 			if r.note != "" && r.action != "invalid" && r.action != "error" {
-				servers = append(servers, mdtext.Cell(mdtext.FirstLine(r.note)))
+				servers = append(servers, mdtext.Code(mdtext.FirstLine(r.note)))
 			}
-			cost := ""
+			var cost mdtext.Markup
 			if r.counted {
 				cost = money(r.cost, p.cur)
 			}
-			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", r.id, actionText(r.action), strings.Join(servers, "<br>"), cost)
+			d.Add(mdtext.Row(r.id, actionText(r.action), mdtext.Join(servers, "<br>"), cost))
 		}
 		if p.priced {
-			fmt.Fprintf(&b, "\n**Monthly cost change: %s** (Hetzner's list prices, gross, as the API states them)\n", money(p.cost, p.cur))
+			d.F("\n**Monthly cost change: %s** (Hetzner's list prices, gross, as the API states them)\n", money(p.cost, p.cur))
 		} else {
-			b.WriteString("\nMonthly cost change: unknown (a server type's price was not available).\n")
+			d.Add("\nMonthly cost change: unknown (a server type's price was not available).\n")
 		}
 	}
 	var problems []planRow
@@ -410,19 +413,19 @@ func (p *prPlan) comment(pr stands.PullRequest) string {
 		}
 	}
 	if len(problems) > 0 {
-		b.WriteString("\n#### Problems\n")
+		d.Add("\n#### Problems\n")
 		for _, r := range problems {
-			fmt.Fprintf(&b, "\n`%s`:\n```\n%s\n```\n", r.id, strings.ReplaceAll(clip(r.note, 40, 4000), "```", "'''"))
+			d.F("\n%s:\n%s", r.id, mdtext.Block(clip(r.note, 40, 4000)))
 		}
 	}
 	if len(p.warnings) > 0 {
-		b.WriteString("\n#### Warnings\n\n")
+		d.Add("\n#### Warnings\n\n")
 		for _, w := range p.warnings {
-			fmt.Fprintf(&b, "- `%s`: %s\n", w.Pos, mdtext.Cell(w.Msg))
+			d.F("- %s: %s\n", w.Pos, w.Msg)
 		}
 	}
-	b.WriteString("\n<sub>stands-reconciler previews never create stacks or servers; this comment is updated when the pull request's head moves.</sub>\n")
-	return b.String()
+	d.Add("\n<sub>stands-reconciler previews never create stacks or servers; this comment is updated when the pull request's head moves.</sub>\n")
+	return d.Markup()
 }
 
 // clip keeps a note to its first lines and bytes: a pull request decides how long its problems are.
@@ -438,16 +441,16 @@ func clip(s string, lines, size int) string {
 	return out
 }
 
-func actionText(a string) string {
-	return map[string]string{"create": "➕ create", "update": "🔄 update", "destroy": "🗑️ destroy", "blocked": "⛔ refused",
+func actionText(a string) mdtext.Markup {
+	return map[string]mdtext.Markup{"create": "➕ create", "update": "🔄 update", "destroy": "🗑️ destroy", "blocked": "⛔ refused",
 		"invalid": "❌ invalid", "error": "❌ preview failed"}[a]
 }
 
-func stepText(s stands.Step) string {
+func stepText(s stands.Step) mdtext.Markup {
 	switch s.Kind {
 	case "":
 	case "instance":
-		t := fmt.Sprintf("%s instance `%s` on `%s`", s.Op, s.Instance, s.Node)
+		t := mdtext.F("%s instance %s on %s", opText(s.Op), s.Instance, s.Node)
 		switch {
 		case s.Op == "update" && s.MayChange:
 			t += " (may restart it: a secret's value decides, and plans never read secrets)"
@@ -458,7 +461,7 @@ func stepText(s stands.Step) string {
 		}
 		return t
 	default:
-		t := fmt.Sprintf("%s %s of `%s`", s.Op, s.Kind, s.Node)
+		t := mdtext.F("%s %s of %s", opText(s.Op), s.Kind, s.Node)
 		if s.MayChange {
 			t += " (may change: a secret's value decides)"
 		}
@@ -466,15 +469,31 @@ func stepText(s stands.Step) string {
 	}
 	switch s.Op {
 	case "create":
-		return fmt.Sprintf("create `%s` (%s, %s)", s.ServerName, s.ServerType, s.Location)
+		return mdtext.F("create %s (%s, %s)", s.ServerName, s.ServerType, s.Location)
 	case "delete":
-		return fmt.Sprintf("delete `%s` (%s, %s)", s.ServerName, s.OldServerType, s.OldLocation)
+		return mdtext.F("delete %s (%s, %s)", s.ServerName, s.OldServerType, s.OldLocation)
 	case "replace":
-		return fmt.Sprintf("replace `%s` (%s → %s, %s)", s.ServerName, s.OldServerType, s.ServerType, s.Location)
+		return mdtext.F("replace %s (%s → %s, %s)", s.ServerName, s.OldServerType, s.ServerType, s.Location)
 	case "update":
 		if s.OldServerType != "" && s.OldServerType != s.ServerType {
-			return fmt.Sprintf("resize `%s` in place (%s → %s, %s; stopped for the change, disk and addresses kept)", s.ServerName, s.OldServerType, s.ServerType, s.Location)
+			return mdtext.F("resize %s in place (%s → %s, %s; stopped for the change, disk and addresses kept)", s.ServerName, s.OldServerType, s.ServerType, s.Location)
 		}
 	}
-	return fmt.Sprintf("%s `%s`", s.Op, s.ServerName)
+	return mdtext.F("%s %s", opText(s.Op), s.ServerName)
+}
+
+// opText is a step's operation as a word: the engine's operations are a closed set, and any other
+// value is shown inert.
+func opText(op string) mdtext.Markup {
+	switch op {
+	case "create":
+		return "create"
+	case "update":
+		return "update"
+	case "delete":
+		return "delete"
+	case "replace":
+		return "replace"
+	}
+	return mdtext.Code(op)
 }

@@ -6,6 +6,7 @@ import (
 
 	"errors"
 
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/fakes"
@@ -18,7 +19,7 @@ func TestPreviewAddsAStand(t *testing.T) {
 	f.Open(1, "head1", h.files(), map[string]string{fakes.StandFile("c"): fakes.StandYML("c", "")}, true)
 	h.mustCycle()
 	c := f.Comment(1)
-	for _, want := range []string{CommentMarker, "`local_c_dev`", "create `local-c-dev-main` (cx22, hel1)", "+4.51 EUR", "Monthly cost change: +4.51 EUR"} {
+	for _, want := range []string{CommentMarker, "`local_c_dev`", "create `local-c-dev-main` (`cx22`, `hel1`)", "+4.51 EUR", "Monthly cost change: `+4.51 EUR`"} {
 		if !strings.Contains(c, want) {
 			t.Errorf("comment lacks %q:\n%s", want, c)
 		}
@@ -69,13 +70,13 @@ func TestPreviewChangeBrokenAndRemovals(t *testing.T) {
 	if st, c := f.Status("all-gone", PlanContext), f.Comment(3); !strings.HasPrefix(st, "failure: 3 blocked") || !strings.Contains(c, "WouldRemoveAllStands") {
 		t.Errorf("removing all: %q\n%s", st, c)
 	}
-	if c := f.Comment(4); !strings.Contains(c, "replace `local-a-dev-main` (cx22 → cx32, hel1)") || !strings.Contains(c, "+3.58 EUR") {
+	if c := f.Comment(4); !strings.Contains(c, "replace `local-a-dev-main` (`cx22` → `cx32`, `hel1`)") || !strings.Contains(c, "+3.58 EUR") {
 		t.Errorf("change:\n%s", c)
 	}
 	if st := f.Status("fork", PlanContext); !strings.HasPrefix(st, "failure: no plan for a pull request from a fork") || f.Comment(5) != "" {
 		t.Errorf("fork: %q %q", st, f.Comment(5))
 	}
-	if st, c := f.Status("one-gone", PlanContext), f.Comment(6); !strings.HasPrefix(st, "success: 1 destroy") || !strings.Contains(c, "delete `local-c-dev-main` (cx22, hel1)") || !strings.Contains(c, "−4.51 EUR") {
+	if st, c := f.Status("one-gone", PlanContext), f.Comment(6); !strings.HasPrefix(st, "success: 1 destroy") || !strings.Contains(c, "delete `local-c-dev-main` (`cx22`, `hel1`)") || !strings.Contains(c, "−4.51 EUR") {
 		t.Errorf("one removal: %q\n%s", st, c)
 	}
 	for n, c := range f.Comments {
@@ -99,9 +100,9 @@ func TestPlanShowsInstances(t *testing.T) {
 		{Op: "create", ServerName: "o-p-e-n", ServerType: "cx22", Location: "hel1"},
 		{Op: "update", ServerName: "o-p-e-m", ServerType: "cx32", OldServerType: "cx22", Location: "hel1", OldLocation: "hel1", Changed: "serverType"},
 	}
-	want := []string{"update instance `web--front` on `web` (restarts it)", "update instance `kv--cache` on `db`", "update images of `web`",
+	want := []mdtext.Markup{"update instance `web--front` on `web` (restarts it)", "update instance `kv--cache` on `db`", "update `images` of `web`",
 		"update instance `kv--cache` on `db` (may restart it: its configuration depends on servers not made yet)",
-		"create `o-p-e-n` (cx22, hel1)", "resize `o-p-e-m` in place (cx22 → cx32, hel1; stopped for the change, disk and addresses kept)"}
+		"create `o-p-e-n` (`cx22`, `hel1`)", "resize `o-p-e-m` in place (`cx22` → `cx32`, `hel1`; stopped for the change, disk and addresses kept)"}
 	for i, s := range steps {
 		if got := stepText(s); got != want[i] {
 			t.Errorf("step %d: %q, want %q", i, got, want[i])
@@ -162,7 +163,7 @@ func TestPreviewListsManifestWarnings(t *testing.T) {
 	f.Open(11, "old-form", h.files(), map[string]string{fakes.StandFile("z"): old}, true)
 	h.mustCycle()
 	st, c := f.Status("old-form", PlanContext), f.Comment(11)
-	if !strings.HasPrefix(st, "success: 1 create") || !strings.Contains(c, "#### Warnings") || !strings.Contains(c, "`stands/z/stand.yml:14:1`: top-level users is the old form") {
+	if !strings.HasPrefix(st, "success: 1 create") || !strings.Contains(c, "#### Warnings") || !strings.Contains(c, "`stands/z/stand.yml:14:1`: `top-level users is the old form") {
 		t.Errorf("%q\n%s", st, c)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -28,7 +29,7 @@ type Forge interface {
 	PullRequests(ctx context.Context, base string) ([]stands.PullRequest, error)
 	// BranchTip is the commit a branch of the repository points at, "" when there is no such branch.
 	BranchTip(ctx context.Context, branch string) (string, error)
-	UpsertComment(ctx context.Context, index int64, marker, body string) error
+	UpsertComment(ctx context.Context, index int64, marker string, body mdtext.Markup) error
 	SetStatus(ctx context.Context, sha, context string, state stands.CommitState, description, targetURL string) error
 }
 

@@ -205,32 +205,37 @@ func because(why string) string {
 }
 
 // controlBanner is STATUS.md's note of the switches in force ("" when none). Called with r.mu held.
-func (r *Reconciler) controlBanner() string {
-	var b strings.Builder
+// Who paused and why come from a commit or an operator: mdtext renders them inert.
+func (r *Reconciler) controlBanner() mdtext.Markup {
+	var d mdtext.Doc
 	if p := r.pausedLocked(); p != nil {
-		fmt.Fprintf(&b, "> **Paused** by %s%s%s. No stand is applied, destroyed or checked until it is resumed", mdtext.Cell(p.By), since(p.At), mdtext.Cell(because(p.Reason)))
+		d.F("> **Paused** by %s%s", p.By, since(p.At))
+		if p.Reason != "" {
+			d.F(": %s", p.Reason)
+		}
+		d.Add(". No stand is applied, destroyed or checked until it is resumed")
 		if p == r.repoPause {
-			b.WriteString(" (remove `" + PauseFile + "`).\n")
+			d.Add(" (remove `" + PauseFile + "`).\n")
 		} else {
-			b.WriteString(" (`stands-reconciler ctl resume`).\n")
+			d.Add(" (`stands-reconciler ctl resume`).\n")
 		}
 	}
 	if r.planOnlyLocked() {
-		by := "the --plan-only setting"
+		by := mdtext.Markup("the --plan-only setting")
 		if s := r.controls.PlanOnly; s != nil {
-			by = s.By + since(s.At)
+			by = mdtext.F("%s%s", s.By, since(s.At))
 		}
-		fmt.Fprintf(&b, "> **Plan-only** (%s): each stand's status says what would be applied or destroyed; nothing is.\n", mdtext.Cell(by))
+		d.F("> **Plan-only** (%s): each stand's status says what would be applied or destroyed; nothing is.\n", by)
 	}
-	if b.Len() == 0 {
+	if d.Len() == 0 {
 		return ""
 	}
-	return b.String() + "\n"
+	return d.Markup() + "\n"
 }
 
-func since(at time.Time) string {
+func since(at time.Time) mdtext.Markup {
 	if at.IsZero() {
 		return ""
 	}
-	return " since " + at.UTC().Format(time.RFC3339)
+	return mdtext.F(" since %s", at.UTC().Format(time.RFC3339))
 }

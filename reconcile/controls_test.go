@@ -148,7 +148,7 @@ func TestPlanOnly(t *testing.T) {
 			t.Errorf("%s: %+v", id, st)
 		}
 	}
-	if md := h.statusMD(); !strings.Contains(md, "> **Plan-only** (bob (uid 0) since") {
+	if md := h.statusMD(); !strings.Contains(md, "> **Plan-only** (`bob (uid 0)` since") {
 		t.Errorf("STATUS.md:\n%s", md)
 	}
 	// Off again: the reported work is done.

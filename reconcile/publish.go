@@ -100,7 +100,7 @@ func (r *Reconciler) publish(ctx context.Context) error {
 
 // commitStatuses commits the status files of all that differ from the last commit, and STATUS.md.
 // Called with pubMu held; the statuses are not edited meanwhile (they are replaced, never changed).
-func (r *Reconciler) commitStatuses(ctx context.Context, all map[string]*Status, unreadable []string, banner string) error {
+func (r *Reconciler) commitStatuses(ctx context.Context, all map[string]*Status, unreadable []string, banner mdtext.Markup) error {
 	files := map[string][]byte{}
 	phases := map[string]reason.Phase{}
 	for id, st := range all {

@@ -3,11 +3,9 @@ package reconcile
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io/fs"
 	"path"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/mdtext"
@@ -92,31 +90,32 @@ func loadStatuses(files fs.FS) map[string]*Status {
 	return out
 }
 
-// statusTable renders STATUS.md: one row per stand, for on-call reading Git.
-func statusTable(all map[string]*Status, unreadable []string, banner string) []byte {
+// statusTable renders STATUS.md: one row per stand, for on-call reading Git. Ids, node names,
+// messages and unreadable paths come from the repository: mdtext renders them inert.
+func statusTable(all map[string]*Status, unreadable []string, banner mdtext.Markup) []byte {
 	ids := make([]string, 0, len(all))
 	for id := range all {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	var b strings.Builder
-	b.WriteString("# Stands\n\nWritten by stands-reconciler; do not edit. Details and connection info (secrets masked) are in `status/<stand-id>.json`.\n\n")
-	b.WriteString(banner)
-	b.WriteString("| Stand | Phase | Reason | Nodes | Last successful commit | Message |\n|---|---|---|---|---|---|\n")
+	var d mdtext.Doc
+	d.Add("# Stands\n\nWritten by stands-reconciler; do not edit. Details and connection info (secrets masked) are in `status/<stand-id>.json`.\n\n")
+	d.Add(banner)
+	d.Add("| Stand | Phase | Reason | Nodes | Last successful commit | Message |\n|---|---|---|---|---|---|\n")
 	for _, id := range ids {
 		s := all[id]
-		var nodes []string
+		var nodes []mdtext.Markup
 		for _, n := range s.Nodes {
-			nodes = append(nodes, fmt.Sprintf("%s %s", n.Name, n.PublicIPv4))
+			nodes = append(nodes, mdtext.F("%s %s", n.Name, n.PublicIPv4))
 		}
-		fmt.Fprintf(&b, "| [%s](%s) | %s | %s | %s | %s | %s |\n", id, stands.StatusPath(id), s.Phase, s.Reason,
-			mdtext.Cell(strings.Join(nodes, ", ")), mdtext.Short(s.LastSuccessfulCommit), mdtext.Cell(mdtext.FirstLine(s.Message)))
+		d.Add(mdtext.Row(mdtext.Link(mdtext.Code(id), stands.StatusPath(id)), s.Phase, s.Reason,
+			mdtext.Join(nodes, ", "), mdtext.Short(s.LastSuccessfulCommit), mdtext.FirstLine(s.Message)))
 	}
 	if len(unreadable) > 0 {
-		b.WriteString("\n## Manifests that could not be read\n\nWhile any is listed, no stand is destroyed: a stand whose id cannot be read might be one of them.\n\n")
+		d.Add("\n## Manifests that could not be read\n\nWhile any is listed, no stand is destroyed: a stand whose id cannot be read might be one of them.\n\n")
 		for _, u := range unreadable {
-			fmt.Fprintf(&b, "- %s\n", mdtext.Cell(u))
+			d.F("- %s\n", u)
 		}
 	}
-	return []byte(b.String())
+	return []byte(d.Markup())
 }

@@ -151,7 +151,7 @@ func (s *story) pullRequestIsPlanned(ctx context.Context) error {
 	if err := s.expect(strings.Contains(comment, "`"+newStandID+"`"), "the plan comment names the new stand %s", newStandID); err != nil {
 		return err
 	}
-	if err := s.expect(strings.Contains(comment, "Monthly cost change: +"), "the plan comment gives its cost"); err != nil {
+	if err := s.expect(strings.Contains(comment, "Monthly cost change: `+"), "the plan comment gives its cost"); err != nil {
 		return err
 	}
 	state, err := s.d.waitCommitStatus(ctx, head, prplan.PlanContext, time.Minute)

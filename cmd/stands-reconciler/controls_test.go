@@ -37,7 +37,7 @@ func TestOperatorControls(t *testing.T) {
 			!strings.Contains(s.Message, "create it") {
 			t.Errorf("q while paused: %+v", s)
 		}
-		if md := d.statusFile("STATUS.md"); !strings.Contains(md, "**Paused** by oncall-test as") {
+		if md := d.statusFile("STATUS.md"); !strings.Contains(md, "**Paused** by `oncall-test as") {
 			t.Errorf("STATUS.md while paused:\n%s", md)
 		}
 		cycles := d.cycles()

@@ -80,7 +80,7 @@ func TestPullRequestPlans(t *testing.T) {
 		head := e.repo.ChangeOn("add-c", "add stand c", map[string]string{standPath("c"): daemonStand("c", 6302)})
 		addPR = e.repo.Open(devAPI, "add-c", "Add stand c")
 		c := e.waitComment(addPR, head)
-		for _, want := range []string{"`local_c_dev`", "create `local-c-dev-main` (cx22, hel1)", "Monthly cost change: +"} {
+		for _, want := range []string{"`local_c_dev`", "create `local-c-dev-main` (`cx22`, `hel1`)", "Monthly cost change: `+"} {
 			if !strings.Contains(c, want) {
 				t.Errorf("comment lacks %q:\n%s", want, c)
 			}

@@ -1,6 +1,7 @@
-// Package mdtext shapes the text the reconciler writes where people read it in Gitea — STATUS.md,
-// pull request plan comments, commit status descriptions — so that it stays in its place: a commit
-// shortened, a message to its first line, a value kept inside its table cell.
+// Package mdtext is the one layer that renders what the reconciler writes where people read it in
+// Gitea — STATUS.md, pull request plan comments, commit status descriptions: Markup that only the
+// reconciler writes, with every value from a repository or a commit inert inside it (markup.go), and
+// the shortening of commits, lines and messages.
 package mdtext
 
 import (
@@ -25,10 +26,7 @@ func FirstLine(s string) string {
 	return Truncate(line, 160-len("…"))
 }
 
-// Cell keeps a value inside its Markdown table cell.
-func Cell(s string) string { return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s) }
-
-// Truncate cuts s to at most n bytes on a rune boundary, marking the cut with "…".
+// Truncate cuts s to at most n bytes on a rune boundary and marks the cut with "…" (3 bytes more).
 func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

@@ -10,9 +10,6 @@ func TestText(t *testing.T) {
 	if got := Short("0123456789abcdef"); got != "0123456789ab" {
 		t.Errorf("Short: %q", got)
 	}
-	if got := Cell("a|b\nc"); got != `a\|b c` {
-		t.Errorf("Cell: %q", got)
-	}
 	if got := FirstLine("one\ntwo"); got != "one" {
 		t.Errorf("FirstLine: %q", got)
 	}

@@ -274,3 +274,73 @@ func sources(t *testing.T, dir string) map[string]source {
 	}
 	return out
 }
+
+// TestOnlyMdtextMakesMarkup: outside package mdtext, no code converts a string value to
+// mdtext.Markup (a string constant needs no conversion), so every value from a repository reaches
+// STATUS.md and the plan comment through mdtext's rendering (docs/architecture.md#rendering).
+func TestOnlyMdtextMakesMarkup(t *testing.T) {
+	root := testenv.RepoRoot()
+	checked := 0
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); strings.HasPrefix(name, ".") || name == "testdata" || name == "tools" || name == "bin" || p == filepath.Join(root, "internal", "mdtext") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		checked++
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		for _, at := range markupConversions(t, rel, src) {
+			t.Errorf("%s converts a value to mdtext.Markup: render it with mdtext.Code, F or Row", at)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("checked %d files", checked)
+	}
+	// The control: the check sees a conversion.
+	if got := markupConversions(t, "x.go", []byte("package x\nfunc f(name string) { _ = mdtext.Markup(name); _ = mdtext.Markup(\"ok\") }\n")); len(got) != 1 {
+		t.Errorf("the check finds %v in a file with one conversion", got)
+	}
+}
+
+// markupConversions are the positions of mdtext.Markup(x) in a Go file, x not a string literal.
+func markupConversions(t *testing.T, name string, src []byte) []string {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, name, src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || len(call.Args) != 1 {
+			return true
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok || sel.Sel.Name != "Markup" {
+			return true
+		}
+		if pkg, ok := sel.X.(*ast.Ident); !ok || pkg.Name != "mdtext" {
+			return true
+		}
+		if _, lit := call.Args[0].(*ast.BasicLit); !lit {
+			out = append(out, fset.Position(call.Pos()).String())
+		}
+		return true
+	})
+	return out
+}

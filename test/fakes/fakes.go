@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/gitsource"
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
@@ -530,7 +531,8 @@ func (f *Forge) FetchRef(_ context.Context, ref string) (*stands.Snapshot, error
 	return &stands.Snapshot{Commit: ref, Source: ref, Files: maps.Clone(files)}, nil
 }
 
-func (f *Forge) UpsertComment(_ context.Context, n int64, marker, body string) error {
+func (f *Forge) UpsertComment(_ context.Context, n int64, marker string, markup mdtext.Markup) error {
+	body := string(markup)
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
 	if !strings.Contains(body, marker) {

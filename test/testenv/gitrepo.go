@@ -163,8 +163,17 @@ func (r *Repo) ChangeOn(branch, msg string, write map[string]string, remove ...s
 }
 
 // Open opens a pull request from branch into main as the API client's user; it returns its index.
+// Gitea records a pushed branch asynchronously: Open waits until it knows the branch.
 func (r *Repo) Open(api *gitea.Client, branch, title string) int64 {
 	r.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, err := api.GetRepoBranch(r.Info.Owner.UserName, r.Info.Name, branch); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("Gitea does not know the pushed branch %s after 30s", branch)
+		}
+	}
 	pr, _, err := api.CreatePullRequest(r.Info.Owner.UserName, r.Info.Name, gitea.CreatePullRequestOption{Head: branch, Base: "main", Title: title})
 	if err != nil {
 		r.t.Fatalf("open pull request: %v", err)

@@ -1,0 +1,70 @@
+package reconcile
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
+	"github.com/stands-engine/stands-reconciler/reason"
+	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"golang.org/x/net/html"
+)
+
+// TestStatusTableStaysInert commits STATUS.md to a real Gitea twice, once with every field a
+// repository or a commit can set holding a hostile value (stand ids, phases and reasons read back
+// from status files, node names, messages, unreadable paths, who paused and why) and once with
+// plain ones, and reads both as Gitea renders them for on-call: the two must have the same
+// elements, so no value became markup and every stand's row is shown. Its control run, built with
+// the escaping off, fails.
+func TestStatusTableStaysInert(t *testing.T) {
+	testenv.NeedsServer(t, "Gitea")
+	g := testenv.StartGitea(t)
+	repo := g.CreateRepo(t, "inert")
+	repo.Commit("README.md", "inert\n", "first")
+	repo.MakePublic(g.API(t))
+	publish := func(docs map[string][]string) {
+		files := map[string]string{}
+		for name, values := range docs {
+			files[name+"/STATUS.md"] = string(hostileTable(values))
+		}
+		repo.Change("every status table", files)
+	}
+	render := func(name string) (*html.Node, error) {
+		return repo.RenderedMarkup("src/branch/main/"+name+"/STATUS.md", "Written by stands-reconciler")
+	}
+	testenv.EveryHostileValue(t, publish, render, func(plain, elements []string) {
+		// The check reads the table: a row per stand, and the header.
+		rows := 0
+		for _, e := range elements {
+			if e == "tr" {
+				rows++
+			}
+		}
+		if rows != len(plain)+1 {
+			t.Fatalf("the plain STATUS.md shows %d table rows for %d stands and a header: the test reads the wrong element", rows, len(plain))
+		}
+	})
+	testenv.ShowFailsWithTags(t, ".", "TestStatusTableStaysInert", "stands_inert_off", "elements differ with hostile value")
+}
+
+// hostileTable is STATUS.md with a stand per value, each field of its row holding the value, every
+// value an unreadable manifest, and a pause and plan-only switch by and for each.
+func hostileTable(values []string) []byte {
+	all := map[string]*Status{}
+	for i, v := range values {
+		id := fmt.Sprintf("%03d-%s", i, v) // the table is sorted by id: keep the values' order
+		all[id] = &Status{ID: id, Phase: reason.Phase(v), Reason: reason.Reason(v), Message: v, LastSuccessfulCommit: v,
+			Nodes: []stands.Node{{Name: v, PublicIPv4: v}, {Name: v, PublicIPv4: v}}}
+	}
+	r := &Reconciler{}
+	at := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	var banner mdtext.Markup
+	for _, v := range values {
+		r.controls.Paused = &Switch{By: v, At: at, Reason: v}
+		r.controls.PlanOnly = &Switch{By: v, At: at}
+		banner += r.controlBanner()
+	}
+	return statusTable(all, values, banner)
+}
