@@ -25,7 +25,9 @@ type renderedPage struct {
 		Href   string `json:"href"`
 		Status int    `json:"status"`
 	} `json:"links"`
-	Screenshot string `json:"screenshot"`
+	Screenshot string   `json:"screenshot"`
+	Text       string   `json:"text"`     // the block's text as the browser lays it out
+	Elements   []string `json:"elements"` // the block's elements, by tag, in document order
 }
 
 type renderedTable struct {

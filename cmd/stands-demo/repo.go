@@ -68,7 +68,7 @@ func (d *demo) pushRepository(ctx context.Context) error {
 }
 
 // push commits files onto from's head (a new history when from is empty) and pushes the commit to
-// branch as the admin; it returns the commit.
+// branch as the admin (a nil file is removed); it returns the commit.
 func (d *demo) push(ctx context.Context, from, branch, msg string, files map[string][]byte) (string, error) {
 	auth := &githttp.BasicAuth{Username: adminName, Password: d.gitea.Token}
 	url := d.gitea.URL + adminName + "/" + repoName + ".git"
@@ -90,6 +90,12 @@ func (d *demo) push(ctx context.Context, from, branch, msg string, files map[str
 		return "", err
 	}
 	for name, data := range files {
+		if data == nil { // a removal
+			if _, err := wt.Remove(name); err != nil {
+				return "", fmt.Errorf("remove %s: %w", name, err)
+			}
+			continue
+		}
 		if err := wt.Filesystem.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 			return "", err
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -75,7 +76,8 @@ func (s *story) step(n int, title string) { fmt.Fprintf(s.out, "\n%d. %s\n", n, 
 
 // tell runs the story's steps in order.
 func (s *story) tell(ctx context.Context) error {
-	for _, step := range []func(context.Context) error{s.exampleStandsComeUp, s.pullRequestIsPlanned, s.reviewerMerges, s.mergeIsApplied, s.howItLooks} {
+	for _, step := range []func(context.Context) error{s.exampleStandsComeUp, s.pullRequestIsPlanned, s.reviewerMerges, s.mergeIsApplied, s.howItLooks,
+		s.markupStaysText} {
 		if err := step(ctx); err != nil {
 			return err
 		}
@@ -262,6 +264,62 @@ func (s *story) howItLooks(ctx context.Context) error {
 		}
 	}
 	return s.expect(len(status.Links) > 0 && len(broken) == 0, "every link of theirs resolves (%d links; broken: %v)", len(plan.Links)+len(status.Links), broken)
+}
+
+// hostileFolder names a stand's folder as an author could, to make the plan comment's list of
+// warnings, which names the file, into markup: a <details> that would fold away what follows, an
+// image, a link. The reconciler shows it as text (docs/architecture.md#rendering).
+const hostileFolder = "stands/x`<details><summary>nothing to see</summary>`<img src=x>[ok](https://example.test)"
+
+// markupStaysText opens a pull request whose author tries to hide the removal of the stand the
+// story added, with markup in a folder's name, and reads its plan in the browser: every row shown,
+// the name as text, no element the reconciler did not write. The pull request is closed unmerged.
+func (s *story) markupStaysText(ctx context.Context) error {
+	s.step(6, "An author tries to hide a removal in the plan with markup in a folder's name")
+	oldForm := strings.Replace(newStand, "env: review", "env: hostile", 1) + "users:\n  sudo: admin\n  app: app\n" // a warning names the file
+	head, err := s.d.push(ctx, "main", "hide-a-removal", "Tidy up", map[string][]byte{newStandPath: nil, hostileFolder + "/stand.yml": []byte(oldForm)})
+	if err != nil {
+		return err
+	}
+	pr, _, err := s.d.api.CreatePullRequest(adminName, repoName, gitea.CreatePullRequestOption{Head: "hide-a-removal", Base: "main", Title: "Tidy up"})
+	if err != nil {
+		return fmt.Errorf("open the pull request: %w", err)
+	}
+	defer func() {
+		closed := gitea.StateClosed
+		_, _, _ = s.d.api.EditPullRequest(adminName, repoName, pr.Index, gitea.EditPullRequestOption{State: &closed})
+	}()
+	if _, err := s.d.waitPlanComment(ctx, pr.Index, head, 5*time.Minute); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	pages, err := s.d.render(ctx, []map[string]string{{"name": "hostile-plan", "path": fmt.Sprintf("%s/%s/pulls/%d", adminName, repoName, pr.Index), "marker": "Stands plan for"}})
+	if errors.Is(err, errNoBrowser) && !s.strict {
+		fmt.Fprintf(s.out, "  skipped: %v\n", err)
+		return nil
+	}
+	if err := s.expect(err == nil && len(pages) == 1 && pages[0].Found, "the browser rendered the plan (%v)", errOr(err, "ok")); err != nil {
+		return err
+	}
+	plan := pages[0]
+	row, planCol := tableCell(plan.Tables, newStandID, "plan")
+	if err := s.expect(planCol >= 0 && strings.Contains(row[planCol], "destroy"), "the removal of %s is a row of the plan (%q)", newStandID, cell(row, planCol)); err != nil {
+		return err
+	}
+	if err := s.expect(strings.Contains(plan.Text, "<details><summary>nothing to see</summary>"), "the folder's name is shown as the text it is"); err != nil {
+		return err
+	}
+	var foreign []string
+	for _, e := range plan.Elements {
+		if slices.Contains([]string{"details", "summary", "img", "script", "style", "iframe", "form", "input"}, e) {
+			foreign = append(foreign, e)
+		}
+	}
+	for _, l := range plan.Links {
+		if !strings.HasPrefix(l.Href, s.d.gitea.URL) {
+			foreign = append(foreign, "a link to "+l.Href)
+		}
+	}
+	return s.expect(len(foreign) == 0, "no element the reconciler did not write (%v)", foreign)
 }
 
 // tableCell finds, in any of tables, the row starting with first and the column named col.

@@ -7,7 +7,7 @@
 //   {"base": "http://127.0.0.1:PORT/", "user": "...", "password": "...", "outDir": "...",
 //    "pages": [{"name": "plan-comment", "path": "demo/stands/pulls/1", "marker": "Stands plan for"}]}
 // Output on stdout, JSON: {"pages": [{"name", "url", "found", "styled", "tables": [{"header": [...], "rows": [[...]]}],
-//   "rawMarkdown": bool, "links": [{"href", "status"}], "screenshot"}]}
+//   "rawMarkdown": bool, "links": [{"href", "status"}], "screenshot", "text", "elements": [tag, ...]}]}
 import { chromium } from 'playwright-core';
 import { readFileSync } from 'node:fs';
 
@@ -36,12 +36,14 @@ try {
     // Gitea's own stylesheet applied: without its built front end a page is bare HTML, and a screenshot
     // of it is not what a reviewer sees.
     const styled = await page.evaluate(() => [...document.styleSheets].some((s) => /\/assets\/css\/index[.-]/.test(s.href || '') && s.cssRules.length > 100));
-    const out = { name: p.name, url, found, styled, tables: [], rawMarkdown: false, links: [], screenshot: '' };
+    const out = { name: p.name, url, found, styled, tables: [], rawMarkdown: false, links: [], screenshot: '', text: '', elements: [] };
     if (found) {
       out.tables = await block.evaluate((el) => [...el.querySelectorAll('table')].map((t) => ({
         header: [...t.querySelectorAll('thead th, tr:first-child th')].map((c) => c.innerText.trim()),
         rows: [...t.querySelectorAll('tbody tr')].map((r) => [...r.querySelectorAll('td')].map((c) => c.innerText.trim())),
       })));
+      out.text = await block.evaluate((el) => el.innerText);
+      out.elements = await block.evaluate((el) => [...el.querySelectorAll('*')].map((e) => e.tagName.toLowerCase()));
       // A table left as text shows its delimiter row; bold left as text shows its asterisks.
       out.rawMarkdown = await block.evaluate((el) => /\|\s*-{3,}\s*\||\*\*\S/.test(el.innerText));
       const hrefs = await block.evaluate((el) => [...new Set([...el.querySelectorAll('a[href]')].map((a) => a.href))]);
