@@ -193,10 +193,9 @@ func ElementsDiffer(want, got []string) string {
 // free-form fields), then render each one's elements by name as Gitea shows them; a document whose
 // elements differ from its plain twin's, whose text holds a character a reader cannot see (a
 // control or format character such as a bidirectional override), or that does not render, fails
-// the test. check is given
-// the plain values and the elements of the document with all of them, to show that the test reads
-// the right part of the page.
-func EveryHostileValue(t *testing.T, publish func(docs map[string][]string), render func(name string) (*html.Node, error), check func(plain, elements []string)) {
+// the test. rows is how many table rows (its header included) the document shows for plain values:
+// the document with all of them must show that many, or the test reads the wrong part of the page.
+func EveryHostileValue(t *testing.T, publish func(docs map[string][]string), render func(name string) (*html.Node, error), rows func(plain []string) int) {
 	t.Helper()
 	hostile := HostileText(t)
 	plainOf := func(n int) []string {
@@ -219,7 +218,9 @@ func EveryHostileValue(t *testing.T, publish func(docs map[string][]string), ren
 		return Elements(page)
 	}
 	plainAll, plainOne := plain("plain-all"), plain("plain-one")
-	check(docs["plain-all"], plainAll)
+	if got, want := count(plainAll, "tr"), rows(docs["plain-all"]); got != want {
+		t.Fatalf("the plain document shows %d table rows, want %d: the test reads the wrong element", got, want)
+	}
 	compare := func(what, name string, want []string) {
 		t.Helper()
 		page, err := render(name)
@@ -230,12 +231,23 @@ func EveryHostileValue(t *testing.T, publish func(docs map[string][]string), ren
 		if d := ElementsDiffer(want, Elements(page)); d != "" {
 			t.Errorf("elements differ with hostile value %s: markup the reconciler did not write (%s)", what, d)
 		}
-		if i := strings.IndexFunc(textOf(page), func(r rune) bool { return !unicode.IsPrint(r) && !unicode.IsSpace(r) || r == '\u2028' }); i >= 0 {
-			t.Errorf("with hostile value %s, the page shows a character a reader cannot see: %q", what, []rune(textOf(page)[i:])[0])
+		text := textOf(page)
+		if i := strings.IndexFunc(text, func(r rune) bool { return !unicode.IsPrint(r) && !unicode.IsSpace(r) || r == '\u2028' }); i >= 0 {
+			t.Errorf("with hostile value %s, the page shows a character a reader cannot see: %q", what, []rune(text[i:])[0])
 		}
 	}
 	compare("all of them", "all", plainAll)
 	for i, v := range hostile {
 		compare(fmt.Sprintf("%d %.60q", i, v), fmt.Sprintf("one-%d", i), plainOne)
 	}
+}
+
+func count(s []string, e string) int {
+	n := 0
+	for _, x := range s {
+		if x == e {
+			n++
+		}
+	}
+	return n
 }
