@@ -10,7 +10,7 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: check deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools screenshots render demo-apply clean tools deps vm-image e2e bench faults faults-short
+.PHONY: check deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools screenshots render demo-apply clean tools deps vm-image e2e bench faults faults-short alerts
 
 # Tools the tests run for real, each built from the Go module proxy in a module of its own under
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
@@ -100,7 +100,7 @@ bench: tools
 # taken away, the recovery time printed, and after each: no orphan, no stale lock, no wrong destroy,
 # no secret in logs or the repository. faults-short is the subset .ci/run runs (~6 min).
 faults: tools
-	$(GO) test -tags faults -count=1 -timeout 60m -v -run '^TestFaults$$' ./bench/
+	$(GO) test -tags faults -count=1 -timeout 90m -v -run '^TestFaults$$' ./bench/
 
 faults-short: tools
 	FAULTS=short $(GO) test -tags faults -count=1 -timeout 30m -v -run '^TestFaults$$' ./bench/
@@ -128,6 +128,14 @@ deploy-check:
 	  echo "deploy: unit verified"
 	promtool check rules deploy/alerts.yml
 	bash -n deploy/install.sh
+
+# The alert rules for a site whose Prometheus scrape job for the daemon is ALERTS_JOB, with runbook links
+# under RUNBOOK_BASE (docs/runbooks.md, "The rules' two site settings"): _out/alerts.yml.
+ALERTS_JOB   ?= stands-reconciler
+RUNBOOK_BASE ?= https://github.com/stands-engine/stands-reconciler/blob/main/docs/runbooks.md
+alerts:
+	@mkdir -p _out && deploy/alerts.sh "$(ALERTS_JOB)" "$(RUNBOOK_BASE)" < deploy/alerts.yml > _out/alerts.yml.tmp && \
+	  promtool check rules _out/alerts.yml.tmp >/dev/null && mv _out/alerts.yml.tmp _out/alerts.yml && echo "alerts: _out/alerts.yml for job $(ALERTS_JOB)"
 
 # The main job on the embedded default: the reconciler's whole loop on the example stands repository,
 # on 127.0.0.1 under _demo/ (cmd/stands-demo): local Gitea, a real Vault, hcloudsim, the reconciler; a

@@ -43,8 +43,9 @@ func TestBench(t *testing.T) {
 	workers := t.Run("workers", func(t *testing.T) { benchWorkers(t, bin, res) })
 	forge := t.Run("forge", func(t *testing.T) { benchForge(t, bin, res) })
 	replicas := t.Run("replicas", func(t *testing.T) { benchReplicas(t, bin, res) })
+	follow := t.Run("plans follow main", func(t *testing.T) { benchFollow(t, bin, res) })
 	// Only a whole run at the documented size replaces the results (-run can pick one part).
-	if large && workers && forge && replicas && n == 1000 && len(res.rows) >= 12 {
+	if large && workers && forge && replicas && follow && n == 1000 && len(res.rows) >= 13 {
 		res.write(t, benchReport)
 	}
 }
@@ -359,29 +360,35 @@ func benchWorkers(t *testing.T, bin string, res *results) {
 		fmt.Sprintf("%.1f× faster", took[1].Seconds()/took[4].Seconds()), "from the daemon's start to the twelfth Ready status")
 }
 
-// benchForge: how soon a commit starts an apply with Gitea's push webhook and with polling alone
-// (the default 30 s poll), and how long pull request plans take with 20 open while the tracked
-// branch keeps changing, against the same applies with no pull request open.
-func benchForge(t *testing.T, bin string, res *results) {
-	h := testenv.StartHetzner(t, "bench-token")
-	w := newWorld(t, bin, h)
+// hookedWorld is a world with n stands Ready under a daemon polling every 30 s, and Gitea's webhook
+// for events pointed at it; it returns the repository's files and the hook.
+func hookedWorld(t *testing.T, bin string, n int, events ...string) (*world, *daemon, map[string]string, *gitea.Hook) {
+	w := newWorld(t, bin, testenv.StartHetzner(t, "bench-token"))
 	files := baseFiles(t)
-	for i := range 4 {
+	for i := range n {
 		files[standPath(project(i))] = benchStand(project(i), 6300)
 	}
-	w.repo.Change("four stands", files)
+	w.repo.Change(fmt.Sprintf("%d stands", n), files)
 	const hookKey = "bench-webhook-secret"
 	d := w.daemon("--poll-interval", "30s")
 	d.env = append(d.env, "STANDS_WEBHOOK_SECRET_FILE="+w.secretFile("webhook-secret", hookKey))
 	d.start()
-	d.waitFor("four stands Ready", 5*time.Minute, func() bool { return w.allReady(4) })
-	api := w.gitea.API(t)
-	owner, name := w.repo.Info.Owner.UserName, w.repo.Info.Name
-	hook, _, err := api.CreateRepoHook(owner, name, gitea.CreateHookOption{Type: gitea.HookTypeGitea, Active: true, Events: []string{"push"},
-		Config: map[string]string{"url": "http://" + d.listen + "/webhook", "content_type": "json", "secret": hookKey}})
+	d.waitFor(fmt.Sprintf("%d stands Ready", n), 5*time.Minute, func() bool { return w.allReady(n) })
+	hook, _, err := w.gitea.API(t).CreateRepoHook(w.repo.Info.Owner.UserName, w.repo.Info.Name, gitea.CreateHookOption{Type: gitea.HookTypeGitea,
+		Active: true, Events: events, Config: map[string]string{"url": "http://" + d.listen + "/webhook", "content_type": "json", "secret": hookKey}})
 	if err != nil {
 		t.Fatalf("create the webhook: %v", err)
 	}
+	return w, d, files, hook
+}
+
+// benchForge: how soon a commit starts an apply with Gitea's push webhook and with polling alone
+// (the default 30 s poll), and how long pull request plans take with 20 open while the tracked
+// branch keeps changing, against the same applies with no pull request open.
+func benchForge(t *testing.T, bin string, res *results) {
+	w, d, _, hook := hookedWorld(t, bin, 4, "push")
+	api := w.gitea.API(t)
+	owner, name := w.repo.Info.Owner.UserName, w.repo.Info.Name
 	port := 7000
 	// applyLatency pushes a change of b0000 and returns how long until its apply started, and until
 	// it was Ready.
@@ -494,4 +501,88 @@ func leaves(paths []string) string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// benchFollow: 20 open pull requests while main moves every 30 s. 16 add a stand of their own,
+// which no move of main touches; 4 edit the kv app's template, so the merge of each changes with
+// every change of a stand on main. After each move, the 4 are planned again on the new merge and
+// their comments name the new base; the 16 are not planned again, so no Pulumi process runs for
+// them. The baseline is what planning every open pull request again would cost, from the Pulumi
+// processes the 16 took for their first plans.
+func benchFollow(t *testing.T, bin string, res *results) {
+	w, d, files, _ := hookedWorld(t, bin, 2, "push", "pull_request")
+	api := w.gitea.API(t)
+	owner, name := w.repo.Info.Owner.UserName, w.repo.Info.Name
+	type pr struct {
+		index int64
+		head  string
+	}
+	open := func(i int, change map[string]string) pr {
+		branch := fmt.Sprintf("follow-%02d", i)
+		head := w.repo.ChangeOn(branch, branch, change)
+		return pr{w.repo.Open(api, branch, branch), head}
+	}
+	before := w.processes()
+	var untouched, touched []pr
+	for i := range 16 {
+		untouched = append(untouched, open(i, map[string]string{standPath(fmt.Sprintf("f%02d", i)): benchStand(fmt.Sprintf("f%02d", i), 6300)}))
+	}
+	for _, p := range untouched {
+		w.planStatus(t, p.head, 20*time.Minute)
+	}
+	perPlan := float64(w.processes()-before) / float64(len(untouched))
+	tmpl := files["apps/kv/redis.conf.tmpl"]
+	for i := range 4 {
+		touched = append(touched, open(16+i, map[string]string{"apps/kv/redis.conf.tmpl": tmpl + fmt.Sprintf("# tuned by follow-%02d\n", 16+i)}))
+	}
+	for _, p := range touched {
+		w.planStatus(t, p.head, 20*time.Minute)
+	}
+	comment := func(n int64) string {
+		comments, _, err := api.ListIssueComments(owner, name, n, gitea.ListIssueCommentOptions{})
+		if err != nil {
+			return ""
+		}
+		for _, c := range comments {
+			if strings.Contains(c.Body, prplan.CommentMarker) {
+				return c.Body
+			}
+		}
+		return ""
+	}
+	var slowest time.Duration
+	var processes []int
+	port := 7100
+	const moves = 4
+	for m := range moves {
+		next := time.Now().Add(30 * time.Second)
+		port++
+		pushed := time.Now()
+		start := w.processes()
+		commit := w.repo.Change("b0000: port", map[string]string{standPath("b0000"): benchStand("b0000", port)})
+		for _, p := range touched {
+			d.waitFor(fmt.Sprintf("#%d planned on %s", p.index, commit[:12]), 5*time.Minute, func() bool {
+				return strings.Contains(comment(p.index), "at `"+commit[:12]+"`")
+			})
+			slowest = max(slowest, time.Since(pushed))
+		}
+		d.waitFor("b0000 Ready", 5*time.Minute, func() bool {
+			s := w.statuses()["local_b0000_dev"]
+			return s.Phase == reason.Ready && s.LastSuccessfulCommit == commit
+		})
+		for _, p := range untouched {
+			if d.logSince(pushed, `"msg":"pull request planned"`, fmt.Sprintf(`"pull_request":%d,`, p.index)) {
+				t.Errorf("move %d: #%d, which the move does not touch, was planned again", m+1, p.index)
+			}
+		}
+		processes = append(processes, w.processes()-start)
+		time.Sleep(time.Until(next))
+	}
+	slices.Sort(processes)
+	res.add("pull request plans follow main", "20 open (4 touched by each move), main moving every 30 s",
+		fmt.Sprintf("slowest plan %.0f s after the move; %d Pulumi processes per move", slowest.Seconds(), processes[len(processes)/2]),
+		fmt.Sprintf("%.0f processes per move", float64(processes[len(processes)/2])+16*perPlan),
+		fmt.Sprintf("%.1f× fewer", (float64(processes[len(processes)/2])+16*perPlan)/float64(processes[len(processes)/2])),
+		fmt.Sprintf("median of %d moves, each a commit to a stand on main applied too; the 16 pull requests the moves do not touch are never planned again; baseline: every open pull request planned again, at the %.1f processes each of the 16 took for its first plan", moves, perPlan))
+	d.stop()
 }

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"code.gitea.io/sdk/gitea"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
 	"github.com/stands-engine/stands-reconciler/judge"
+	"github.com/stands-engine/stands-reconciler/prplan"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -487,6 +489,9 @@ var statusLine = regexp.MustCompile(`stand\.yml:\d+`)
 var faultCases = []faultCase{
 	{"malformed stand.yml", true, faultMalformed},
 	{"webhook with a bad signature", true, faultWebhook},
+	{"webhook floods: replays and deliveries of one commit", false, faultWebhookFlood},
+	{"a pull request of endless templates beside an ordinary one", false, faultPlanStarvation},
+	{"pull requests of large files: 300 MB, 20 × 50 MB", false, faultLargeFiles},
 	{"Vault down and back", true, faultVault},
 	{"kill -9 of the daemon mid-apply", true, faultKill},
 	{"hcloud action ending in error", true, faultActionError},
@@ -555,29 +560,9 @@ func faultMalformed(s *suite, c *caseRun) {
 // no poll; one signed right does.
 func faultWebhook(s *suite, c *caseRun) {
 	body := []byte(`{"ref":"refs/heads/main","after":"0000000000000000000000000000000000000000"}`)
-	post := func(sig string) int {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+s.d.listen+"/webhook", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Gitea-Event", "push")
-		if sig != "" {
-			req.Header.Set("X-Gitea-Signature", sig)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			c.fail(s, "post the webhook: %v", err)
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	sign := func(key string) string {
-		m := hmac.New(sha256.New, []byte(key))
-		m.Write(body)
-		return hex.EncodeToString(m.Sum(nil))
-	}
 	since := time.Now()
-	for _, sig := range []string{sign("not-the-key"), "", strings.Repeat("0", 64), "zz"} {
-		if code := post(sig); code != http.StatusUnauthorized {
+	for _, sig := range []string{s.sign([]byte("not-the-key"), body), "", strings.Repeat("0", 64), "zz"} {
+		if code := s.postHook(c, "refused-"+sig, body, sig); code != http.StatusUnauthorized {
 			c.fail(s, "a webhook signed %q: HTTP %d, want 401", sig, code)
 		}
 	}
@@ -590,12 +575,209 @@ func faultWebhook(s *suite, c *caseRun) {
 	}
 	c.cause = "HTTP 401, logged \"webhook refused\""
 	good := time.Now()
-	if code := post(sign(s.hookKey)); code != http.StatusAccepted {
+	if code := s.postHook(c, "good", body, s.sign([]byte(s.hookKey), body)); code != http.StatusAccepted {
 		c.fail(s, "a webhook signed right: HTTP %d, want 202", code)
 	}
 	if s.wait(c, "the signed webhook's poll", 10*time.Second, func() bool { return s.d.logSince(good, "webhook: polling now") }) {
 		c.recovery = time.Since(good)
 	}
+}
+
+// postHook posts a push webhook as Gitea would: delivery id, event and signature (none when "").
+func (s *suite) postHook(c *caseRun, id string, body []byte, sig string) int {
+	req, _ := http.NewRequest(http.MethodPost, "http://"+s.d.listen+"/webhook", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Gitea-Event", "push")
+	req.Header.Set("X-Gitea-Delivery", id)
+	if sig != "" {
+		req.Header.Set("X-Gitea-Signature", sig)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.fail(s, "post the webhook: %v", err)
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (s *suite) sign(key, body []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// faultWebhookFlood: webhooks are hints. With the poll slowed to 10 minutes, so that only webhooks
+// start cycles: 1,000 replays of one signed delivery, then 1,000 distinct deliveries naming the
+// tracked branch's commit, each flood paced over 10 s, run at most 2 cycles each; every request is
+// answered, and the daemon's resident memory grows by less than 50 MiB. The control: 8 deliveries
+// naming distinct commits, a second apart, run a cycle each, so the count sees what webhooks start.
+func faultWebhookFlood(s *suite, c *caseRun) {
+	s.d.stop()
+	s.d.start("--poll-interval", "10m")
+	s.logs = append(s.logs, s.d.logFile)
+	defer func() { s.d.stop(); s.start() }()
+	if !s.wait(c, "the restarted daemon's first cycle", 2*time.Minute, func() bool { return s.d.cycles() >= 1 }) {
+		return
+	}
+	ref, err := s.clone().Head()
+	if err != nil {
+		c.fail(s, "the tracked branch's head: %v", err)
+		return
+	}
+	head := ref.Hash().String()
+	push := func(commit string, n int) []byte {
+		return fmt.Appendf(nil, `{"ref":"refs/heads/main","after":%q,"n":%d}`, commit, n)
+	}
+	rss := s.d.rss()
+	// flood sends n deliveries over about 10 s from 20 senders and returns the cycles they ran, once
+	// what they started has ended.
+	flood := func(what string, n int, delivery func(i int) (id string, body []byte), spacing time.Duration) int {
+		before := s.d.cycles()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		codes := map[int]int{}
+		start := time.Now()
+		for g := range 20 {
+			wg.Go(func() {
+				for i := g; i < n; i += 20 {
+					time.Sleep(time.Until(start.Add(time.Duration(i) * spacing)))
+					id, body := delivery(i)
+					code := s.postHook(c, id, body, s.sign([]byte(s.hookKey), body))
+					mu.Lock()
+					codes[code]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if codes[0] > 0 {
+			c.fail(s, "%s: %d requests not answered", what, codes[0])
+		}
+		// Cycles the last deliveries asked for end within seconds: a cycle here runs no operation.
+		time.Sleep(5 * time.Second)
+		ran := s.d.cycles() - before
+		s.t.Logf("%s: HTTP %v in %s, %d cycles", what, codes, time.Since(start).Round(time.Millisecond), ran)
+		return ran
+	}
+	replays := flood("1,000 replays", 1000, func(int) (string, []byte) { return "replayed", push(head, 0) }, 10*time.Millisecond)
+	distinct := flood("1,000 deliveries of one commit", 1000, func(i int) (string, []byte) { return fmt.Sprintf("delivery-%d", i), push(head, i) }, 10*time.Millisecond)
+	control := flood("control: 8 commits", 8, func(i int) (string, []byte) {
+		return fmt.Sprintf("control-%d", i), push(fmt.Sprintf("%040x", i+1), 0)
+	}, time.Second)
+	grew := s.d.rss() - rss
+	if replays > 2 || distinct > 2 {
+		c.fail(s, "1,000 replays ran %d cycles and 1,000 deliveries of one commit %d, want at most 2 each", replays, distinct)
+	}
+	if control < 6 {
+		c.fail(s, "control: 8 deliveries of distinct commits ran %d cycles: the count cannot see what webhooks start", control)
+	}
+	if grew > 50 {
+		c.fail(s, "resident memory grew by %.0f MiB during the floods", grew)
+	}
+	c.cause = fmt.Sprintf("cycles: %d for 1,000 replays, %d for 1,000 deliveries of one commit (control, 8 commits: %d); RSS %+.0f MiB", replays, distinct, control, grew)
+}
+
+// faultPlanStarvation: a pull request of 20 stands whose templates never end (each render runs into
+// the sandbox's CPU limit) is being planned; an ordinary pull request opened after it is planned
+// within 60 s, and a change committed meanwhile starts its apply about as soon as the same change
+// did before (the baseline). The hostile plan ends at its render CPU budget, naming it. The
+// control: the daemon restarted with one plan worker and both pull requests pushed again, the
+// ordinary one now waits for the hostile one, which shows the measurement can see a wait.
+func faultPlanStarvation(s *suite, c *caseRun) {
+	t, api := s.t, s.w.gitea.API(s.t)
+	owner, repo := s.w.repo.Info.Owner.UserName, s.w.repo.Info.Name
+	applyStart := func(what string) time.Duration {
+		pushed := time.Now()
+		s.change("fother", what)
+		if !s.wait(c, what+": its apply starting", 3*time.Minute, func() bool {
+			return s.d.logSince(pushed, `"msg":"cycle planned"`, `"update":1`)
+		}) {
+			return 0
+		}
+		return time.Since(pushed)
+	}
+	baseline := applyStart("a change with no pull request open")
+	files := baseFiles(t)
+	hostile := map[string]string{
+		"apps/bomb/app.yml":       "images: [\"registry.example.test/bomb:1\"]\nfiles:\n  - src: bomb.tmpl\n    dest: /tmp/bomb\npod: pod.yaml.tmpl\n",
+		"apps/bomb/bomb.tmpl":     "{{ range 1000000000 }}{{ range 1000000000 }}{{ end }}{{ end }}\n",
+		"apps/bomb/pod.yaml.tmpl": files["apps/kv/pod.yaml.tmpl"],
+	}
+	for i := range 20 {
+		p := fmt.Sprintf("bomb%02d", i)
+		hostile[standPath(p)] = strings.Replace(benchStand(p, 7500+i), "apps: [kv]", "apps: [kv, bomb]", 1) +
+			"  bomb:\n    package: ../../apps/bomb\n    instances:\n      x: {}\n"
+	}
+	open := func(branch string, change map[string]string) (int64, string) {
+		head := s.w.repo.ChangeOn(branch, branch, change)
+		return s.w.repo.Open(api, branch, branch), head
+	}
+	hostileIdx, hostileHead := open("hostile-plan", hostile)
+	if !s.wait(c, "the hostile pull request's plan to start", time.Minute, func() bool { return s.d.logSince(c.started, "a stand's render was stopped") }) {
+		return
+	}
+	opened := time.Now()
+	ordinaryIdx, ordinaryHead := open("ordinary-plan", map[string]string{standPath("fbase"): benchStand("fbase", 7600)})
+	ordinary := s.planState(c, ordinaryHead, 3*time.Minute)
+	planned := time.Since(opened)
+	during := applyStart("a change while the hostile pull request is planned")
+	final := s.planState(c, hostileHead, 5*time.Minute)
+	if ordinary.State != gitea.StatusSuccess || planned > time.Minute {
+		c.fail(s, "the ordinary pull request: stands/plan %s after %s, want success within 60s", ordinary.State, planned)
+	}
+	if final.State != gitea.StatusFailure || !strings.Contains(final.Description, "render CPU time") {
+		c.fail(s, "the hostile pull request: stands/plan %s %q, want failure naming the render CPU budget", final.State, final.Description)
+	}
+	if during > baseline+15*time.Second {
+		c.fail(s, "an apply started %s after its commit with the hostile plan running, %s without", during, baseline)
+	}
+
+	// The control: one plan worker, both pull requests pushed again (a push is a new budget).
+	s.d.stop()
+	s.d.start("--plan-workers", "1")
+	s.logs = append(s.logs, s.d.logFile)
+	defer func() { s.d.stop(); s.start() }()
+	hostile[standPath("bomb00")] += "# again\n"
+	s.w.repo.ChangeOn("hostile-plan", "again", hostile)
+	time.Sleep(2 * time.Second)
+	again := time.Now()
+	ordinaryHead = s.w.repo.ChangeOn("ordinary-plan", "again", map[string]string{standPath("fbase"): benchStand("fbase", 7601)})
+	s.planState(c, ordinaryHead, 5*time.Minute)
+	waited := time.Since(again)
+	if waited < planned+20*time.Second {
+		c.fail(s, "control: with one plan worker the ordinary pull request was planned after %s, with two after %s: the wait is not seen", waited, planned)
+	}
+	for _, idx := range []int64{hostileIdx, ordinaryIdx} {
+		closed := gitea.StateClosed
+		if _, _, err := api.EditPullRequest(owner, repo, idx, gitea.EditPullRequestOption{State: &closed}); err != nil {
+			c.fail(s, "close #%d: %v", idx, err)
+		}
+	}
+	c.cause = fmt.Sprintf("ordinary pull request planned in %s beside one of 20 endless stands (one worker, the control: %s); apply start %s (%s without); the hostile plan: %q",
+		roundDuration(planned), roundDuration(waited), roundDuration(during), roundDuration(baseline), final.Description)
+}
+
+// planState waits for the final stands/plan of a commit; nil, and the case failed, when none came.
+func (s *suite) planState(c *caseRun, sha string, timeout time.Duration) *gitea.Status {
+	var final *gitea.Status
+	s.wait(c, "stands/plan on "+sha[:12], timeout, func() bool {
+		statuses, _, err := s.w.gitea.API(s.t).ListStatuses(s.w.repo.Info.Owner.UserName, s.w.repo.Info.Name, sha, gitea.ListStatusesOption{})
+		var newest *gitea.Status
+		for _, st := range statuses {
+			if st.Context == prplan.PlanContext && (newest == nil || st.ID > newest.ID) {
+				newest = st
+			}
+		}
+		if err == nil && newest != nil && newest.State != gitea.StatusPending {
+			final = newest
+		}
+		return final != nil
+	})
+	if final == nil {
+		return &gitea.Status{State: "none"}
+	}
+	return final
 }
 
 // faultVault: with Vault down, a changed stand fails with VaultUnavailable and nothing else moves;

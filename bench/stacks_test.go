@@ -247,10 +247,11 @@ func byURN(a []any) {
 }
 
 // volatile says whether a leaf may differ between two stacks the CLI made of the same manifest:
-// times, ciphertext, ids Hetzner or Pulumi gave, addresses, keys made per stack.
+// times, ciphertext, ids Hetzner or Pulumi gave, addresses, keys made per stack, and the public
+// connection record, one string holding the servers' addresses.
 func volatile(path string) bool {
 	for _, s := range []string{"(provider id)", "time", "ciphertext", ".id", "serverId", "IPv4", "privateIP", "IP", "created", "modified",
-		"salt", "Key", "started", "finished", "seconds", "stateDigest", "host", "endpoint", "fingerprint", "hostKey"} {
+		"salt", "Key", "started", "finished", "seconds", "stateDigest", "host", "endpoint", "fingerprint", "hostKey", "connectionPublic"} {
 		if strings.Contains(path, s) {
 			return true
 		}

@@ -158,7 +158,8 @@ func (d *daemon) start(extra ...string) {
 	w, t := d.w, d.w.t
 	t.Helper()
 	d.listen = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	args := append([]string{"run", "--repo", w.repoURL(), "--listen", d.listen, "--drift-interval", "0", "--drain-timeout", "5m"}, d.args...)
+	// The bench pushes to main directly, as a repository that does not review.
+	args := append([]string{"run", "--repo", w.repoURL(), "--listen", d.listen, "--drift-interval", "0", "--drain-timeout", "5m", "--require-review=false"}, d.args...)
 	cmd := exec.Command(w.bin, append(args, extra...)...)
 	cmd.Env = []string{"PATH=" + filepath.Dir(w.wrapper) + ":" + os.Getenv("PATH"), "HOME=" + w.dir,
 		"STANDS_STATE_DIR=" + d.state, "HCLOUD_ENDPOINT=" + w.hetzner.Endpoint,
@@ -310,8 +311,14 @@ func (d *daemon) rss() float64 { return d.metric("process_resident_memory_bytes"
 // buildReconciler builds stands-reconciler once for the run.
 func buildReconciler(t *testing.T) string {
 	t.Helper()
+	return buildReconcilerTags(t, "")
+}
+
+// buildReconcilerTags builds stands-reconciler with build tags (a control's behaviour).
+func buildReconcilerTags(t *testing.T, tags string) string {
+	t.Helper()
 	out := filepath.Join(t.TempDir(), "stands-reconciler")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/stands-reconciler")
+	cmd := exec.Command("go", "build", "-tags", tags, "-o", out, "./cmd/stands-reconciler")
 	cmd.Dir = testenv.RepoRoot()
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, msg)

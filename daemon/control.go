@@ -31,6 +31,7 @@ type controls interface {
 	Resume(by string) error
 	SetPlanOnly(on bool, by string) error
 	Retry(id, by string) error
+	Approve(id, commit, by string) error
 	Controls() reconcile.ControlView
 }
 
@@ -40,6 +41,7 @@ type ControlRequest struct {
 	Operator string `json:"operator,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 	Stand    string `json:"stand,omitempty"`
+	Commit   string `json:"commit,omitempty"` // approve: the commit of the change released
 	On       bool   `json:"on,omitempty"`
 }
 
@@ -154,6 +156,12 @@ func controlHandler(c controls, log *slog.Logger) http.Handler {
 		}
 		return c.Retry(req.Stand, by)
 	})
+	act("POST /v1/approve", func(req ControlRequest, by string) error {
+		if req.Stand == "" || req.Commit == "" {
+			return errors.New("name the stand and the commit of its change to approve")
+		}
+		return c.Approve(req.Stand, req.Commit, by)
+	})
 	mux.HandleFunc("GET /v1/controls", func(w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusOK, c, nil) })
 	return allowOwnUser(mux, log)
 }
@@ -200,7 +208,7 @@ func NewControlClient(path string) *ControlClient {
 		}}}}
 }
 
-// Do runs one action ("pause", "resume", "plan-only", "retry"; "" reads the controls).
+// Do runs one action ("pause", "resume", "plan-only", "retry", "approve"; "" reads the controls).
 func (c *ControlClient) Do(ctx context.Context, action string, req ControlRequest) (*ControlAnswer, error) {
 	method, url := http.MethodPost, "http://stands-reconciler/v1/"+action
 	if action == "" {

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -21,6 +23,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
+	"github.com/stands-engine/stands-reconciler/internal/sdnotify"
 	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/lease"
 	"github.com/stands-engine/stands-reconciler/prplan"
@@ -146,15 +149,46 @@ func (d *Daemon) build(ctx context.Context) error {
 	if cfg.ControlState, err = s.stateFile("controls.json"); err != nil {
 		return err
 	}
-	if forge := s.forge(gitToken, log); forge != nil {
-		cfg.Forge = forge
-		if s.Previews {
-			if cfg.Plans, err = d.plans(forge, eng, sec, cfg); err != nil {
-				return err
-			}
-		}
+	if err := d.forgeParts(&cfg, s.forge(gitToken, log), eng, sec); err != nil {
+		return err
 	}
 	d.rec = reconcile.New(cfg, d.src, eng, sec)
+	if forge, ok := cfg.Forge.(*gitsource.Gitea); ok {
+		w := newProtectionWatch(forge, s.Branch, log, d.metrics, d.rec.SetSafeguards)
+		d.own(goAsLongAs(w.run))
+	}
+	return nil
+}
+
+// forgeParts sets what the loop does with Gitea's API (nil: none): commit statuses, the pull
+// request plans, and the review gate (docs/pr-workflow.md#apply-only-what-was-reviewed).
+func (d *Daemon) forgeParts(cfg *reconcile.Config, forge *gitsource.Gitea, eng *engine.Engine, sec reconcile.Secrets) error {
+	s, log := &d.s, d.log
+	var err error
+	if cfg.ReviewState, err = s.stateFile("reviews.json"); err != nil {
+		return err
+	}
+	if forge != nil {
+		cfg.Forge = forge
+		if s.Previews {
+			planner, err := d.plans(forge, eng, sec, *cfg)
+			if err != nil {
+				return err
+			}
+			cfg.Plans, cfg.Reviews = planner, planner
+		}
+	}
+	switch {
+	case !s.RequireReview:
+	case forge == nil:
+		// No pull requests to review in: a local repository, or no token for the API.
+		log.Info("changes are applied as they land: reviews need the Gitea API")
+	case !s.Previews:
+		cfg.RequireReview = true
+		log.Warn("--previews=false: no plan can be reviewed, so only ctl approve lets a change through (or --require-review=false)")
+	default:
+		cfg.RequireReview = true
+	}
 	return nil
 }
 
@@ -170,9 +204,14 @@ func (d *Daemon) plans(forge *gitsource.Gitea, eng *engine.Engine, sec reconcile
 		return nil, err
 	}
 	return prplan.New(prplan.Config{Branch: loop.Branch, Passphrase: loop.Passphrase, StateFile: state, Log: d.log, Metrics: d.metrics,
-		Guards: judge.Guards{Owner: loop.Owner, MaxDestroyShare: loop.MaxDestroyShare, AllowMassDestroy: loop.AllowMassDestroy},
-		Sandbox: func(ctx context.Context, job string, write func(io.Writer) error, read func(io.Reader) error) error {
-			return sandbox.Run(ctx, exe, job, sandbox.DefaultLimits, write, read)
+		Guards:  judge.Guards{Owner: loop.Owner, MaxDestroyShare: loop.MaxDestroyShare, AllowMassDestroy: loop.AllowMassDestroy},
+		Workers: d.s.PlanWorkers, Budget: prplan.Budget{Wall: d.s.PlanBudget, RenderCPU: d.s.PlanRenderCPU},
+		Sandbox: func(ctx context.Context, job string, cpu time.Duration, write func(io.Writer) error, read func(io.Reader) error) (time.Duration, error) {
+			lim := sandbox.DefaultLimits
+			if cpu > 0 && cpu < lim.CPU {
+				lim.CPU = cpu // what is left of the pull request's budget
+			}
+			return sandbox.Run(ctx, exe, job, lim, write, read)
 		}}, forge, eng, d.src, sec), nil
 }
 
@@ -188,10 +227,37 @@ func (d *Daemon) Run(ctx context.Context) error {
 	s := &d.s
 	d.log.Info("reconciler started", "repo", gitsource.RedactURL(s.Repo), "branch", s.Branch, "status_branch", d.src.StatusBranch(),
 		"poll_interval", s.Poll, "owner", s.Engine.Owner, "workers", s.Workers)
+	d.notify("READY=1")
+	if wd := sdnotify.WatchdogInterval(); wd > 0 {
+		// Fed while the loop makes progress, through the drain too: a frozen process, or a cycle
+		// that has not ended in wedgedAfter, misses it and systemd restarts the daemon; a long
+		// apply, beside the loop, does not.
+		d.own(goAsLongAs(func(ctx context.Context) {
+			if err := sdnotify.Watchdog(ctx, wd, func() bool { return d.rec.InCycleFor() < wedgedAfter }); err != nil {
+				d.log.Warn("systemd watchdog not fed", "err", err)
+			}
+		}))
+		d.log.Info("systemd watchdog", "interval", wd, "wedged_after", wedgedAfter)
+	}
 	d.rec.Run(ctx, s.Poll)
+	d.notify("STOPPING=1")
 	d.log.Info("stopping: letting running operations finish; a second SIGTERM or SIGINT cancels them now", "drain_timeout", s.Drain)
 	return d.rec.Drain(s.Drain)
 }
+
+// wedgedAfter is how long one cycle may run before the loop counts as wedged: a cycle's inventory has
+// 5 min, each Gitea request 30 s; operations run beside it.
+const wedgedAfter = 10 * time.Minute
+
+// notify tells systemd the daemon's state (a unit of Type=notify); nothing outside systemd.
+func (d *Daemon) notify(state string) {
+	if _, err := sdnotify.Notify(state); err != nil {
+		d.log.Warn("systemd not told", "state", state, "err", err)
+	}
+}
+
+// SetPollInterval changes the poll interval of a running daemon (a reload).
+func (d *Daemon) SetPollInterval(p time.Duration) { d.rec.SetInterval(p) }
 
 // Abort cancels the running operations now, as the drain timeout would (a second signal during a
 // drain).
@@ -254,6 +320,17 @@ type closerFunc func() error
 
 func (c closerFunc) Close() error { return c() }
 
+// serve opens a TCP listener on addr for h, owned by the daemon.
+func (d *Daemon) serve(addr string, h http.Handler, paths string) error {
+	srv, err := listenTCP(addr, h, d.log)
+	if err != nil {
+		return err
+	}
+	d.own(srv)
+	d.log.Info("listening", "addr", srv.Addr(), "paths", paths)
+	return nil
+}
+
 // listen opens the daemon's listeners: the webhook, probes and /metrics on Listen, the controls on
 // their socket, and the watcher of a local repository.
 func (d *Daemon) listen() error {
@@ -267,15 +344,28 @@ func (d *Daemon) listen() error {
 		if !secret.Set() {
 			log.Warn("no STANDS_WEBHOOK_SECRET: every webhook is refused (401); polling still works")
 		}
-		srv, err := listenTCP(d.s.Listen, httpHandler(d.rec, func() []byte {
+		value := func() []byte {
 			v, _ := secret.Value()
 			return []byte(v)
-		}, log, d.metrics), log)
-		if err != nil {
+		}
+		// With a listener of their own for the probes and /metrics, the one Gitea reaches serves the
+		// webhook alone.
+		mux, paths := http.NewServeMux(), "/webhook"
+		addWebhook(mux, d.rec, value, log, d.metrics)
+		if d.s.MetricsListen == "" {
+			addProbes(mux, d.rec, log, d.metrics)
+			paths += " /healthz /readyz /metrics"
+		}
+		if err := d.serve(d.s.Listen, mux, paths); err != nil {
 			return err
 		}
-		d.own(srv)
-		log.Info("listening", "addr", srv.Addr(), "paths", "/webhook /healthz /readyz /metrics")
+	}
+	if d.s.MetricsListen != "" {
+		mux := http.NewServeMux()
+		addProbes(mux, d.rec, log, d.metrics)
+		if err := d.serve(d.s.MetricsListen, mux, "/healthz /readyz /metrics"); err != nil {
+			return err
+		}
 	}
 	if p := d.s.SocketPath(); p != "" {
 		ctl, err := listenControl(p, d.rec, log)

@@ -28,18 +28,39 @@ type loop interface {
 // repository, the secret store or the Pulumi backend is unreachable.
 func httpHandler(l loop, secret func() []byte, log *slog.Logger, metrics *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
-	hook := gitsource.WebhookHandler(secret, func() {
-		log.Info("webhook: polling now")
-		l.Trigger()
-	})
-	refused := &refusals{log: log, every: time.Minute}
-	mux.HandleFunc("POST /webhook", func(w http.ResponseWriter, r *http.Request) {
-		rec := &statusRecorder{ResponseWriter: w}
-		hook.ServeHTTP(rec, r)
-		if rec.code == http.StatusUnauthorized {
+	addWebhook(mux, l, secret, log, metrics)
+	addProbes(mux, l, log, metrics)
+	return mux
+}
+
+// addWebhook serves POST /webhook on mux.
+func addWebhook(mux *http.ServeMux, l loop, secret func() []byte, log *slog.Logger, metrics *prometheus.Registry) {
+	deliveries := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_webhook_deliveries_total",
+		Help: "Webhook requests by what became of them: triggered (a cycle asked for), duplicate, coalesced, refused, limited, too_large, bad_method."},
+		[]string{"result"})
+	if metrics != nil {
+		metrics.MustRegister(deliveries)
+	}
+	refused := &refusals{log: log, every: time.Minute, msg: "webhook refused: bad or missing signature, no poll started"}
+	limited := &refusals{log: log, every: time.Minute, msg: "webhooks over the rate refused (429), no poll started"}
+	hook := gitsource.NewWebhook(secret, l.Trigger, func(d gitsource.Delivery, r *http.Request) {
+		deliveries.WithLabelValues(string(d)).Inc()
+		switch d {
+		case gitsource.Triggered:
+			log.Info("webhook: polling now", "event", r.Header.Get("X-Gitea-Event"))
+		case gitsource.Duplicate, gitsource.Coalesced:
+			log.Debug("webhook: nothing new", "result", string(d), "event", r.Header.Get("X-Gitea-Event"), "delivery", r.Header.Get("X-Gitea-Delivery"))
+		case gitsource.Refused:
 			refused.add(r.RemoteAddr, time.Now())
+		case gitsource.Limited:
+			limited.add(r.RemoteAddr, time.Now())
 		}
 	})
+	mux.Handle("POST /webhook", hook)
+}
+
+// addProbes serves /metrics, /healthz and /readyz on mux.
+func addProbes(mux *http.ServeMux, l loop, log *slog.Logger, metrics *prometheus.Registry) {
 	if metrics != nil {
 		// Unauthenticated, like /healthz: the listener is 127.0.0.1 by default.
 		mux.Handle("GET /metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
@@ -64,14 +85,14 @@ func httpHandler(l loop, secret func() []byte, log *slog.Logger, metrics *promet
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": len(problems) == 0, "problems": problems, "cycles": h.Cycles})
 	})
-	return mux
 }
 
-// refusals logs webhooks refused for their signature: the first at once, then at most one record
-// per interval counting those since, so a caller guessing signatures cannot flood the log.
+// refusals logs webhooks refused: the first at once, then at most one record per interval counting
+// those since, so a caller guessing signatures or flooding cannot flood the log.
 type refusals struct {
 	log   *slog.Logger
 	every time.Duration
+	msg   string
 
 	mu     sync.Mutex
 	last   time.Time
@@ -86,19 +107,6 @@ func (f *refusals) add(remote string, now time.Time) {
 	if f.logged && now.Sub(f.last) < f.every {
 		return
 	}
-	f.log.Warn("webhook refused: bad or missing signature, no poll started", "remote", remote, "refused", f.since)
+	f.log.Warn(f.msg, "remote", remote, "refused", f.since)
 	f.last, f.since, f.logged = now, 0, true
-}
-
-// statusRecorder keeps the status a handler wrote.
-type statusRecorder struct {
-	http.ResponseWriter
-	code int
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	if r.code == 0 {
-		r.code = code
-	}
-	r.ResponseWriter.WriteHeader(code)
 }

@@ -90,7 +90,7 @@ func TestWebhookRefusalsAreLoggedNotFlooded(t *testing.T) {
 	}
 
 	var later bytes.Buffer
-	f := &refusals{log: slog.New(slog.NewTextHandler(&later, nil)), every: time.Minute}
+	f := &refusals{log: slog.New(slog.NewTextHandler(&later, nil)), every: time.Minute, msg: "webhook refused"}
 	start := time.Now()
 	for i := range 100 {
 		f.add("127.0.0.1:1", start.Add(time.Duration(i)*time.Second))

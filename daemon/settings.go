@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -31,6 +32,7 @@ type Settings struct {
 	GitKnownHosts     string // pins an ssh:// repository's host keys
 	GiteaURL          string // "": an http(s) repository's own
 	Listen            string // the webhook, probes and /metrics; "": none
+	MetricsListen     string // the probes and /metrics on a listener of their own; "": on Listen
 	VaultAddr         string // "": local mode, secrets from SECRET_<NAME>_FILE files
 	VaultRoleID       string // "": a token
 	VaultMount        string
@@ -44,11 +46,15 @@ type Settings struct {
 	SecretRefresh     time.Duration
 	HealthInterval    time.Duration
 	Workers           int
+	PlanWorkers       int // pull requests planned at once
+	PlanBudget        time.Duration
+	PlanRenderCPU     time.Duration
 	HealLimit         int
 	MaxDestroyShare   float64
 	AllowMassDestroy  bool
 	DriftApply        bool
 	Previews          bool
+	RequireReview     bool // apply only reviewed changes (docs/pr-workflow.md#apply-only-what-was-reviewed)
 	PlanOnly          bool
 	Heal              bool
 	// Replicas: one of several reconcilers on one postgres:// backend (docs/replicas.md).
@@ -143,35 +149,79 @@ func (s *Settings) Check(env Env, o Origins) []error {
 	if s.Engine.LockLease < 0 {
 		bad("lock-lease", "want 0 (never) or more")
 	}
-	if s.Replicas {
-		if u, err := url.Parse(s.Engine.Backend); err != nil || u.Scheme != "postgres" {
-			bad("replicas", "needs a postgres:// --backend: it holds the Pulumi state and the leases of every replica")
-		}
-		if s.LeaseTTL < 2*time.Second {
-			bad("lease-ttl", "want 2s or more: a lease is renewed every third of it")
-		}
-		if s.LeaseGrace < time.Second {
-			bad("lease-grace", "want 1s or more: the time a replica that lost a lease has to stop its Pulumi processes")
-		}
-		if strings.ContainsAny(s.ReplicaID, " \t\n/") {
-			bad("replica-id", "%q: no spaces or slashes", s.ReplicaID)
-		}
-	}
-	if s.Workers < 1 {
-		bad("workers", "%d: want at least 1", s.Workers)
-	}
+	s.checkReplicas(bad)
+	s.checkWork(bad)
 	if s.MaxDestroyShare < 0 || s.MaxDestroyShare > 1 {
 		bad("max-destroy-share", "%v: want a share from 0 to 1", s.MaxDestroyShare)
 	}
-	if s.Listen != "" {
-		if _, _, err := net.SplitHostPort(s.Listen); err != nil {
-			bad("listen", "%v", err)
+	for name, addr := range map[string]string{"listen": s.Listen, "metrics-listen": s.MetricsListen} {
+		if _, _, err := net.SplitHostPort(addr); addr != "" && err != nil {
+			bad(name, "%v", err)
 		}
+	}
+	if s.MetricsListen != "" && s.MetricsListen == s.Listen {
+		bad("metrics-listen", "%s is --listen's address: give the probes and /metrics another, or leave it empty to serve them on --listen", s.MetricsListen)
 	}
 	if p := s.SocketPath(); len(p) > maxSocketPath {
 		bad("control-socket", "%s is longer than the %d bytes a Unix socket path may have", p, maxSocketPath)
 	}
 	return append(errs, s.checkCredentials(env, o)...)
+}
+
+// checkReplicas checks what --replicas needs.
+func (s *Settings) checkReplicas(bad func(name, format string, a ...any)) {
+	if !s.Replicas {
+		return
+	}
+	if u, err := url.Parse(s.Engine.Backend); err != nil || u.Scheme != "postgres" {
+		bad("replicas", "needs a postgres:// --backend: it holds the Pulumi state and the leases of every replica")
+	}
+	if s.LeaseTTL < 2*time.Second {
+		bad("lease-ttl", "want 2s or more: a lease is renewed every third of it")
+	}
+	if s.LeaseGrace < time.Second {
+		bad("lease-grace", "want 1s or more: the time a replica that lost a lease has to stop its Pulumi processes")
+	}
+	if strings.ContainsAny(s.ReplicaID, " \t\n/") {
+		bad("replica-id", "%q: no spaces or slashes", s.ReplicaID)
+	}
+	if s.RequireReview && s.Previews && (s.GiteaURL != "" || repoKindOf(s.Repo) == httpRepo) {
+		// Only the leader plans, so only it knows what its plans showed; another replica would
+		// hold every change of its stands.
+		bad("require-review", "is not available with --replicas yet: set --require-review=false (STANDS_REQUIRE_REVIEW=false)")
+	}
+}
+
+// checkWork checks how much work runs at once, and how much a plan may take.
+func (s *Settings) checkWork(bad func(name, format string, a ...any)) {
+	if s.Workers < 1 {
+		bad("workers", "%d: want at least 1", s.Workers)
+	}
+	if s.PlanWorkers < 1 {
+		bad("plan-workers", "%d: want at least 1", s.PlanWorkers)
+	}
+	if s.PlanBudget < 10*time.Second {
+		bad("plan-budget", "%s: want 10s or more: a plan runs Pulumi previews", s.PlanBudget)
+	}
+	if s.PlanRenderCPU < time.Second {
+		bad("plan-render-cpu", "%s: want 1s or more", s.PlanRenderCPU)
+	}
+}
+
+// checkOptional reads a credential the settings may go without: set, it must be readable, and not
+// empty where used.
+func checkOptional(env Env, o Origins, key string, used bool) error {
+	c, _ := CredentialByKey(key)
+	v, err := credential.Read(env, key)
+	switch {
+	case errors.Is(err, credential.ErrNotSet):
+		return nil
+	case err != nil:
+		return fmt.Errorf("credential %s from %s: %w: make it readable by the daemon's user", c.Name, o.Credential(c), err)
+	case v == "" && used:
+		return fmt.Errorf("credential %s from %s is empty, and these settings use it: write the %s into it", c.Name, o.Credential(c), c.Name)
+	}
+	return nil
 }
 
 // credentialFileKey is the variable the daemon reads key from: a secret's, $KEY_FILE.
@@ -196,24 +246,23 @@ func (s *Settings) checkCredentials(env Env, o Origins) []error {
 			}
 			errs = append(errs, fmt.Errorf("credential %s is required: %s, or credentials.%s in --config", c.Name, from, c.Name))
 		case err != nil:
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("credential %s from %s: %w: make it readable by the daemon's user", c.Name, o.Credential(c), err))
 		case v == "":
-			errs = append(errs, fmt.Errorf("credential %s from %s is empty", c.Name, o.Credential(c)))
+			errs = append(errs, fmt.Errorf("credential %s from %s is empty: write the %s into it", c.Name, o.Credential(c), c.Name))
 		}
 	}
-	for _, key := range []string{"STANDS_GIT_TOKEN", "STANDS_WEBHOOK_SECRET", "STANDS_DB_PASSWORD"} {
-		if _, err := credential.Read(env, key); err != nil && !errors.Is(err, credential.ErrNotSet) {
-			errs = append(errs, err)
-		}
-	}
+	// The optional credentials, and whether these settings use them: one they use fails when first
+	// used if empty, hours after the start; the others may stay empty (the unit gives every one a file).
+	optional := map[string]bool{"STANDS_GIT_TOKEN": repoKindOf(s.Repo) == httpRepo, "STANDS_WEBHOOK_SECRET": false, "STANDS_DB_PASSWORD": false}
 	if s.VaultAddr != "" {
 		if _, err := vaultAuth(env, s.VaultRoleID); err != nil {
 			errs = append(errs, err)
 		}
-		for _, key := range []string{"VAULT_TOKEN", "VAULT_SECRET_ID"} {
-			if _, err := credential.Read(env, key); err != nil && !errors.Is(err, credential.ErrNotSet) {
-				errs = append(errs, err)
-			}
+		optional["VAULT_TOKEN"], optional["VAULT_SECRET_ID"] = s.VaultRoleID == "", s.VaultRoleID != ""
+	}
+	for _, key := range slices.Sorted(maps.Keys(optional)) {
+		if err := checkOptional(env, o, key, optional[key]); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if repoKindOf(s.Repo) == sshRepo {

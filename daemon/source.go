@@ -47,6 +47,9 @@ func checkRepoURL(repo string) error {
 // for SSH, nothing for a local path.
 func (s *Settings) source(env Env, gitToken *credential.Credential, log *slog.Logger) (*gitsource.Source, error) {
 	opts := []gitsource.Option{gitsource.WithIdentity(gitsource.Identity{Name: s.GitName, Email: s.GitEmail}), gitsource.WithLogger(log)}
+	if dir, err := s.stateFile("git"); err == nil {
+		opts = append(opts, gitsource.WithWorkDir(dir)) // the repository's objects, on disk
+	}
 	status := s.StatusBranch
 	switch repoKindOf(s.Repo) {
 	case httpRepo:

@@ -103,7 +103,7 @@ func (p *programInputs) program(ctx *pulumi.Context) error {
 		done = append(done, n.res.ID())
 	}
 	// Everything on the nodes is rendered once the servers' addresses are known.
-	rendered := pulumi.All(addrs...).ApplyT(func(vals []any) (any, error) {
+	addresses := func(vals []any) manifest.Addresses {
 		a := manifest.Addresses{NetworkIPRange: p.ipRange, SSHPublicKey: p.publicKey, Nodes: map[string]manifest.NodeAddress{}}
 		for i, n := range nodes {
 			a.Nodes[n.n.Name] = manifest.NodeAddress{PublicIPv4: vals[2*i].(string), PrivateIP: vals[2*i+1].(string)}
@@ -111,6 +111,10 @@ func (p *programInputs) program(ctx *pulumi.Context) error {
 		if p.in.Untrusted {
 			a = manifest.PreflightAddresses(s) // as the sandbox rendered it, so it ends as it did there
 		}
+		return a
+	}
+	rendered := pulumi.All(addrs...).ApplyT(func(vals []any) (any, error) {
+		a := addresses(vals)
 		r, err := manifest.Render(p.in.FS, s, p.in.Secrets, a)
 		if err != nil {
 			return nil, fmt.Errorf("render %s for its servers: %w", s.ID, err)
@@ -135,6 +139,9 @@ func (p *programInputs) program(ctx *pulumi.Context) error {
 	// The spec hash is what tells the next cycle there is nothing to do: it is recorded only once every
 	// resource is done.
 	ctx.Export(OutSpecHash, pulumi.All(done...).ApplyT(func([]any) string { return p.in.SpecHash }))
+	if p.in.Print != "" {
+		ctx.Export(OutPrint, pulumi.All(done...).ApplyT(func([]any) string { return p.in.Print }))
+	}
 	ctx.Export(OutNodesMode, pulumi.String(p.mode))
 	ctx.Export(OutProtect, pulumi.Bool(s.Protect))
 	ctx.Export(OutSSHPrivateKey, pulumi.ToSecret(pulumi.String(p.privateKey)))
@@ -149,6 +156,12 @@ func (p *programInputs) program(ctx *pulumi.Context) error {
 		return string(rec), err
 	}).(pulumi.StringOutput)
 	ctx.Export(OutConnection, pulumi.ToSecret(conn))
+	// What a status file may show of it: rendered under placeholders only (PublicConnection).
+	public := pulumi.All(addrs...).ApplyT(func(vals []any) (string, error) {
+		rec, err := PublicConnection(p.in.FS, s, addresses(vals))
+		return string(rec), err
+	}).(pulumi.StringOutput)
+	ctx.Export(OutConnectionPublic, public)
 	return nil
 }
 
@@ -211,7 +224,7 @@ func (e *Engine) sweep(ctx context.Context, standID string, log *slog.Logger) er
 		if err := c.DeleteServer(ctx, srv.ID); err != nil {
 			return fmt.Errorf("delete server %s left outside the stack of %s: %w", srv.Name, standID, err)
 		}
-		log.Warn("deleted a server an interrupted create had left outside the stack", "server", srv.Name, "id", srv.ID)
+		log.Warn("deleted a server an interrupted create had left outside the stack", "server", srv.Name, "server_id", srv.ID)
 	}
 	return nil
 }
@@ -491,7 +504,13 @@ func (e *Engine) result(in stands.Input, op string, changed bool, changes map[st
 	if v, ok := outs[OutConnection]; ok {
 		if s, ok := v.Value.(string); ok && s != "" {
 			r.Connection = stands.SecretJSON(s)
-			masked, err := MaskConnection(json.RawMessage(r.Connection), in.Secrets.Values())
+			// The status shows the record made without the secrets' values; a stack applied
+			// before there was one shows the real record masked, as then.
+			shown := json.RawMessage(r.Connection)
+			if pub, ok := outs[OutConnectionPublic].Value.(string); ok && pub != "" {
+				shown = json.RawMessage(pub)
+			}
+			masked, err := MaskConnection(shown, in.Secrets.Values())
 			if err != nil {
 				return nil, err
 			}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,6 +70,8 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 	}
 	cmd.WaitDelay = CancelGrace
 	c.metrics.started(args)
+	running.Add(1)
+	defer running.Add(-1)
 	err := cmd.Start()
 	if err == nil {
 		release := func() {}
@@ -98,6 +101,13 @@ func (c cli) Run(ctx context.Context, workdir string, stdin io.Reader, stdout, s
 	}
 	return out.String(), errOut.String(), code, err
 }
+
+// running counts the Pulumi CLIs this process has started and not yet seen end.
+var running atomic.Int32
+
+// CLIsRunning is how many Pulumi CLIs this process runs now, whatever engine started them: a
+// command stopped while one runs must wait for it to write its checkpoint and let its lock go.
+func CLIsRunning() int { return int(running.Load()) }
 
 // CancelGrace is how long an interrupted Pulumi CLI has to cancel its providers' calls, write its
 // checkpoint and let its lock go before it is killed. The daemon's stop takes up to --drain-timeout

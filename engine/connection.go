@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/stands-engine/stands-reconciler/manifest"
@@ -37,8 +39,30 @@ func ConnectionRecord(standID string, r *manifest.Rendered) (json.RawMessage, er
 	return b.Bytes(), nil
 }
 
+// PublicConnection is the connection record a status file shows: made from the stand's connection
+// templates rendered under two placeholder sets with the servers' addresses, never from a secret's
+// value, each value the sets disagree on masked whole (manifest.BlindConnections). A record whose
+// shape a secret decides (validation refuses it) shows every connection of the stand masked; a stand
+// the placeholders cannot render shows none. MaskConnection runs on it too.
+func PublicConnection(fsys fs.FS, s *manifest.Stand, addr manifest.Addresses) (json.RawMessage, error) {
+	blind, err := manifest.BlindConnections(fsys, s, addr)
+	if blind == nil {
+		return ConnectionRecord(s.ID, &manifest.Rendered{})
+	}
+	if err != nil {
+		for i, in := range blind {
+			if in.Connection != nil {
+				c := *in
+				c.Connection = json.RawMessage(strconv.Quote(Masked))
+				blind[i] = &c
+			}
+		}
+	}
+	return ConnectionRecord(s.ID, &manifest.Rendered{Instances: blind})
+}
+
 // Masked is the string every masked value becomes.
-const Masked = "***"
+const Masked = manifest.MaskedValue
 
 // MaskConnection returns the record with secrets masked (stricter than the Stands Engine: docs/stands-engine.md#connection-record): every
 // value under a "credentials" key, every "url", and any value that contains a resolved secret value

@@ -123,6 +123,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := e.writePassfile(); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	removeOrphanWorkspaces(cfg.WorkDir, e.log)
 	c := cli{bin: cfg.PulumiBin, env: func() []string { return childEnv(cfg.PulumiBin) }, keptLogs: filepath.Join(cfg.WorkDir, "pulumi-logs"),
 		metrics: newMetrics(cfg.Metrics)}
 	if c.version, err = e.cliVersion(c); err != nil {
@@ -140,15 +141,18 @@ func fqn(r stands.StackRef) string {
 
 // Output names the program exports.
 const (
-	OutOwnedBy       = "ownedBy" // the ownership mark: provider.ManagedByValue
-	OutStandID       = "standId"
-	OutSpecHash      = "specHash"
-	OutNodes         = "nodes"
-	OutConnection    = "connection" // secret
-	OutSSHPrivateKey = "sshPrivateKey"
-	OutSSHPublicKey  = "sshPublicKey"
-	OutNodesMode     = "nodesMode"
-	OutProtect       = "protect" // stand.protect of the last apply: the destroy guard reads it when the manifest is gone
+	OutOwnedBy    = "ownedBy" // the ownership mark: provider.ManagedByValue
+	OutStandID    = "standId"
+	OutSpecHash   = "specHash"
+	OutPrint      = "print" // the reviewed print of the spec (stands.Input.Print), when there is one
+	OutNodes      = "nodes"
+	OutConnection = "connection" // secret
+	// OutConnectionPublic is the record a status shows, made without any secret's value.
+	OutConnectionPublic = "connectionPublic"
+	OutSSHPrivateKey    = "sshPrivateKey"
+	OutSSHPublicKey     = "sshPublicKey"
+	OutNodesMode        = "nodesMode"
+	OutProtect          = "protect" // stand.protect of the last apply: the destroy guard reads it when the manifest is gone
 )
 
 // envVars is what the engine sets for the Pulumi CLI of the workspace in dir, on top of childEnv.
@@ -338,16 +342,16 @@ func (e *Engine) logEvent(log *slog.Logger, ev events.EngineEvent, count func(ap
 			count(m)
 		}
 		if m.Op != "same" {
-			log.Info("resource step", "op", string(m.Op), "type", m.Type, "name", lastURNPart(m.URN), "planning", ev.ResourcePreEvent.Planning)
+			log.Info("resource step", "step", string(m.Op), "type", m.Type, "name", lastURNPart(m.URN), "planning", ev.ResourcePreEvent.Planning)
 		}
 	case ev.ResOutputsEvent != nil:
 		m := ev.ResOutputsEvent.Metadata
 		if strings.HasPrefix(m.Type, provider.Name+":") && m.Op != "same" && !ev.ResOutputsEvent.Planning {
-			log.Info("resource done", "op", string(m.Op), "type", m.Type, "name", lastURNPart(m.URN))
+			log.Info("resource done", "step", string(m.Op), "type", m.Type, "name", lastURNPart(m.URN))
 		}
 	case ev.ResOpFailedEvent != nil:
 		m := ev.ResOpFailedEvent.Metadata
-		log.Warn("resource step failed", "op", string(m.Op), "name", lastURNPart(m.URN))
+		log.Warn("resource step failed", "step", string(m.Op), "name", lastURNPart(m.URN))
 	case ev.DiagnosticEvent != nil:
 		d := ev.DiagnosticEvent
 		switch {

@@ -4,6 +4,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -191,37 +192,64 @@ func healthLoopOnNodes(t *testing.T, ctx context.Context, f *fixture, repo edita
 		return r, func() { cancel(); <-done; r.Wait() }
 	}
 	id := stand.Stand.ID
-	waitPhase := func(r *reconcile.Reconciler, phase reason.Phase, within time.Duration) (reconcile.Status, time.Duration) {
+	// waitFor waits for a status that ok accepts, logging each other status it passes through.
+	waitFor := func(r *reconcile.Reconciler, what string, within time.Duration, ok func(*reconcile.Status) bool) (reconcile.Status, time.Duration) {
 		t.Helper()
-		t0 := time.Now()
+		t0, seen := time.Now(), ""
 		for time.Since(t0) < within {
-			if st := r.Status(id); st != nil && st.Phase == phase {
+			st := r.Status(id)
+			if st != nil && ok(st) {
 				return *st, time.Since(t0)
+			}
+			if st != nil {
+				if now := fmt.Sprintf("%s/%s %q", st.Phase, st.Reason, st.Message); now != seen {
+					t.Logf("waiting for %s, %v: %s", what, time.Since(t0).Round(time.Second), now)
+					seen = now
+				}
 			}
 			time.Sleep(time.Second)
 		}
-		t.Fatalf("%s not %s within %v: %+v", id, phase, within, r.Status(id))
+		t.Fatalf("%s not %s within %v: %+v", id, what, within, r.Status(id))
 		return reconcile.Status{}, 0
+	}
+	waitPhase := func(r *reconcile.Reconciler, phase reason.Phase, within time.Duration) (reconcile.Status, time.Duration) {
+		t.Helper()
+		return waitFor(r, string(phase), within, func(st *reconcile.Status) bool { return st.Phase == phase })
 	}
 
 	r, stop := start(false)
 	waitPhase(r, reason.Ready, 5*time.Minute) // its outputs read: the engine above applied it
-	run(t, webSSH, appCmd("systemctl --user stop "+node.Quote(webUnit)))
-	st, took := waitPhase(r, reason.Degraded, interval+time.Minute)
-	t.Logf("Degraded %v after the unit was stopped (interval %v): %s", took.Round(time.Second), interval, st.Message)
-	if took > interval+40*time.Second {
-		t.Errorf("Degraded %v after the stop, more than one interval (%v) and a check", took, interval)
+	// "Within one interval" is one interval (jittered by up to 10%) and the check that ends it; a
+	// check over SSH to a VM under TCG takes seconds when the machine is idle and a minute when CI
+	// runs its other steps beside it, so the bound is one interval and what one check takes now.
+	t1 := time.Now()
+	if _, err := f.eng.Health(ctx, stands.StackRef{Project: stand.Stand.Project, Env: stand.Stand.Env}); err != nil {
+		t.Fatalf("health check: %v", err)
 	}
-	if st.Reason != reason.InstanceUnhealthy || !strings.HasPrefix(st.Message, "web--front: ") || !notActive(strings.TrimPrefix(st.Message, "web--front: ")) {
+	check := time.Since(t1)
+	bound := interval + interval/10 + 2*check + 10*time.Second
+	run(t, webSSH, appCmd("systemctl --user stop "+node.Quote(webUnit)))
+	// A check under way while the unit stopped may find it "deactivating" first; the stopped unit is
+	// what the next check must find.
+	st, took := waitFor(r, "Degraded with web--front stopped", bound+2*time.Minute, func(st *reconcile.Status) bool {
+		m, ok := strings.CutPrefix(st.Message, "web--front: ")
+		return st.Phase == reason.Degraded && ok && notActive(m)
+	})
+	t.Logf("Degraded %v after the unit was stopped (interval %v, a check %v): %s", took.Round(time.Second), interval, check.Round(time.Second), st.Message)
+	if took > bound {
+		t.Errorf("Degraded %v after the stop, more than one interval (%v) and a check (%v)", took, interval, check)
+	}
+	if st.Reason != reason.InstanceUnhealthy {
 		t.Errorf("degraded status: %s %q", st.Reason, st.Message)
 	}
+	time.Sleep(10 * time.Second) // the check's status commit follows its status
 	commits := branchCommits(t, dir, "stands-status")
 	time.Sleep(2*interval + 10*time.Second) // two more checks find the same
 	if n := branchCommits(t, dir, "stands-status") - commits; n != 0 {
 		t.Errorf("a stand that stays Degraded made %d more status commits over two checks", n)
 	}
 	run(t, webSSH, appCmd("systemctl --user start "+node.Quote(webUnit)))
-	if st, took = waitPhase(r, reason.Ready, interval+time.Minute); st.Reason != reason.Recovered {
+	if st, took = waitPhase(r, reason.Ready, bound+2*time.Minute); st.Reason != reason.Recovered {
 		t.Errorf("after the start: %s %q", st.Reason, st.Message)
 	}
 	t.Logf("Ready %v after the unit was started", took.Round(time.Second))
@@ -230,25 +258,18 @@ func healthLoopOnNodes(t *testing.T, ctx context.Context, f *fixture, repo edita
 	// --heal: the reconciler restarts the unit itself.
 	r, stop = start(true)
 	defer stop()
-	waitPhase(r, reason.Ready, 2*time.Minute)
+	waitPhase(r, reason.Ready, 5*time.Minute)
 	since := activeSince(t, webSSH, webUnit)
 	run(t, webSSH, appCmd("systemctl --user stop "+node.Quote(webUnit)))
-	t0 := time.Now()
-	for {
-		st := r.Status(id)
-		if st != nil && st.Phase == reason.Ready && len(st.Healing) > 0 {
-			last := st.Healing[len(st.Healing)-1]
-			if last.Instance != "web--front" || last.Action != "restart" || last.Result != "restarted" {
-				t.Errorf("heal step: %+v", last)
-			}
-			break
-		}
-		if time.Since(t0) > interval+2*time.Minute {
-			t.Fatalf("not healed: %+v", st)
-		}
-		time.Sleep(time.Second)
+	// A restart that the next check still finds unhealthy (the app not listening yet on a loaded
+	// machine) is followed by an apply; the restart is what this shows.
+	st, took = waitFor(r, "healed", bound+5*time.Minute, func(st *reconcile.Status) bool { return st.Phase == reason.Ready && len(st.Healing) > 0 })
+	if !slices.ContainsFunc(st.Healing, func(s reconcile.HealStep) bool {
+		return s.Instance == "web--front" && s.Action == "restart" && s.Result == "restarted"
+	}) {
+		t.Errorf("heal steps: %+v", st.Healing)
 	}
-	t.Logf("healed %v after the stop", time.Since(t0).Round(time.Second))
+	t.Logf("healed %v after the stop", took.Round(time.Second))
 	if out := run(t, webSSH, appCmd("systemctl --user is-active "+node.Quote(webUnit)+" || true")); out != "active" || activeSince(t, webSSH, webUnit) == since {
 		t.Errorf("after the heal the unit is %q", out)
 	}

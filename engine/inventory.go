@@ -205,6 +205,7 @@ func readStackFile(ctx context.Context, b *blob.Bucket, key string, info *stands
 		owned, _ := r.Outputs[OutOwnedBy].(string)
 		info.Owned = owned == provider.ManagedByValue
 		info.SpecHash, _ = r.Outputs[OutSpecHash].(string)
+		info.Print, _ = r.Outputs[OutPrint].(string)
 		info.StandID, _ = r.Outputs[OutStandID].(string)
 		info.Protect, _ = r.Outputs[OutProtect].(bool)
 		info.NodesMode, _ = r.Outputs[OutNodesMode].(string)

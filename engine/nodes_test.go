@@ -42,13 +42,13 @@ func TestStandLogScrubs(t *testing.T) {
 	secret := exampleSecrets["SECRET_KV_PASSWORD"]
 	var buf syncBuffer
 	e := &Engine{log: slog.New(slog.NewJSONHandler(&buf, nil))}
-	log := e.standLog(s, "op", "apply "+secret)
+	log := e.standLog(s, "operation", "apply "+secret)
 	log.With("node", "db "+secret).WithGroup("g").Warn("pulumi error: "+secret, "message", "hook said "+secret, "err", errors.New("ssh: "+secret), "n", 3, "list", []string{secret})
 	out := buf.String()
 	if strings.Contains(out, secret) {
 		t.Errorf("a secret is in the log: %s", out)
 	}
-	for _, want := range []string{`"msg":"pulumi error: ***"`, `"message":"hook said ***"`, `"err":"ssh: ***"`, `"node":"db ***"`, `"op":"apply ***"`, `"stand":"demo_demo_two-node"`, `"n":3`, `"list":"[***]"`} {
+	for _, want := range []string{`"msg":"pulumi error: ***"`, `"message":"hook said ***"`, `"err":"ssh: ***"`, `"node":"db ***"`, `"operation":"apply ***"`, `"stand":"demo_demo_two-node"`, `"n":3`, `"list":"[***]"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %s: %s", want, out)
 		}

@@ -37,7 +37,7 @@ func (e *Engine) recoverStack(ctx context.Context, st auto.Stack, ref stands.Sta
 		return nil
 	}
 	for _, p := range dep.Pending {
-		log.Warn("pending operation left by an interrupted run", "operation", p.Type, "name", lastURNPart(p.Resource.URN))
+		log.Warn("pending operation left by an interrupted run", "step", p.Type, "name", lastURNPart(p.Resource.URN))
 	}
 	// The refresh is for the pending servers: node reads would connect to every server (a destroy
 	// never does) and wait for those that are down. The operation sets its own policy afterwards.

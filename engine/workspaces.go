@@ -3,11 +3,16 @@ package engine
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
@@ -47,7 +52,7 @@ func (e *Engine) workspace(ctx context.Context) (dir string, opts []auto.LocalWo
 	if err := os.MkdirAll(base, 0o700); err != nil {
 		return "", nil, fmt.Errorf("workspace folder: %w", err)
 	}
-	if dir, err = os.MkdirTemp(base, "ws-"); err != nil {
+	if dir, err = os.MkdirTemp(base, fmt.Sprintf("ws-%d-", os.Getpid())); err != nil {
 		return "", nil, fmt.Errorf("workspace folder: %w", err)
 	}
 	if s, ok := ctx.Value(scopeKey{}).(*scope); ok {
@@ -60,6 +65,54 @@ func (e *Engine) workspace(ctx context.Context) (dir string, opts []auto.LocalWo
 		return "", nil, err
 	}
 	return dir, []auto.LocalWorkspaceOption{auto.WorkDir(dir), auto.EnvVars(env), auto.Pulumi(e.cmd), auto.PulumiHome(env["PULUMI_HOME"])}, nil
+}
+
+// removeOrphanWorkspaces removes the workspace folders under <work dir>/workspaces whose process
+// ended without removing them (a kill -9, a crash of the machine): they hold the operation's
+// credential files (the passphrase, the Hetzner token). A folder is named by its process's pid
+// (ws-<pid>-…); one of a process still running is another command's on the same state folder and
+// stays; one named otherwise is an older version's and goes.
+func removeOrphanWorkspaces(workDir string, log *slog.Logger) {
+	base := filepath.Join(workDir, "workspaces")
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return // none yet
+	}
+	removed := 0
+	for _, e := range entries {
+		pid, ok := workspacePid(e.Name())
+		if ok && (pid == os.Getpid() || processRuns(pid)) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(base, e.Name())); err != nil {
+			log.Warn("workspace folder of an ended process not removed", "dir", filepath.Join(base, e.Name()), "err", err)
+			continue
+		}
+		removed++
+	}
+	if removed > 0 {
+		log.Info("removed workspace folders a stopped process left", "folders", removed)
+	}
+}
+
+// workspacePid is the pid in a workspace folder's name, ws-<pid>-<random>.
+func workspacePid(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "ws-")
+	if !ok {
+		return 0, false
+	}
+	p, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(p)
+	return pid, err == nil && pid > 0
+}
+
+// processRuns says whether a process of that pid exists (signal 0: none is sent).
+func processRuns(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // pulumiHome is each workspace's own PULUMI_HOME, inside its folder: the CLI writes a log file there

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"code.gitea.io/sdk/gitea"
-	git "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -74,10 +74,40 @@ func (g *Gitea) PullRequests(ctx context.Context, base string) ([]stands.PullReq
 			if pr.Base == nil || pr.Head == nil || pr.Base.Ref != base {
 				continue
 			}
-			out = append(out, stands.PullRequest{Index: pr.Index, Title: pr.Title, HeadSHA: pr.Head.Sha, HeadRef: pr.Head.Ref,
+			author := ""
+			if pr.Poster != nil {
+				author = pr.Poster.UserName
+			}
+			out = append(out, stands.PullRequest{Index: pr.Index, Title: pr.Title, Author: author, HeadSHA: pr.Head.Sha, HeadRef: pr.Head.Ref,
 				SameRepo: pr.Head.RepoID == pr.Base.RepoID, URL: pr.HTMLURL})
 		}
 		if len(prs) < 50 {
+			return out, nil
+		}
+	}
+}
+
+// Reviews lists the reviews of pull request index, every one of them.
+func (g *Gitea) Reviews(ctx context.Context, index int64) ([]stands.Review, error) {
+	c, err := g.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []stands.Review
+	for page := 1; ; page++ {
+		rs, _, err := c.ListPullReviews(g.owner, g.repo, index, gitea.ListPullReviewsOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
+		if err != nil {
+			return nil, fmt.Errorf("%w: list the reviews of pull request %d: %w", ErrUnavailable, index, err)
+		}
+		for _, r := range rs {
+			user := ""
+			if r.Reviewer != nil {
+				user = r.Reviewer.UserName
+			}
+			out = append(out, stands.Review{User: user, State: stands.ReviewState(r.State), Commit: r.CommitID, Dismissed: r.Dismissed,
+				Stale: r.Stale, Submitted: r.Submitted})
+		}
+		if len(rs) < 50 {
 			return out, nil
 		}
 	}
@@ -103,20 +133,22 @@ func (g *Gitea) BranchTip(ctx context.Context, branch string) (string, error) {
 }
 
 // UpsertComment keeps one comment per pull request: the one containing marker is edited in place
-// (only when its text changes), or created.
-func (g *Gitea) UpsertComment(ctx context.Context, index int64, marker string, body mdtext.Markup) error {
+// (only when its text changes), or created. It returns when the comment got this body, by Gitea's
+// clock: the one its reviews are stamped with, in whole seconds, so a review submitted after the
+// comment shows the body is never dated before it (docs/pr-workflow.md#apply-only-what-was-reviewed).
+func (g *Gitea) UpsertComment(ctx context.Context, index int64, marker string, body mdtext.Markup) (time.Time, error) {
 	c, err := g.client(ctx)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	me, err := g.self(c)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	for page := 1; ; page++ {
 		comments, _, err := c.ListIssueComments(g.owner, g.repo, index, gitea.ListIssueCommentOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
 		if err != nil {
-			return fmt.Errorf("list comments of #%d: %w", index, err)
+			return time.Time{}, fmt.Errorf("list comments of #%d: %w", index, err)
 		}
 		for _, cm := range comments {
 			// Only the reconciler's own comment: anyone can write the marker into one of theirs.
@@ -124,21 +156,23 @@ func (g *Gitea) UpsertComment(ctx context.Context, index int64, marker string, b
 				continue
 			}
 			if cm.Body == string(body) {
-				return nil
+				return cm.Updated, nil
 			}
-			if _, _, err := c.EditIssueComment(g.owner, g.repo, cm.ID, gitea.EditIssueCommentOption{Body: string(body)}); err != nil {
-				return fmt.Errorf("edit comment of #%d: %w", index, err)
+			edited, _, err := c.EditIssueComment(g.owner, g.repo, cm.ID, gitea.EditIssueCommentOption{Body: string(body)})
+			if err != nil {
+				return time.Time{}, fmt.Errorf("edit comment of #%d: %w", index, err)
 			}
-			return nil
+			return edited.Updated, nil
 		}
 		if len(comments) < 50 {
 			break
 		}
 	}
-	if _, _, err := c.CreateIssueComment(g.owner, g.repo, index, gitea.CreateIssueCommentOption{Body: string(body)}); err != nil {
-		return fmt.Errorf("comment on #%d: %w", index, err)
+	created, _, err := c.CreateIssueComment(g.owner, g.repo, index, gitea.CreateIssueCommentOption{Body: string(body)})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("comment on #%d: %w", index, err)
 	}
-	return nil
+	return created.Updated, nil
 }
 
 // self is the user the token belongs to, asked once.
@@ -179,39 +213,74 @@ func (g *Gitea) FileURL(branch, path string) string {
 	return g.base + "/" + g.owner + "/" + g.repo + "/src/branch/" + branch + "/" + path
 }
 
-// FetchRef returns the snapshot of any ref of the repository, e.g. a pull request's head. It does not
-// change the tracked branch's last good snapshot.
-func (s *Source) FetchRef(ctx context.Context, ref string) (*stands.Snapshot, error) {
+// FetchPull fetches ref (a pull request's head) and returns its snapshot and the snapshot of the merge
+// base of the head and onto, a commit of the tracked branch: where merging the head into onto starts
+// from. It does not change the tracked branch's last good snapshot.
+func (s *Source) FetchPull(ctx context.Context, ref, onto string) (head, base *stands.Snapshot, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	r, ok := s.store.(*remoteStore)
 	if !ok {
-		return nil, errors.New("pull requests need a Gitea repository, not a local path")
+		return nil, nil, errors.New("pull requests need a Gitea repository, not a local path")
 	}
 	auth, err := s.auth()
 	if err != nil {
-		return nil, fmt.Errorf("credentials: %w", err)
+		return nil, nil, fmt.Errorf("credentials: %w", err)
 	}
-	if _, err := r.fetch(ctx, auth, s.branch); err != nil { // makes sure the repository exists
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if _, err := r.fetch(ctx, auth, s.branch); err != nil { // makes sure the repository and onto are here
+		return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	local := plumbing.ReferenceName("refs/stands-refs/" + strings.TrimPrefix(ref, "refs/"))
-	err = r.r.FetchContext(ctx, &git.FetchOptions{Auth: auth, Tags: git.NoTags, Force: true,
-		RefSpecs: []config.RefSpec{config.RefSpec("+" + ref + ":" + local.String())}})
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		return nil, fmt.Errorf("%w: fetch %s: %w", ErrUnavailable, ref, err)
+	hs, err := fetchHead(ctx, r.url, auth, ref, r.tips(), r.r.Storer, s.pullDir(), s.pullLimits)
+	if errors.Is(err, stands.ErrTooLarge) {
+		return nil, nil, err
 	}
-	h, err := r.r.Reference(local, true)
 	if err != nil {
-		return nil, fmt.Errorf("ref %s: %w", ref, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	c, err := r.r.CommitObject(h.Hash())
+	// What the head brought is read into the snapshots, then removed: nothing of a pull request
+	// stays after its plan.
+	defer func() {
+		if cerr := hs.close(); cerr != nil {
+			s.log.Warn("a pull request's objects not removed", "ref", ref, "err", cerr)
+		}
+	}()
+	hc, err := object.GetCommit(hs, hs.head)
 	if err != nil {
-		return nil, fmt.Errorf("read commit %s: %w", h.Hash(), err)
+		return nil, nil, fmt.Errorf("read commit %s: %w", hs.head, err)
 	}
-	files, err := treeFS(c)
+	oc, err := object.GetCommit(hs, plumbing.NewHash(onto))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read commit %s of %s: %w", onto, s.branch, err)
+	}
+	bases, err := hc.MergeBase(oc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("merge base of %s and %s: %w", hc.Hash, onto, err)
+	}
+	if len(bases) == 0 {
+		return nil, nil, fmt.Errorf("%s and %s share no history: merge %s into the branch first", hc.Hash, onto, s.branch)
+	}
+	// Several merge bases come from criss-cross merges, which Git merges into one first; the plan
+	// takes the oldest, against which most reads as changed, and so as a conflict when both sides
+	// changed it.
+	bc := bases[0]
+	for _, c := range bases[1:] {
+		if c.Committer.When.Before(bc.Committer.When) {
+			bc = c
+		}
+	}
+	if head, err = snapshotOf(hs, hc); err != nil {
+		return nil, nil, err
+	}
+	if base, err = snapshotOf(hs, bc); err != nil {
+		return nil, nil, err
+	}
+	return head, base, nil
+}
+
+func snapshotOf(st storer.EncodedObjectStorer, c *object.Commit) (*stands.Snapshot, error) {
+	files, err := treeFS(st, c)
 	if err != nil {
 		return nil, err
 	}

@@ -12,18 +12,25 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing/fstest"
 	"time"
 
+	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	"github.com/go-git/go-git/v5/storage"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -58,6 +65,9 @@ type Source struct {
 	auth         func() (transport.AuthMethod, error)
 	log          *slog.Logger
 	store        store
+	workDir      string
+	pullLimits   PullLimits
+	cleaned      bool // the pull request folders a killed daemon left were removed
 
 	mu        sync.Mutex
 	last      *stands.Snapshot
@@ -101,10 +111,18 @@ func WithPushRetries(n int) Option { return func(s *Source) { s.retries = n } }
 // never answers must not hold the reconciler.
 func WithTimeout(d time.Duration) Option { return func(s *Source) { s.timeout = d } }
 
-// WithRecloneEvery starts the in-memory copy of a remote repository afresh every n fetches (default
-// 500): it holds every fetched object, the reconciler's own status commits included, and would
-// otherwise only grow.
+// WithRecloneEvery starts the copy of a remote repository afresh every n fetches (default 500): it
+// holds every fetched object, the reconciler's own status commits included, and would otherwise only
+// grow.
 func WithRecloneEvery(n int) Option { return func(s *Source) { s.recloneEvery = n } }
+
+// WithWorkDir keeps the repository's objects on disk under dir (default: in memory, for one-shot
+// commands): the tracked and status branches' in dir/tracked, kept across restarts, and a pull
+// request's in a folder of its own while its head is read. The daemon gives its state folder's git/.
+func WithWorkDir(dir string) Option { return func(s *Source) { s.workDir = dir } }
+
+// WithPullLimits bounds what reading a pull request's head may take (default DefaultPullLimits).
+func WithPullLimits(l PullLimits) Option { return func(s *Source) { s.pullLimits = l } }
 
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(s *Source) { s.log = l } }
@@ -112,7 +130,7 @@ func WithLogger(l *slog.Logger) Option { return func(s *Source) { s.log = l } }
 // New returns a source for branch at url: an http(s):// or ssh:// URL, or a local repository path
 // (plain or file://), read and written in place without a clone.
 func New(url, branch string, opts ...Option) *Source {
-	s := &Source{url: url, branch: branch, identity: DefaultIdentity, retries: 5, timeout: 2 * time.Minute, recloneEvery: 500,
+	s := &Source{url: url, branch: branch, identity: DefaultIdentity, retries: 5, timeout: 2 * time.Minute, recloneEvery: 500, pullLimits: DefaultPullLimits,
 		log:  slog.New(slog.DiscardHandler),
 		auth: func() (transport.AuthMethod, error) { return nil, nil }}
 	for _, o := range opts {
@@ -124,7 +142,11 @@ func New(url, branch string, opts ...Option) *Source {
 	if path, ok := localPath(url); ok {
 		s.store = &localStore{path: path}
 	} else {
-		s.store = &remoteStore{url: url, recloneEvery: s.recloneEvery}
+		r := &remoteStore{url: url, recloneEvery: s.recloneEvery, limits: TrackedLimits}
+		if s.workDir != "" {
+			r.dir = filepath.Join(s.workDir, trackedDir)
+		}
+		s.store = r
 	}
 	return s
 }
@@ -167,6 +189,9 @@ func (s *Source) fetch(ctx context.Context) (*stands.Snapshot, error) {
 	if head == nil {
 		return nil, fmt.Errorf("branch %s does not exist in %s", s.branch, RedactURL(s.url))
 	}
+	if s.last != nil && s.last.Commit == head.String() {
+		return s.last, nil // a snapshot never changes: the branch did not move, nothing is read again
+	}
 	repo := s.store.repo()
 	commit, err := repo.CommitObject(*head)
 	if err != nil {
@@ -176,7 +201,7 @@ func (s *Source) fetch(ctx context.Context) (*stands.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := treeFS(commit)
+	files, err := treeFS(repo.Storer, commit)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +276,7 @@ func (s *Source) StatusFiles(ctx context.Context) (fs.FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read commit %s: %w", head, err)
 	}
-	return treeFS(c)
+	return treeFS(s.store.repo().Storer, c)
 }
 
 // Publish commits files (path → content; nil content removes the file) to the status branch as the
@@ -334,8 +359,10 @@ func (s *Source) publish(ctx context.Context, files map[string][]byte, message s
 var maxTreeSize int64 = stands.MaxTreeSize
 
 // treeFS copies a commit's tree into memory: snapshots are small (manifests and templates) and must not
-// change under a running reconcile.
-func treeFS(c *object.Commit) (fs.FS, error) {
+// change under a running reconcile. Each file's size is read from its object's header before its
+// contents; a file over repofs.MaxFileSize, or whose blob a partial fetch left on the server (it is
+// over that size: pullfetch.go), is listed but never read.
+func treeFS(s storer.EncodedObjectStorer, c *object.Commit) (fs.FS, error) {
 	tree, err := c.Tree()
 	if err != nil {
 		return nil, fmt.Errorf("read tree: %w", err)
@@ -344,43 +371,58 @@ func treeFS(c *object.Commit) (fs.FS, error) {
 	links := map[string]string{}
 	large := map[string]int64{}
 	var total int64
-	err = tree.Files().ForEach(func(f *object.File) error {
-		if !f.Mode.IsFile() {
-			return nil
+	w := object.NewTreeWalker(tree, true, nil)
+	defer w.Close()
+	for {
+		name, e, err := w.Next()
+		if errors.Is(err, io.EOF) {
+			break
 		}
-		if f.Size > repofs.MaxFileSize {
-			large[f.Name] = f.Size // never read: a stand that needs it fails, naming it
-			return nil
+		if err != nil {
+			return nil, fmt.Errorf("read files: %w", err)
 		}
-		if total += f.Size; total > maxTreeSize {
-			return fmt.Errorf("%w: the commit's files hold more than %d MiB", stands.ErrTooLarge, stands.MaxTreeSize>>20)
+		if !e.Mode.IsFile() {
+			continue
 		}
-		if f.Mode == filemode.Symlink {
+		// Not EncodedObjectSize: go-git's leaves a loose object's file open, which TestSoak sees as
+		// growing file descriptors.
+		b, err := object.GetBlob(s, e.Hash)
+		switch {
+		case errors.Is(err, plumbing.ErrObjectNotFound):
+			large[name] = -1 // left on the server by a partial fetch
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("read files: %s: %w", name, err)
+		case b.Size > repofs.MaxFileSize:
+			large[name] = b.Size // never read: a stand that needs it fails, naming it
+			continue
+		}
+		if total += b.Size; total > maxTreeSize {
+			return nil, &stands.TooLarge{Limit: fmt.Sprintf("the commit's files hold more than %d MiB", stands.MaxTreeSize>>20)}
+		}
+		data, err := blobData(b)
+		if err != nil {
+			return nil, fmt.Errorf("read files: %s: %w", name, err)
+		}
+		if e.Mode == filemode.Symlink {
 			// Kept as a link, which refuses to be read (internal/repofs), as the command line sees it;
-			// go-git counts links as files whose content is the target's path.
-			target, err := f.Contents()
-			if err != nil {
-				return err
-			}
-			links[f.Name] = target
-			return nil
+			// Git keeps a link as a blob holding the target's path.
+			links[name] = string(data)
+			continue
 		}
-		r, err := f.Reader()
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		data, err := io.ReadAll(r)
-		if err != nil {
-			return err
-		}
-		out[f.Name] = &fstest.MapFile{Data: data, Mode: 0o444}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read files: %w", err)
+		out[name] = &fstest.MapFile{Data: data, Mode: 0o444}
 	}
 	return repofs.Tree(out, links, large), nil
+}
+
+// blobData reads a blob of at most repofs.MaxFileSize bytes.
+func blobData(b *object.Blob) ([]byte, error) {
+	r, err := b.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(io.LimitReader(r, repofs.MaxFileSize))
 }
 
 // RedactURL drops credentials from a URL for messages and logs.
@@ -402,45 +444,151 @@ type store interface {
 	push(ctx context.Context, auth transport.AuthMethod, branch string, old *plumbing.Hash, new plumbing.Hash) error
 }
 
+// remoteStore keeps a remote repository's objects: on disk in dir (the daemon's state folder), or in
+// memory when no folder was given (one-shot commands). Objects come through upload.fetch, as a pull
+// request's do: every blob over repofs.MaxFileSize stays on the server and no object over the limits
+// reaches memory, so what the tracked branch holds does not set the daemon's size.
 type remoteStore struct {
 	url          string
+	dir          string
 	r            *git.Repository
+	close        func() error
 	fetches      int
 	recloneEvery int
+	limits       PullLimits
 }
+
+// TrackedLimits bound one fetch of the tracked or status branch. They are wider than a pull
+// request's: the branch was reviewed, a first fetch brings its whole history, and a branch over
+// them leaves the reconciler on its last good snapshot until it is fixed. Object bounds what indexing
+// the pack holds in memory at once.
+var TrackedLimits = PullLimits{Pack: 4 << 30, Object: 64 << 20, Objects: 10_000_000, Total: 64 << 30}
 
 func (r *remoteStore) repo() *git.Repository { return r.r }
 
+// open opens the store, or starts it afresh: a folder that does not read as a repository (a daemon
+// killed while starting it) is removed first.
+func (r *remoteStore) open() error {
+	if r.r != nil {
+		return nil
+	}
+	err := r.openOnce()
+	if err == nil || r.dir == "" {
+		return err
+	}
+	if rerr := os.RemoveAll(r.dir); rerr != nil {
+		return fmt.Errorf("remove the unreadable store %s (%w): %w", r.dir, err, rerr)
+	}
+	return r.openOnce()
+}
+
+func (r *remoteStore) openOnce() (err error) {
+	var st storage.Storer = memory.NewStorage()
+	r.close = func() error { return nil }
+	if r.dir != "" {
+		if err := os.MkdirAll(r.dir, 0o700); err != nil {
+			return err
+		}
+		// A few packs stay open between reads. Not ExclusiveAccess: with it a fetch of a branch that did
+		// not move took 150 ms against 35 in BenchmarkFetch, after each new pack.
+		fst := filesystem.NewStorageWithOptions(osfs.New(r.dir), cache.NewObjectLRU(4<<20),
+			filesystem.Options{MaxOpenDescriptors: 8})
+		st, r.close = fst, fst.Close
+	}
+	defer func() {
+		if err != nil {
+			_ = r.close()
+		}
+	}()
+	repo, err := git.Open(st, nil)
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		if repo, err = git.Init(st, nil); err == nil {
+			_, err = repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{r.url}})
+		}
+	}
+	if err != nil {
+		return err
+	}
+	r.r = repo
+	return nil
+}
+
+// reset drops the store: the next fetch starts it afresh.
+func (r *remoteStore) reset() error {
+	if r.r == nil {
+		return nil
+	}
+	r.r = nil
+	err := r.close()
+	if r.dir != "" {
+		err = errors.Join(err, os.RemoveAll(r.dir))
+	}
+	return err
+}
+
 func (r *remoteStore) fetch(ctx context.Context, auth transport.AuthMethod, branch string) (*plumbing.Hash, error) {
 	if r.fetches++; r.recloneEvery > 0 && r.fetches > r.recloneEvery {
-		r.r, r.fetches = nil, 1
-	}
-	if r.r == nil {
-		repo, err := git.Init(memory.NewStorage(), nil)
-		if err != nil {
-			return nil, err
+		r.fetches = 1
+		if err := r.reset(); err != nil {
+			return nil, fmt.Errorf("start the store afresh: %w", err)
 		}
-		if _, err := repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{r.url}}); err != nil {
-			return nil, err
-		}
-		r.r = repo
 	}
-	tracking := plumbing.NewRemoteReferenceName("origin", branch)
-	err := r.r.FetchContext(ctx, &git.FetchOptions{Auth: auth, Tags: git.NoTags, Force: true,
-		RefSpecs: []config.RefSpec{config.RefSpec("+" + plumbing.NewBranchReferenceName(branch).String() + ":" + tracking.String())}})
-	switch {
-	case errors.Is(err, git.NoMatchingRefSpecError{}):
-		_ = r.r.Storer.RemoveReference(tracking)
-		return nil, nil
-	case err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate):
+	if err := r.open(); err != nil {
+		return nil, fmt.Errorf("open the store: %w", err)
+	}
+	up, err := listRefs(ctx, r.url, auth)
+	if err != nil {
 		return nil, fmt.Errorf("fetch %s from %s: %w", branch, RedactURL(r.url), err)
 	}
-	ref, err := r.r.Reference(tracking, true)
-	if err != nil {
-		return nil, fmt.Errorf("branch %s: %w", branch, err)
+	defer up.Close()
+	tracking := plumbing.NewRemoteReferenceName("origin", branch)
+	ref, ok := up.refs[plumbing.NewBranchReferenceName(branch)]
+	if !ok || ref.Type() != plumbing.HashReference {
+		_ = r.r.Storer.RemoveReference(tracking)
+		return nil, nil
 	}
 	h := ref.Hash()
+	if err := r.bring(ctx, up, h); err != nil {
+		return nil, fmt.Errorf("fetch %s from %s: %w", branch, RedactURL(r.url), err)
+	}
+	if err := r.r.Storer.SetReference(plumbing.NewHashReference(tracking, h)); err != nil {
+		return nil, fmt.Errorf("branch %s: %w", branch, errors.Join(err, r.reset()))
+	}
 	return &h, nil
+}
+
+// bring fetches commit h unless the store has it. A store that fails to take what was fetched is
+// dropped, so the next fetch starts it afresh rather than fail on it until the next reclone.
+func (r *remoteStore) bring(ctx context.Context, up *upload, h plumbing.Hash) error {
+	if r.r.Storer.HasEncodedObject(h) == nil {
+		return nil
+	}
+	tmp := r.dir
+	if tmp == "" {
+		tmp = os.TempDir()
+	}
+	err := up.fetch(ctx, h, r.tips(), r.r.Storer, tmp, r.limits)
+	if errors.Is(err, errStore) {
+		return errors.Join(err, r.reset())
+	}
+	return err
+}
+
+// tips are the commits the store has at its refs: what a fetch says it has, so the server sends only
+// what is new.
+func (r *remoteStore) tips() []plumbing.Hash {
+	refs, err := r.r.Storer.IterReferences()
+	if err != nil {
+		return nil
+	}
+	var out []plumbing.Hash
+	_ = refs.ForEach(func(ref *plumbing.Reference) error {
+		if ref.Type() == plumbing.HashReference && r.r.Storer.HasEncodedObject(ref.Hash()) == nil {
+			out = append(out, ref.Hash())
+		}
+		return nil
+	})
+	return out
 }
 
 // push moves the remote branch from old to new, and only from old: a compare-and-swap on the ref

@@ -2,13 +2,8 @@ package gitsource
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"io/fs"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"code.gitea.io/sdk/gitea"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
@@ -95,40 +91,6 @@ func TestFailedFetchKeepsLastSnapshot(t *testing.T) {
 	}
 }
 
-func TestWebhook(t *testing.T) {
-	secret := []byte("hook-secret")
-	var polls atomic.Int32
-	srv := httptest.NewServer(WebhookHandler(func() []byte { return secret }, func() { polls.Add(1) }))
-	defer srv.Close()
-	body := `{"ref":"refs/heads/main"}`
-	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte(body))
-	good := hex.EncodeToString(mac.Sum(nil))
-	for _, c := range []struct {
-		name, sig string
-		status    int
-		polls     int32
-	}{
-		{"good signature", good, http.StatusAccepted, 1},
-		{"bad signature", strings.Repeat("0", 64), http.StatusUnauthorized, 1},
-		{"missing signature", "", http.StatusUnauthorized, 1},
-		{"not hex", "zz", http.StatusUnauthorized, 1},
-	} {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
-		if c.sig != "" {
-			req.Header.Set("X-Gitea-Signature", c.sig)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != c.status || polls.Load() != c.polls {
-			t.Errorf("%s: status %d polls %d, want %d %d", c.name, resp.StatusCode, polls.Load(), c.status, c.polls)
-		}
-	}
-}
-
 // TestStatusPushIsCompareAndSwap: a status commit is pushed only over the head it was built on. A
 // branch force-pushed back to an ancestor meanwhile refuses it (a lost race, tried again on the
 // fresh head) instead of taking it as a fast-forward that would restore the rewound commits.
@@ -159,7 +121,7 @@ func TestStatusPushIsCompareAndSwap(t *testing.T) {
 	git(work, "push", "--quiet", "origin", "HEAD:main")
 	a, b := git(work, "rev-parse", "HEAD~1"), git(work, "rev-parse", "HEAD")
 
-	store := &remoteStore{url: "file://" + bare}
+	store := &remoteStore{url: "file://" + bare, limits: TrackedLimits}
 	base, err := store.fetch(context.Background(), nil, "main")
 	if err != nil || base == nil || base.String() != b {
 		t.Fatalf("fetch: %v %v", base, err)
@@ -193,5 +155,81 @@ func TestStatusPushIsCompareAndSwap(t *testing.T) {
 	}
 	if got := git(bare, "rev-parse", "main"); got != status.String() {
 		t.Errorf("main is %s, want the status commit", got)
+	}
+}
+
+// TestFetchPullFindsTheMergeBase: a pull request's head comes with the commit its branch was cut
+// from, not the tracked branch's tip, so a plan can tell what each side changed.
+func TestFetchPullFindsTheMergeBase(t *testing.T) {
+	g := testenv.StartGitea(t)
+	p := g.CreateRepo(t, "stands")
+	cut := p.Commit("stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add a")
+	head := p.ChangeOn("change", "change a", map[string]string{"stands/a/stand.yml": "stand: {project: a, env: qa}\n"})
+	tip := p.Commit("stands/b/stand.yml", "stand: {project: b, env: dev}\n", "add b")
+	idx := p.Open(g.API(t), "change", "change a")
+	src := New(p.Info.CloneURL, "main", WithToken(g.User, func() (string, error) { return g.Token, nil }))
+	ctx := context.Background()
+	if snap, err := src.Fetch(ctx); err != nil || snap.Commit != tip {
+		t.Fatalf("fetch: %+v %v", snap, err)
+	}
+	ref := stands.PullRequest{Index: idx}.Ref()
+	h, b, err := src.FetchPull(ctx, ref, tip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Commit != head || b.Commit != cut {
+		t.Errorf("head %s, base %s; want %s, %s", h.Commit, b.Commit, head, cut)
+	}
+	if !strings.Contains(read(t, h, "stands/a/stand.yml"), "env: qa") || !strings.Contains(read(t, b, "stands/a/stand.yml"), "env: dev") {
+		t.Error("the snapshots hold the wrong trees")
+	}
+	if _, err := fs.Stat(b.Files, "stands/b/stand.yml"); err == nil {
+		t.Error("the base holds a stand added to main after the branch was cut")
+	}
+	if _, _, err := src.FetchPull(ctx, ref, strings.Repeat("0", 40)); err == nil {
+		t.Error("a commit the tracked branch does not have gave a merge base")
+	}
+}
+
+// TestReviewsAndAuthors: a pull request lists with the user who opened it, and its reviews with the
+// head each approved, as Gitea keeps them; a push after an approval leaves it on the older head.
+func TestReviewsAndAuthors(t *testing.T) {
+	g := testenv.StartGitea(t)
+	api := g.API(t)
+	p := g.CreateRepo(t, "stands")
+	p.Commit("README.md", "stands\n", "first")
+	dev, rev := g.CreateUser(t, "dev"), g.CreateUser(t, "rev")
+	p.AddWriter(api, dev.Name)
+	p.AddWriter(api, rev.Name)
+	head := p.ChangeOn("change", "a change", map[string]string{"a.txt": "a"})
+	idx := p.Open(dev.Client(t, g), "change", "a change")
+	if _, _, err := rev.Client(t, g).CreatePullReview(p.Info.Owner.UserName, p.Info.Name, idx, gitea.CreatePullReviewOptions{State: gitea.ReviewStateApproved, Body: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	p.ChangeOn("change", "after the approval", map[string]string{"a.txt": "b"})
+	forge, err := NewGitea(p.Info.CloneURL, func() (string, error) { return g.Token, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	prs, err := forge.PullRequests(ctx, "main")
+	if err != nil || len(prs) != 1 || prs[0].Author != dev.Name {
+		t.Fatalf("pull requests: %+v %v", prs, err)
+	}
+	reviews, err := forge.Reviews(ctx, idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range reviews {
+		if r.State == stands.Approved {
+			found = true
+			if r.User != rev.Name || r.Commit != head || r.Submitted.IsZero() {
+				t.Errorf("the approval: %+v; want by %s of %s", r, rev.Name, head[:12])
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no approval among %+v", reviews)
 	}
 }

@@ -228,9 +228,19 @@ func TestPlanCommentIsOurOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, body := range []mdtext.Markup{"<!-- marker -->\nplan one", "<!-- marker -->\nplan two"} {
-		if err := forge.UpsertComment(ctx, idx, "<!-- marker -->", body); err != nil {
+	for _, body := range []mdtext.Markup{"<!-- marker -->\nplan one", "<!-- marker -->\nplan two", "<!-- marker -->\nplan two"} {
+		shown, err := forge.UpsertComment(ctx, idx, "<!-- marker -->", body)
+		if err != nil {
 			t.Fatal(err)
+		}
+		// A review right after the comment is never dated before it: the gate compares the two.
+		review, _, err := mallory.Client(t, g).CreatePullReview(repo.Info.Owner.UserName, repo.Info.Name, idx,
+			gitea.CreatePullReviewOptions{State: gitea.ReviewStateComment, Body: "seen"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if review.Submitted.Before(shown) {
+			t.Errorf("a review submitted after the comment is dated %s, before the comment's %s", review.Submitted, shown)
 		}
 	}
 	comments, _, err := api.ListIssueComments(repo.Info.Owner.UserName, repo.Info.Name, idx, gitea.ListIssueCommentOptions{})

@@ -84,7 +84,7 @@ func New(ctx context.Context, opts ...Option) (*Sim, error) {
 			s.st = *loaded
 			for _, srv := range s.st.Servers {
 				if err := s.machine.Reattach(ctx, srv.spec(s.st)); err != nil {
-					s.log.Warn("reattach server", "server", srv.Name, "id", srv.ID, "err", err)
+					s.log.Warn("reattach server", "server", srv.Name, "server_id", srv.ID, "err", err)
 				}
 			}
 		}

@@ -221,3 +221,10 @@ func (o *onceSecrets) Secret(ctx context.Context, ref manifest.SecretRef) (strin
 	o.got[ref] = onceSecret{v, err}
 	return v, err
 }
+
+// Print is a stand's spec hash with every secret its placeholder (manifest.PlaceholderSecrets): what
+// a pull request's plan knows of the stand, and so what a review approves. Two inputs with the same
+// print differ in secret values at most.
+func Print(in *stands.Input, passphrase string) (string, error) {
+	return manifest.SpecHash(in.FS, in.Stand, manifest.PlaceholderSecrets(in.Stand, 0), passphrase)
+}

@@ -40,6 +40,12 @@ func Discover(fsys fs.FS) ([]string, error) {
 	return files, err
 }
 
+// IsManifest reports whether p is a path Discover lists as a stand's manifest (links aside): its
+// folder is the stand's.
+func IsManifest(p string) bool {
+	return strings.HasPrefix(p, StandsDir+"/") && looksLikeManifest(path.Base(p))
+}
+
 // looksLikeManifest reports whether a file name is stand.yml or a near miss of it.
 func looksLikeManifest(name string) bool {
 	n := strings.ToLower(name)
@@ -185,6 +191,9 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 	}
 	if !opts.SkipRender {
 		res.Rendered = render(fsys, s, secrets, PreflightAddresses(s), rep, nil)
+		if res.Rendered != nil && rep.err() == nil && hasConnection(res.Rendered) {
+			checkBlindConnections(fsys, s, rep)
+		}
 	}
 	return res, nil
 }

@@ -218,19 +218,54 @@ func (r *renderer) nodeContext(name string) map[string]any {
 	return map[string]any{"name": name, "server_name": server, "public_ip": na.PublicIPv4, "private_ip": na.PrivateIP}
 }
 
-func (r *renderer) instance(base map[string]any, a *App, in *Instance) *RenderedInstance {
-	pkg := a.Package
-	if pkg == nil || pkg.File == "" {
-		return nil
-	}
-	ri := &RenderedInstance{App: a.Name, Instance: in.Name, Node: in.Node, ConnectionName: in.ConnectionName, Registry: a.Registry, PostStartHook: pkg.PostStart, pos: in.Pos}
+// instanceContext is what an instance's templates see, and the label its problems name it by.
+func (r *renderer) instanceContext(base map[string]any, a *App, in *Instance) (map[string]any, string) {
 	ctx := clone(base)
 	ctx["app"] = a.Name
 	ctx["instance"] = in.Name
 	ctx["node"] = r.nodeContext(in.Node)
 	ctx["preferences"] = r.prefsValue(in.Preferences.node())
 	ctx["registry"] = r.registryContext(a.Registry)
-	label := fmt.Sprintf("rendered for %s/%s", a.Name, in.Name)
+	return ctx, fmt.Sprintf("rendered for %s/%s", a.Name, in.Name)
+}
+
+// connection renders the instance's connection template, when its package has one.
+func (r *renderer) connection(ri *RenderedInstance, pkg *Package, ctx map[string]any, label string) {
+	if pkg.Connection == "" {
+		return
+	}
+	if data, ok := r.file(pkg.Connection, ctx); ok {
+		ri.Connection = r.checkConnection(pkg.Connection, data, label)
+	}
+}
+
+// connections renders only the connection templates, of every instance render would make, in its
+// order: what the blind record (connection.go) needs, without the rest of a render.
+func connections(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, rep *Report) []*RenderedInstance {
+	r := &renderer{fsys: fsys, s: s, secrets: secrets, addr: addr, rep: rep, cache: map[string]*template.Template{}}
+	base := r.baseContext()
+	var out []*RenderedInstance
+	for _, a := range s.Apps {
+		for _, in := range a.Instances {
+			if a.Package == nil || a.Package.File == "" {
+				continue
+			}
+			ri := &RenderedInstance{App: a.Name, Instance: in.Name, Node: in.Node, ConnectionName: in.ConnectionName}
+			ctx, label := r.instanceContext(base, a, in)
+			r.connection(ri, a.Package, ctx, label)
+			out = append(out, ri)
+		}
+	}
+	return out
+}
+
+func (r *renderer) instance(base map[string]any, a *App, in *Instance) *RenderedInstance {
+	pkg := a.Package
+	if pkg == nil || pkg.File == "" {
+		return nil
+	}
+	ri := &RenderedInstance{App: a.Name, Instance: in.Name, Node: in.Node, ConnectionName: in.ConnectionName, Registry: a.Registry, PostStartHook: pkg.PostStart, pos: in.Pos}
+	ctx, label := r.instanceContext(base, a, in)
 
 	for _, img := range pkg.Images {
 		v, ok := r.inline(img, ctx)
@@ -318,11 +353,7 @@ func (r *renderer) instance(base map[string]any, a *App, in *Instance) *Rendered
 			}
 		}
 	}
-	if pkg.Connection != "" {
-		if data, ok := r.file(pkg.Connection, ctx); ok {
-			ri.Connection = r.checkConnection(pkg.Connection, data, label)
-		}
-	}
+	r.connection(ri, pkg, ctx, label)
 	if h := pkg.PostStart; h != nil && h.Src != "" {
 		if data, ok := r.fileOrRaw(h.Src, ctx); ok {
 			ri.PostStart = &RenderedFile{Src: h.Src, Dest: "", Mode: 0o700, Content: data}

@@ -32,7 +32,7 @@ func TestPlanCommentStaysInert(t *testing.T) {
 	repo.MakePublic(api)
 	var docs map[string][]string
 	render := func(name string) (*html.Node, error) {
-		if err := forge.UpsertComment(context.Background(), idx, CommentMarker, hostilePlan(docs[name]).comment(stands.PullRequest{Index: idx})); err != nil {
+		if _, err := forge.UpsertComment(context.Background(), idx, CommentMarker, hostilePlan(docs[name]).comment(stands.PullRequest{Index: idx})); err != nil {
 			t.Fatal(err)
 		}
 		return repo.RenderedMarkup(fmt.Sprintf("pulls/%d", idx), "Stands plan for")
@@ -44,9 +44,9 @@ func TestPlanCommentStaysInert(t *testing.T) {
 }
 
 // hostilePlan is a plan whose every free-form field holds one of values: a row per value with each
-// kind of step, a problem and a warning.
+// kind of step, a problem, a warning and a conflict.
 func hostilePlan(values []string) *prPlan {
-	p := &prPlan{head: "0123456789abcdef", priced: true, cur: "EUR"}
+	p := &prPlan{head: "0123456789abcdef", base: "fedcba9876543210", branch: "main", priced: true, cur: "EUR"}
 	actions := []string{"create", "update", "destroy", "blocked"}
 	for i, v := range values {
 		p.rows = append(p.rows, planRow{id: v, action: actions[i%len(actions)], note: v, counted: true, steps: []stands.Step{
@@ -60,6 +60,7 @@ func hostilePlan(values []string) *prPlan {
 		}})
 		p.rows = append(p.rows, planRow{id: v, action: "invalid", note: v + "\n" + v})
 		p.warnings = append(p.warnings, manifest.Diagnostic{Pos: manifest.Pos{File: v, Line: 1}, Msg: v})
+		p.conflicts = append(p.conflicts, v)
 	}
 	return p
 }

@@ -22,7 +22,11 @@ func TestOwnerChangeDestroysNothing(t *testing.T) {
 	changed := map[string]string{fakes.StandFile("a"): fakes.StandYML("a", "  owner: other")}
 	f.Open(1, "head1", h.files(), changed, true)
 	h.mustCycle()
+	if c := f.Comment(1); !strings.Contains(c, "OwnerChanged") {
+		t.Errorf("the plan does not refuse the owner change:\n%s", c)
+	}
 	h.src.Commit(changed) // merged
+	f.Close(1)
 	h.mustCycle()
 	h.mustCycle()
 	if len(h.eng.Destroys) != 0 {
@@ -31,9 +35,6 @@ func TestOwnerChangeDestroysNothing(t *testing.T) {
 	st := h.statusOf(t, "local_a_dev")
 	if st.Phase != reason.Blocked || st.Reason != reason.OwnerChanged || !strings.Contains(st.Message, "other_a_dev") {
 		t.Errorf("status: %s %s %q", st.Phase, st.Reason, st.Message)
-	}
-	if c := f.Comment(1); !strings.Contains(c, "OwnerChanged") {
-		t.Errorf("the plan does not refuse the owner change:\n%s", c)
 	}
 }
 

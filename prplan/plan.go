@@ -5,8 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/diff"
 	"github.com/stands-engine/stands-reconciler/internal/mdtext"
@@ -22,85 +26,119 @@ const PlanContext = "stands/plan"
 // CommentMarker identifies the reconciler's comment on a pull request.
 const CommentMarker = "<!-- stands-reconciler:plan -->"
 
-// previews plans every open pull request into the tracked branch whose head moved since its last
-// plan. main is the tracked branch's evaluation: only the stands a pull request changes are planned.
-func (pl *Planner) previews(ctx context.Context, main *judge.Evaluation, commit string, actual []diff.Actual) {
-	pl.loadPlanned()
-	prs, err := pl.forge.PullRequests(ctx, pl.cfg.Branch)
-	if err != nil {
-		pl.log.Warn("pull requests not planned", "err", err)
-		return
-	}
-	open := map[int64]bool{}
-	for _, pr := range prs {
-		open[pr.Index] = true
-		if ctx.Err() != nil || !pl.startPlan(ctx, pr) {
-			continue
-		}
-		pl.planOne(ctx, pr, main, commit, actual)
-	}
-	forgot := false
-	for idx := range pl.heads {
-		if !open[idx] {
-			delete(pl.heads, idx) // closed or merged: nothing kept
-			forgot = true
-		}
-	}
-	if forgot {
-		pl.savePlanned()
+// planHead judges one pull request (its merge result, without Pulumi: one whose plan a move of
+// the tracked branch changes shows stands/plan pending at once) and previews it, within its
+// head's budget: one pull request at its budget holds one worker, not the others.
+func (pl *Planner) planHead(ctx context.Context, pr stands.PullRequest, main *judge.Evaluation, commit string, actual []diff.Actual) {
+	hctx, cancel := pl.cfg.Budget.context(ctx)
+	defer cancel()
+	if j := pl.judgeOne(hctx, pr, main, commit, actual); j != nil {
+		pl.planOne(hctx, j)
 	}
 }
 
-// planOne plans one pull request's head, or says why it gets no plan.
-func (pl *Planner) planOne(ctx context.Context, pr stands.PullRequest, main *judge.Evaluation, commit string, actual []diff.Actual) {
-	log := pl.log.With("pull_request", pr.Index, "head", mdtext.Short(pr.HeadSHA))
-	why, err := pl.untrusted(ctx, pr)
+// forgetClosed forgets the pull requests no longer open once nothing of theirs can still be
+// applied: the reviewed changes of one merged stay ReviewRetention.
+func (pl *Planner) forgetClosed(open map[int64]bool, now time.Time) {
+	pl.hmu.Lock()
+	defer pl.hmu.Unlock()
+	changed := false
+	for idx, h := range pl.heads {
+		switch {
+		case open[idx] && !h.ClosedAt.IsZero():
+			h.ClosedAt, changed = time.Time{}, true // reopened
+			pl.heads[idx] = h
+		case open[idx]:
+		case len(h.Changes) == 0 || !h.ClosedAt.IsZero() && now.Sub(h.ClosedAt) > ReviewRetention:
+			delete(pl.heads, idx) // closed or merged, and nothing of it can still be applied
+			changed = true
+		case h.ClosedAt.IsZero():
+			// Merged, perhaps: its reviewed changes stay for the applies of the merge.
+			h.ClosedAt, changed = now, true
+			pl.heads[idx] = h
+		}
+	}
+	if changed {
+		pl.savePlannedLocked()
+	}
+}
+
+// judgeOne judges what merging a pull request would do, when its head or the tracked branch moved
+// since its plan, and returns the judgement to preview; nil when there is nothing to plan: nothing
+// moved, the head gets no plan, or the move leaves its plan as it is.
+func (pl *Planner) judgeOne(ctx context.Context, pr stands.PullRequest, main *judge.Evaluation, commit string, actual []diff.Actual) *judgement {
+	log := pl.log.With("pull_request", pr.Index, "head", mdtext.Short(pr.HeadSHA), "base", mdtext.Short(commit))
+	was := pl.head(pr.Index)
+	same := was.Head == pr.HeadSHA
+	if same && (was.UntilPush || was.Done && was.Base == commit) {
+		return nil
+	}
+	// The head was planned, at another commit of the tracked branch: the branch moved. Any other
+	// head is checked for trust first, whatever was known of it.
+	moved := same && was.Done && was.Key != ""
+	if !moved {
+		why, err := pl.untrusted(ctx, pr)
+		if err != nil {
+			log.Warn("pull request not planned; retrying", "err", err)
+			return nil
+		}
+		if why != "" {
+			// Previews read production state and render the head's templates: only for code someone
+			// with write access pushed.
+			pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, why, pr.URL)
+			pl.settle(pr.Index, plannedHead{Head: pr.HeadSHA, UntilPush: true})
+			pl.plans.WithLabelValues("untrusted").Inc()
+			log.Info("pull request not planned", "why", why)
+			return nil
+		}
+	}
+	if !pl.startPlan(ctx, pr) {
+		return nil
+	}
+	j, err := pl.judgePR(ctx, pr, main, commit, actual)
 	if err != nil {
-		log.Warn("pull request not planned; retrying", "err", err)
+		pl.failed(ctx, pr, err, log)
+		return nil
+	}
+	if moved && j.key == was.Key && (!was.Stale || was.State != "") {
+		// The move leaves this plan as it was: no preview, and stands/plan stays, or is set back
+		// where it went pending while the head waited for a worker.
+		if was.Stale {
+			pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, was.State, was.Summary, pr.URL)
+		}
+		kept := was
+		kept.Base, kept.Attempts, kept.Stale = commit, 0, false
+		pl.settle(pr.Index, kept)
+		log.Debug("tracked branch moved; plan unchanged")
+		return nil
+	}
+	what := "planning"
+	if moved {
+		what = pl.cfg.Branch + " moved; planning again"
+	}
+	if !moved || !was.Stale {
+		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StatePending, what, pr.URL)
+	}
+	return j
+}
+
+// planOne previews a judged pull request and writes its comment and stands/plan.
+func (pl *Planner) planOne(ctx context.Context, j *judgement) {
+	pr := j.pr
+	log := pl.log.With("pull_request", pr.Index, "head", mdtext.Short(pr.HeadSHA), "base", mdtext.Short(j.base))
+	plan, err := pl.planPR(ctx, j)
+	if err == nil && ctx.Err() != nil {
+		// planPR shows a preview cut short as an error row; cut short by the plan's own end (its
+		// budget, a stop), the plan itself ends.
+		err = context.Cause(ctx)
+	}
+	if err != nil {
+		pl.failed(ctx, pr, err, log)
 		return
 	}
-	if why != "" {
-		// Previews read production state and render the head's templates: only for code someone
-		// with write access pushed.
-		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, why, pr.URL)
-		pl.finishPlan(pr.Index, pr.HeadSHA)
-		pl.plans.WithLabelValues("untrusted").Inc()
-		log.Info("pull request not planned", "why", why)
-		return
-	}
-	pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StatePending, "planning", pr.URL)
-	pctx, cancel := context.WithTimeout(ctx, pl.cfg.Timeout)
-	plan, err := pl.planPR(pctx, pr, main, commit, actual)
-	cancel()
-	if err != nil && ctx.Err() == nil {
-		pl.plans.WithLabelValues("error").Inc()
-	}
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return // stopping: the try counts, the head is tried again after the restart
-	case err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded):
-		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, fmt.Sprintf("not planned: planning took longer than %s", pl.cfg.Timeout), pr.URL)
-		pl.finishPlan(pr.Index, pr.HeadSHA)
-		log.Warn("pull request plan timed out", "timeout", pl.cfg.Timeout)
-		return
-	case errors.Is(err, errTooManySecrets):
-		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, fmt.Sprintf("not planned: the commit names more than %d secrets", maxSecretNames), pr.URL)
-		pl.finishPlan(pr.Index, pr.HeadSHA)
-		log.Warn("pull request not planned", "err", err)
-		return
-	case errors.Is(err, stands.ErrTooLarge):
-		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateFailure, fmt.Sprintf("not planned: the commit holds more files than the reconciler reads (%d MiB)", stands.MaxTreeSize>>20), pr.URL)
-		pl.finishPlan(pr.Index, pr.HeadSHA)
-		log.Warn("pull request not planned", "err", err)
-		return
-	case err != nil:
-		// Tried again at the next cycle, up to maxPlanAttempts.
-		log.Warn("pull request not planned; retrying", "err", err)
-		// The error's text goes to the log only: a preview's may quote the pull request's content.
-		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateError, "planning failed, will retry ("+string(reason.Of(err))+")", pr.URL)
-		return
-	}
-	if err := pl.forge.UpsertComment(ctx, pr.Index, CommentMarker, plan.comment(pr)); err != nil {
+	// An approval submitted from this time on, by the forge's clock, may be of this plan.
+	shown, err := pl.forge.UpsertComment(ctx, pr.Index, CommentMarker, plan.comment(pr))
+	if err != nil {
 		log.Warn("plan comment not written; retrying", "err", err)
 		return
 	}
@@ -110,9 +148,66 @@ func (pl *Planner) planOne(ctx context.Context, pr stands.PullRequest, main *jud
 	}
 	pl.plans.WithLabelValues(string(state)).Inc()
 	pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, state, plan.summary(), pr.URL)
-	pl.finishPlan(pr.Index, pr.HeadSHA)
-	log.Info("pull request planned", "stands", len(plan.rows), "failed", plan.failed)
+	done := plannedHead{Head: pr.HeadSHA, Base: j.base, Key: j.key, Done: true, Author: pr.Author, State: state, Summary: plan.summary()}
+	if !plan.failed {
+		// Only a plan that succeeded is one a review can approve.
+		var err error
+		if done.Changes, err = pl.changes(j, plan, pl.head(pr.Index), shown); err != nil {
+			log.Warn("the plan's changes not kept: none of them counts as reviewed", "err", err)
+		}
+	}
+	pl.settle(pr.Index, done)
+	log.Info("pull request planned", "stands", len(plan.rows), "conflicts", len(plan.conflicts), "failed", plan.failed)
 }
+
+// failed ends a try of a pull request's plan that err stopped; ctx is the plan's (planHead). A
+// head the plan refuses, its budget used up among them, gets stands/plan failure until the next
+// push; any other error is tried again at the next cycle, up to maxPlanAttempts.
+func (pl *Planner) failed(ctx context.Context, pr stands.PullRequest, err error, log *slog.Logger) {
+	cause := context.Cause(ctx)
+	if ctx.Err() == nil {
+		pl.plans.WithLabelValues("error").Inc()
+	}
+	// The plan's context may be over (its budget, a stop): what is said of it is said beyond it.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgeTimeout)
+	defer cancel()
+	var tooLarge *stands.TooLarge
+	refuse := func(why string) {
+		pl.setCommitStatus(wctx, pr.HeadSHA, PlanContext, stands.StateFailure, why, pr.URL)
+		pl.settle(pr.Index, plannedHead{Head: pr.HeadSHA, UntilPush: true, Attempts: pl.head(pr.Index).Attempts})
+		log.Warn("pull request not planned", "err", err)
+	}
+	switch {
+	case errors.Is(cause, errSuperseded):
+		pl.untry(pr.Index) // the tracked branch moved: the plan starts again on it
+	case errors.Is(cause, errBudget) || errors.Is(err, errBudget):
+		// The wall time ends the plan's context; the render CPU ends a render, with err.
+		refuse(fmt.Sprintf("not planned: %v; push a new commit to try again", budgetErr(cause, err)))
+	case ctx.Err() != nil:
+		// stopping: the try counts, the head is tried again after the restart
+	case errors.Is(err, errTooManySecrets):
+		refuse(fmt.Sprintf("not planned: the commit names more than %d secrets", maxSecretNames))
+	case errors.As(err, &tooLarge):
+		refuse("not planned: " + tooLarge.Limit + ", more than the reconciler reads")
+	case errors.Is(err, stands.ErrTooLarge):
+		refuse(fmt.Sprintf("not planned: the commit holds more files than the reconciler reads (%d MiB)", stands.MaxTreeSize>>20))
+	default:
+		log.Warn("pull request not planned; retrying", "err", err)
+		// The error's text goes to the log only: a preview's may quote the pull request's content.
+		pl.setCommitStatus(wctx, pr.HeadSHA, PlanContext, stands.StateError, "planning failed, will retry ("+string(reason.Of(err))+")", pr.URL)
+	}
+}
+
+// budgetErr is whichever of the plan's cause and error names the budget it passed.
+func budgetErr(cause, err error) error {
+	if errors.Is(cause, errBudget) {
+		return cause
+	}
+	return err
+}
+
+// forgeTimeout bounds what is said to Gitea after a plan's own context ended.
+const forgeTimeout = 30 * time.Second
 
 // untrusted says why a pull request gets no plan: its head must be the tip of a branch of this
 // repository, which only users with write access can push. A fork's pull request is not, and
@@ -140,11 +235,16 @@ func (pl *Planner) setCommitStatus(ctx context.Context, sha, name string, state 
 // prPlan is what a pull request would do.
 type prPlan struct {
 	head   string
-	rows   []planRow
-	cost   float64
-	priced bool // every server of the plan had a known price
-	cur    string
-	failed bool
+	base   string // the tracked branch's commit the head is merged into
+	branch string
+	// conflicts are the stand folders and files both the pull request and the tracked branch
+	// changed: the plan keeps the tracked branch's side of them, and fails.
+	conflicts []string
+	rows      []planRow
+	cost      float64
+	priced    bool // every server of the plan had a known price
+	cur       string
+	failed    bool
 	// warnings of the head's manifests: they load, in a form that should change.
 	warnings []manifest.Diagnostic
 }
@@ -158,63 +258,147 @@ type planRow struct {
 	counted bool
 }
 
-// planPR plans what merging the pull request would do. What it changes is where the diff of its head
-// and the diff of the tracked branch, each against the backend's stacks, decide differently; only
-// those stands are previewed.
-func (pl *Planner) planPR(ctx context.Context, pr stands.PullRequest, main *judge.Evaluation, commit string, actual []diff.Actual) (*prPlan, error) {
-	snap, err := pl.refs.FetchRef(ctx, pr.Ref())
+// judgement is what merging a pull request would do, judged without Pulumi: the stands where the
+// merge result and the tracked branch decide differently, each to be previewed.
+type judgement struct {
+	pr        stands.PullRequest
+	base      string // the tracked branch's commit the head is merged into
+	merged    *blindEvaluation
+	main      *blindEvaluation
+	actions   []diff.Action
+	conflicts []string
+	// key digests everything the plan is made of but the stacks: equal keys, equal plans.
+	key string
+}
+
+// judgePR judges what merging the pull request into the tracked branch at commit would do. The
+// tree judged is the merge result (mergeTrees), not the head: a change the tracked branch made since
+// the branch was cut is in it, as it will be after the merge. What the merge changes is where the
+// decisions on that tree and on the tracked branch, each against the backend's stacks, differ.
+func (pl *Planner) judgePR(ctx context.Context, pr stands.PullRequest, main *judge.Evaluation, commit string, actual []diff.Actual) (*judgement, error) {
+	head, mergeBase, err := pl.refs.FetchPull(ctx, pr.Ref(), commit)
 	if err != nil {
 		return nil, err
 	}
-	if pl.blindCommit != commit || pl.blind == nil {
-		if pl.blind, err = pl.evaluateBlind(ctx, main.Files, nil); err != nil {
+	m, err := mergeTrees(mergeBase.Files, main.Files, head.Files)
+	if err != nil {
+		return nil, err
+	}
+	blindMain, err := pl.blindMain(ctx, main, commit)
+	if err != nil {
+		return nil, err
+	}
+	j := &judgement{pr: pr, base: commit, main: blindMain}
+	if j.merged, j.actions, err = pl.decideMerged(ctx, m.tree, main, blindMain, commit, actual); err != nil {
+		return nil, err
+	}
+	j.conflicts = m.folders
+	if len(m.paths) > 0 {
+		// A file both sides changed counts where a stand reads it: the merge judged with the
+		// head's side of those files decides otherwise.
+		_, theirs, err := pl.decideMerged(ctx, m.theirs, main, blindMain, commit, actual)
+		if err != nil {
 			return nil, err
 		}
-		pl.blindCommit = commit
+		if digest(theirs) != digest(j.actions) {
+			j.conflicts = append(j.conflicts, m.paths...)
+		}
 	}
-	blindMain := pl.blind
-	head, err := pl.evaluateBlind(ctx, snap.Files, blindMain)
+	slices.Sort(j.conflicts)
+	j.key = j.digest()
+	return j, nil
+}
+
+// blindMain is the tracked branch at commit under placeholders, evaluated once for every pull
+// request planned against it. Its renders are not the cost of the plan that asks first.
+func (pl *Planner) blindMain(ctx context.Context, main *judge.Evaluation, commit string) (*blindEvaluation, error) {
+	pl.bmu.Lock()
+	defer pl.bmu.Unlock()
+	if pl.blindCommit != commit || pl.blind == nil {
+		blind, err := pl.evaluateBlind(withoutBudget(ctx), main.Files, nil)
+		if err != nil {
+			return nil, err
+		}
+		pl.blind, pl.blindCommit = blind, commit
+	}
+	return pl.blind, nil
+}
+
+// decideMerged evaluates a merge result blind to secrets and returns the actions where it decides
+// otherwise than the tracked branch, blindMain at commit.
+func (pl *Planner) decideMerged(ctx context.Context, files fs.FS, main *judge.Evaluation, blindMain *blindEvaluation, commit string,
+	actual []diff.Actual) (*blindEvaluation, []diff.Action, error) {
+	merged, err := pl.evaluateBlind(ctx, files, blindMain)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := cmp.Or(head.SecretsErr, blindMain.SecretsErr, main.SecretsErr); err != nil {
-		pl.blind = nil
-		return nil, fmt.Errorf("secret store unavailable: %w", err)
+	if err := cmp.Or(merged.SecretsErr, blindMain.SecretsErr, main.SecretsErr); err != nil {
+		pl.bmu.Lock()
+		if pl.blindCommit == commit {
+			pl.blind = nil // evaluated again once the secret store answers
+		}
+		pl.bmu.Unlock()
+		return nil, nil, fmt.Errorf("secret store unavailable: %w", err)
 	}
-	head.sameAs(main, blindMain)
-	prices, err := pl.prev.Prices(ctx)
-	if err != nil {
-		pl.log.Warn("plan without prices", "err", err)
-	}
-	plan := &prPlan{head: snap.Commit, priced: prices != nil, cur: "EUR", warnings: head.Warnings}
-	for _, u := range head.Unreadable {
-		plan.add(planRow{id: "?", action: "invalid", note: u})
-	}
+	merged.sameAs(main, blindMain)
 	before := map[string]diff.Action{}
 	for _, a := range main.Decide(actual, pl.cfg.Guards, nil, "") {
 		before[a.ID] = a
-	}
-	inputs := map[string]*stands.Input{}
-	for _, v := range head.Verdicts {
-		inputs[v.ID] = v.Input
 	}
 	declared := map[string]bool{}
 	for _, v := range main.Verdicts {
 		declared[v.ID] = true
 	}
-	for _, a := range head.Decide(actual, pl.cfg.Guards, nil, "") {
+	for _, v := range merged.Verdicts {
+		declared[v.ID] = true
+	}
+	var out []diff.Action
+	for _, a := range merged.Decide(actual, pl.cfg.Guards, nil, "") {
 		if b, ok := before[a.ID]; ok && b == a {
 			continue // merging it changes nothing for this stand
 		}
-		if _, inHead := inputs[a.ID]; !inHead && !declared[a.ID] && a.Kind == diff.Blocked {
+		if !declared[a.ID] && a.Kind == diff.Blocked {
 			continue // a stack the tracked branch does not declare either: not this pull request's removal
 		}
 		if a.Reason == reason.SourceUnavailable {
-			a.Detail = strings.Join(head.Unreadable, "; ")
+			a.Detail = strings.Join(merged.Unreadable, "; ")
 		}
-		row, err := pl.planRow(ctx, a, inputs[a.ID], prices, plan)
+		out = append(out, a)
+	}
+	return merged, out, nil
+}
+
+// digest is the judgement's key: the actions, the prints of their stands on both sides, the
+// problems and the conflicts. A preview of the same inputs against the same stacks shows the same.
+func (j *judgement) digest() string {
+	prints := map[string][2]*standPrint{}
+	for _, a := range j.actions {
+		prints[a.ID] = [2]*standPrint{j.merged.prints[a.ID], j.main.prints[a.ID]}
+	}
+	return digest(struct {
+		Actions           []diff.Action
+		Prints            map[string][2]*standPrint
+		Unreadable, Confl []string
+		Warnings          []manifest.Diagnostic
+	}{j.actions, prints, j.merged.Unreadable, j.conflicts, j.merged.Warnings})
+}
+
+// planPR previews what a judgement found the merge would change.
+func (pl *Planner) planPR(ctx context.Context, j *judgement) (*prPlan, error) {
+	prices, err := pl.prev.Prices(ctx)
+	if err != nil {
+		pl.log.Warn("plan without prices", "err", err)
+	}
+	plan := &prPlan{head: j.pr.HeadSHA, base: j.base, branch: pl.cfg.Branch, priced: prices != nil, cur: "EUR",
+		warnings: j.merged.Warnings, conflicts: j.conflicts}
+	for _, u := range j.merged.Unreadable {
+		plan.add(planRow{id: "?", action: "invalid", note: u})
+	}
+	for _, a := range j.actions {
+		in := j.merged.Input(a.ID)
+		row, err := pl.planRow(ctx, a, in, prices, plan)
 		if row.action == "update" {
-			row.steps = blindSteps(row.steps, blindMain.prints[a.ID], head.prints[a.ID])
+			row.steps = blindSteps(row.steps, j.main.prints[a.ID], j.merged.prints[a.ID])
 		}
 		if err != nil {
 			return nil, err
@@ -222,6 +406,9 @@ func (pl *Planner) planPR(ctx context.Context, pr stands.PullRequest, main *judg
 		if row.action != "" {
 			plan.add(row)
 		}
+	}
+	if len(j.conflicts) > 0 {
+		plan.failed = true
 	}
 	sort.SliceStable(plan.rows, func(i, j int) bool { return plan.rows[i].id < plan.rows[j].id })
 	return plan, nil
@@ -346,10 +533,13 @@ func (p *prPlan) count(action string) int {
 
 // summary is the commit status description.
 func (p *prPlan) summary() string {
-	if len(p.rows) == 0 {
+	if len(p.rows) == 0 && len(p.conflicts) == 0 {
 		return "no stand changes"
 	}
 	parts := []string{}
+	if n := len(p.conflicts); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d changed on both sides", n))
+	}
 	for _, a := range []string{"create", "update", "destroy", "blocked", "invalid", "error"} {
 		if n := p.count(a); n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, a))
@@ -378,10 +568,16 @@ func money(v float64, cur string) mdtext.Markup { return mdtext.Code(amount(v, c
 func (p *prPlan) comment(pr stands.PullRequest) mdtext.Markup {
 	var d mdtext.Doc
 	d.Add(CommentMarker + "\n")
-	d.F("### Stands plan for %s\n\n", mdtext.Short(p.head))
-	if len(p.rows) == 0 {
+	d.F("### Stands plan for %s merged into %s at %s\n\n", mdtext.Short(p.head), p.branch, mdtext.Short(p.base))
+	switch {
+	case len(p.rows) == 0 && len(p.conflicts) > 0:
+		d.Add("Merging this pull request changes no stand beyond the conflicts below.\n")
+	case len(p.rows) == 0:
 		d.Add("This pull request changes no stand.\n")
-	} else {
+	default:
+		d.Add("What merging this pull request would do, as it merges today:\n\n")
+	}
+	if len(p.rows) > 0 {
 		d.Add("| stand | plan | servers | monthly cost |\n|---|---|---|---|\n")
 		for _, r := range p.rows {
 			servers := []mdtext.Markup{}
@@ -406,6 +602,13 @@ func (p *prPlan) comment(pr stands.PullRequest) mdtext.Markup {
 			d.Add("\nMonthly cost change: unknown (a server type's price was not available).\n")
 		}
 	}
+	if len(p.conflicts) > 0 {
+		d.F("\n#### Conflicts\n\nThis branch and %s both changed these since the branch was cut. The plan keeps %s's side of them and "+
+			"does not guess the merge: merge %s into the branch (or rebase it) and push.\n\n", p.branch, p.branch, p.branch)
+		for _, c := range p.conflicts {
+			d.F("- %s\n", c)
+		}
+	}
 	var problems []planRow
 	for _, r := range p.rows {
 		if r.action == "invalid" || r.action == "error" {
@@ -424,7 +627,8 @@ func (p *prPlan) comment(pr stands.PullRequest) mdtext.Markup {
 			d.F("- %s: %s\n", w.Pos, w.Msg)
 		}
 	}
-	d.Add("\n<sub>stands-reconciler previews never create stacks or servers; this comment is updated when the pull request's head moves.</sub>\n")
+	d.F("\n<sub>stands-reconciler previews never create stacks or servers; this comment is updated when the pull request's head moves, "+
+		"or when %s moves in a way that changes this plan.</sub>\n", p.branch)
 	return d.Markup()
 }
 

@@ -3,6 +3,7 @@ package prplan
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"errors"
 
@@ -44,10 +45,19 @@ func TestPreviewAddsAStand(t *testing.T) {
 	if f.Edits != 1 || !strings.Contains(f.Comment(1), "local_d_dev") || len(f.Comments) != 1 {
 		t.Errorf("after a push: %d edits, %d comments:\n%s", f.Edits, len(f.Comments), f.Comment(1))
 	}
+	// A closed pull request is not planned again; what its plan changes is kept for the reviews of
+	// a merge (ReviewRetention), then forgotten.
 	f.Close(1)
 	h.mustCycle()
+	kept := h.pl.heads[1]
+	if kept.ClosedAt.IsZero() || len(kept.Changes) != 2 {
+		t.Errorf("a closed pull request's changes are not kept: %+v", kept)
+	}
+	kept.ClosedAt = kept.ClosedAt.Add(-ReviewRetention - time.Minute)
+	h.pl.heads[1] = kept
+	h.mustCycle()
 	if len(h.pl.heads) != 0 {
-		t.Errorf("a closed pull request is remembered: %v", h.pl.heads)
+		t.Errorf("a pull request closed longer than %s ago is remembered: %v", ReviewRetention, h.pl.heads)
 	}
 }
 

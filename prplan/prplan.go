@@ -13,12 +13,14 @@ package prplan
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/stands-engine/stands-reconciler/internal/mdtext"
+	"github.com/stands-engine/stands-reconciler/internal/statefile"
 	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -29,8 +31,10 @@ type Forge interface {
 	PullRequests(ctx context.Context, base string) ([]stands.PullRequest, error)
 	// BranchTip is the commit a branch of the repository points at, "" when there is no such branch.
 	BranchTip(ctx context.Context, branch string) (string, error)
-	UpsertComment(ctx context.Context, index int64, marker string, body mdtext.Markup) error
+	UpsertComment(ctx context.Context, index int64, marker string, body mdtext.Markup) (time.Time, error)
 	SetStatus(ctx context.Context, sha, context string, state stands.CommitState, description, targetURL string) error
+	// Reviews lists a pull request's reviews, every one.
+	Reviews(ctx context.Context, index int64) ([]stands.Review, error)
 }
 
 // Previewer previews stands without changing anything (the engine).
@@ -43,7 +47,9 @@ type Previewer interface {
 
 // Refs fetches a pull request's head.
 type Refs interface {
-	FetchRef(ctx context.Context, ref string) (*stands.Snapshot, error)
+	// FetchPull fetches ref and returns its head and the merge base of the head and onto, a commit
+	// of the tracked branch.
+	FetchPull(ctx context.Context, ref, onto string) (head, base *stands.Snapshot, err error)
 }
 
 // Config tunes the plans. Zero values take the defaults shown.
@@ -51,8 +57,11 @@ type Config struct {
 	Branch string // the tracked branch: pull requests into it are planned
 	// Guards are the cycle's destroy guards, so a plan decides what the merge's cycle would.
 	Guards     judge.Guards
-	Passphrase string        // keys the spec hash, as the cycle's judgement does
-	Timeout    time.Duration // bounds one pull request's plan (DefaultTimeout)
+	Passphrase string // keys the spec hash, as the cycle's judgement does
+	// Budget bounds each pull request head's plan (DefaultBudget), Workers how many pull requests
+	// are planned at once (DefaultWorkers).
+	Budget  Budget
+	Workers int
 	// StateFile keeps which pull request heads were planned across restarts ("" keeps them in
 	// memory only).
 	StateFile string
@@ -64,10 +73,7 @@ type Config struct {
 	Metrics prometheus.Registerer
 }
 
-// DefaultTimeout bounds one pull request's plan.
-const DefaultTimeout = 10 * time.Minute
-
-// Planner plans the open pull requests, one at a time, on a worker of its own.
+// Planner plans the open pull requests, Config.Workers at a time, off the loop's path.
 type Planner struct {
 	cfg   Config
 	forge Forge
@@ -78,10 +84,17 @@ type Planner struct {
 	plans *prometheus.CounterVec
 
 	w worker
-	// Used by the worker only: which head of each open pull request was planned, and the tracked
-	// branch under placeholders, for the commit it was judged at.
-	loaded      bool
-	heads       map[int64]plannedHead
+	// mu guards records: what the workers knew of each pull request's head when they last saved
+	// it, read by Reviewed from the loop.
+	mu      sync.Mutex
+	records map[int64]plannedHead
+	// hmu guards the workers' own: which head of each open pull request was planned. Each pull
+	// request is planned by one worker at a time, but they share the map and its file.
+	hmu    sync.Mutex
+	loaded bool
+	heads  map[int64]plannedHead
+	// bmu guards the tracked branch under placeholders, for the commit it was judged at.
+	bmu         sync.Mutex
 	blindCommit string
 	blind       *blindEvaluation
 }
@@ -89,8 +102,14 @@ type Planner struct {
 // New returns a planner. sec is asked only whether a secret exists (SecretExists when it has it,
 // else its value, dropped at once): plans never see a secret's value.
 func New(cfg Config, forge Forge, prev Previewer, refs Refs, sec manifest.SecretSource) *Planner {
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
+	if cfg.Budget.Wall <= 0 {
+		cfg.Budget.Wall = DefaultBudget.Wall
+	}
+	if cfg.Budget.RenderCPU <= 0 {
+		cfg.Budget.RenderCPU = DefaultBudget.RenderCPU
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -99,5 +118,10 @@ func New(cfg Config, forge Forge, prev Previewer, refs Refs, sec manifest.Secret
 		plans: promauto.With(cfg.Metrics).NewCounterVec(prometheus.CounterOpts{Name: "stands_pull_request_plans_total",
 			Help: "Pull request plans, by result: success, failure (the plan refuses), error (planning failed), untrusted (no plan)."}, []string{"result"})}
 	pl.w.ctx, pl.w.cancel = context.WithCancel(context.Background())
+	// Reviewed answers from the start: the loop may ask before the first plan runs.
+	var saved map[string]plannedHead
+	if _, err := statefile.Read(cfg.StateFile, &saved); err == nil {
+		pl.records = parsePlanned(saved)
+	}
 	return pl
 }

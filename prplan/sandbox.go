@@ -9,15 +9,18 @@ import (
 	"io/fs"
 	"slices"
 	"testing/fstest"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 // Sandbox runs a job on untrusted input where it can be killed (internal/sandbox.Run with this
-// binary): write gives the child its input, read takes its answer. Nil runs the job in this
-// process, which has the output limit of every template but no CPU or memory limit.
-type Sandbox func(ctx context.Context, job string, write func(io.Writer) error, read func(io.Reader) error) error
+// binary): write gives the child its input, read takes its answer, and cpu, when not 0, lowers
+// the child's CPU time limit to what is left of a plan's budget. It returns the CPU time the child
+// used. Nil runs the job in this process, which has the output limit of every template but no CPU
+// or memory limit, and charges no budget.
+type Sandbox func(ctx context.Context, job string, cpu time.Duration, write func(io.Writer) error, read func(io.Reader) error) (time.Duration, error)
 
 // RenderJob is the sandbox job that renders a pull request's stands: ServeRender.
 const RenderJob = "render"
@@ -171,7 +174,19 @@ func (pl *Planner) renderSandboxed(ctx context.Context, files fs.FS, paths []str
 				return nil
 			})
 		} else {
-			err = pl.cfg.Sandbox(ctx, RenderJob, write, read)
+			var cpu, used time.Duration
+			b := cpuBudgetOf(ctx)
+			if b != nil {
+				if cpu = b.remaining(); cpu <= 0 {
+					return nil, b.err()
+				}
+			}
+			used, err = pl.cfg.Sandbox(ctx, RenderJob, cpu, write, read)
+			if b != nil {
+				if over := b.charge(used); over != nil {
+					return nil, over // the plan ends: its head is not rendered further
+				}
+			}
 		}
 		switch {
 		case err == nil:

@@ -38,8 +38,12 @@ func testSandbox(t *testing.T, lim sandbox.Limits) Sandbox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(ctx context.Context, job string, w func(io.Writer) error, r func(io.Reader) error) error {
-		return sandbox.Run(ctx, exe, job, lim, w, r)
+	return func(ctx context.Context, job string, cpu time.Duration, w func(io.Writer) error, r func(io.Reader) error) (time.Duration, error) {
+		l := lim
+		if cpu > 0 && cpu < l.CPU {
+			l.CPU = cpu
+		}
+		return sandbox.Run(ctx, exe, job, l, w, r)
 	}
 }
 

@@ -134,7 +134,7 @@ func TestHeadTooLargeFailsOnce(t *testing.T) {
 	fetches := f.Fetches
 	h.mustCycle()
 	h.mustCycle()
-	if st := f.Status("big1", PlanContext); !strings.HasPrefix(st, "failure: not planned: the commit holds more files") {
+	if st := f.Status("big1", PlanContext); !strings.HasPrefix(st, "failure: not planned: the commit's files hold more than 64 MiB, more than the reconciler reads") {
 		t.Errorf("stands/plan: %q", st)
 	}
 	if fetches != 1 || f.Fetches != fetches {

@@ -103,6 +103,9 @@ const (
 	ProviderMissing    Reason = "ProviderMissing"
 	Canceled           Reason = "Canceled"
 	OwnerChanged       Reason = "OwnerChanged"
+	// Unreviewed: a change of the stand landed that no pull request's approved plan showed
+	// (reconcile/review.go); it is not applied until reviewed or released.
+	Unreviewed Reason = "Unreviewed"
 	// Paused and PlanOnly: the operator's controls hold the stand's operation.
 	Paused   Reason = "Paused"
 	PlanOnly Reason = "PlanOnly"
@@ -140,6 +143,7 @@ var catalogue = map[Reason]entry{
 	SourceUnavailable: {Waiting, Blocked, "a stand.yml of the repository cannot be read, so no stand is destroyed: %s"},
 	OwnerChanged:      {Stalling, Blocked, "%s"},
 	Paused:            {Waiting, Blocked, "%s"},
+	Unreviewed:        {Waiting, Blocked, "%s"},
 	PlanOnly:          {Waiting, Blocked, "%s"},
 	Protected:         {Stalling, Blocked, "stand.protect was true at its last apply: remove it from the repository only after an apply with protect: false"},
 	MassDeletion:      {Stalling, Blocked, "%s"},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"time"
 
@@ -227,10 +228,38 @@ func (r *Reconciler) controlBanner() mdtext.Markup {
 		}
 		d.F("> **Plan-only** (%s): each stand's status says what would be applied or destroyed; nothing is.\n", by)
 	}
+	if len(r.unguarded) > 0 {
+		d.F("> **The protection of %s lacks** %s: a merge can apply what no reviewer approved or planned "+
+			"(see the reconciler's log, or `stands-reconciler config check`, for each fix).\n", r.cfg.Branch, codes(r.unguarded))
+	}
+	if len(r.unknown) > 0 {
+		d.F("> **The protection of %s is not fully known**: the reconciler's token cannot read %s.\n", r.cfg.Branch, codes(r.unknown))
+	}
 	if d.Len() == 0 {
 		return ""
 	}
 	return d.Markup() + "\n"
+}
+
+func codes(names []string) mdtext.Markup {
+	out := make([]mdtext.Markup, len(names))
+	for i, n := range names {
+		out[i] = mdtext.Code(n)
+	}
+	return mdtext.Join(out, ", ")
+}
+
+// SetSafeguards records which safeguards of the tracked branch's protection are missing and which
+// the token cannot read (the daemon reads them from the forge); STATUS.md's header names them. A
+// change starts a cycle, which commits it.
+func (r *Reconciler) SetSafeguards(missing, unknown []string) {
+	r.mu.Lock()
+	same := slices.Equal(missing, r.unguarded) && slices.Equal(unknown, r.unknown)
+	r.unguarded, r.unknown = slices.Clone(missing), slices.Clone(unknown)
+	r.mu.Unlock()
+	if !same {
+		r.Trigger()
+	}
 }
 
 func since(at time.Time) mdtext.Markup {

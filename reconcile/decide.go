@@ -42,6 +42,11 @@ func (r *Reconciler) decide(actions []diff.Action, d *desiredState, found map[st
 		if st.running || !r.holds(a.ID) {
 			continue // another replica's stand: it decides, and its status comes from its record
 		}
+		if why, held := d.unreviewed[a.ID]; held {
+			r.holdUnreviewed(a, d, why, commit)
+			continue
+		}
+		delete(r.unreviewed, a.ID)
 		o, ok := r.decideOne(a, d, st, found[a.ID], now)
 		if !ok {
 			continue
@@ -97,6 +102,9 @@ func (r *Reconciler) decideOne(a diff.Action, d *desiredState, st *stand, stack 
 		case reason.SuspendedByRepo:
 			r.record(a.ID, outcome{kind: outSuspended})
 		case reason.UpToDate:
+			if in != nil && in.Print == "" {
+				in.Print = stack.Print // the same spec: a repair or re-apply keeps what was reviewed
+			}
 			if st.repair && r.due(st, now) {
 				st.repair = false
 				return op{kind: opApply, in: in, repair: true}, true

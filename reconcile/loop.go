@@ -16,9 +16,29 @@ func (r *Reconciler) Trigger() {
 	}
 }
 
+// InCycleFor is how long the cycle under way has run; 0 between cycles. Operations run beside the
+// loop, so a long apply does not count: a cycle that does not end is a wedged loop (the daemon's
+// systemd watchdog).
+func (r *Reconciler) InCycleFor() time.Duration {
+	since := r.cycleSince.Load()
+	if since == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, since))
+}
+
+// SetInterval changes Run's poll interval (a reload): the wait under way ends with a cycle now, and
+// the next waits are of the new interval.
+func (r *Reconciler) SetInterval(interval time.Duration) {
+	if r.interval.Swap(int64(interval)) != int64(interval) {
+		r.Trigger()
+	}
+}
+
 // Run cycles every interval (±10% jitter, so several reconcilers do not poll in step) and on every
 // Trigger, until ctx ends. It does not wait for running operations: Drain does.
 func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
+	r.interval.Store(int64(interval))
 	if r.cfg.Checker != nil && r.cfg.HealthInterval > 0 {
 		go r.runHealth(ctx)
 	}
@@ -27,7 +47,9 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 	}
 	consecutive := 0
 	for {
+		r.cycleSince.Store(time.Now().UnixNano())
 		err := r.Cycle(ctx)
+		r.cycleSince.Store(0)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -41,7 +63,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 			r.log.Info("cycle succeeded again", "after_errors", consecutive)
 			consecutive = 0
 		}
-		if !waitJittered(ctx, interval, r.wake) {
+		if !waitJittered(ctx, time.Duration(r.interval.Load()), r.wake) {
 			return
 		}
 	}

@@ -24,11 +24,13 @@ type metrics struct {
 	healthChecks *prometheus.CounterVec
 	heals        *prometheus.CounterVec
 	phases       *prometheus.Desc
+	blocked      *prometheus.Desc
 	running      *prometheus.Desc
 	queued       *prometheus.Desc
 	controls     *prometheus.Desc
 	sinceSync    *prometheus.Desc
 	down         *prometheus.Desc
+	unreviewed   *prometheus.Desc
 }
 
 func newMetrics(r *Reconciler, reg prometheus.Registerer) *metrics {
@@ -47,12 +49,15 @@ func newMetrics(r *Reconciler, reg prometheus.Registerer) *metrics {
 			Help: "Live health checks of applied stands, by result: healthy, unhealthy (an instance), unreachable (a server), error (not made: the state unreadable)."}, []string{"result"}),
 		heals: f.NewCounterVec(prometheus.CounterOpts{Name: "stands_heals_total",
 			Help: "Heal steps (--heal), by action (restart, apply, none: the hourly limit) and result."}, []string{"action", "result"}),
-		phases:    prometheus.NewDesc("stands_stands", "Stands by phase, as their status files say (with replicas, the stands this replica holds).", []string{"phase"}, nil),
-		running:   prometheus.NewDesc("stands_operations_running", "Operations running now, each on a worker.", nil, nil),
-		queued:    prometheus.NewDesc("stands_operations_queued", "Operations decided and waiting for a worker (--workers).", nil, nil),
-		controls:  prometheus.NewDesc("stands_control_active", "Whether an operator's control is in force: paused (locally or by .stands/pause), plan_only.", []string{"control"}, nil),
-		sinceSync: prometheus.NewDesc("stands_seconds_since_last_successful_sync", "Seconds since the last cycle that fetched, judged and planned without error (-1: none yet).", nil, nil),
-		down:      prometheus.NewDesc("stands_dependency_up", "Whether an outside service answered in the last cycle (source, secrets, backend), no operation ran past its deadline (operations) and, with replicas, the lease store answers (leases).", []string{"dependency"}, nil),
+		phases: prometheus.NewDesc("stands_stands", "Stands by phase, as their status files say (with replicas, the stands this replica holds).", []string{"phase"}, nil),
+		blocked: prometheus.NewDesc("stands_blocked", "Blocked stands by reason; OtherOwner: another owner's stands, which this reconciler only reads, so an alert on Blocked leaves them out.",
+			[]string{"reason"}, nil),
+		running:    prometheus.NewDesc("stands_operations_running", "Operations running now, each on a worker.", nil, nil),
+		queued:     prometheus.NewDesc("stands_operations_queued", "Operations decided and waiting for a worker (--workers).", nil, nil),
+		controls:   prometheus.NewDesc("stands_control_active", "Whether an operator's control is in force: paused (locally or by .stands/pause), plan_only.", []string{"control"}, nil),
+		sinceSync:  prometheus.NewDesc("stands_seconds_since_last_successful_sync", "Seconds since the last cycle that fetched, judged and planned without error (-1: none yet).", nil, nil),
+		unreviewed: prometheus.NewDesc("stands_unreviewed_changes", "Changes of stands held because no review approved them (--require-review), each until a reviewed pull request or ctl approve.", nil, nil),
+		down:       prometheus.NewDesc("stands_dependency_up", "Whether an outside service answered in the last cycle (source, secrets, backend), no operation ran past its deadline (operations) and, with replicas, the lease store answers (leases).", []string{"dependency"}, nil),
 	}
 	// Served from the start, at 0: an alert on increase() needs the series before the first error.
 	for _, op := range []string{"read", "write"} {
@@ -71,11 +76,13 @@ func newMetrics(r *Reconciler, reg prometheus.Registerer) *metrics {
 // their own.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.phases
+	ch <- m.blocked
 	ch <- m.running
 	ch <- m.queued
 	ch <- m.controls
 	ch <- m.sinceSync
 	ch <- m.down
+	ch <- m.unreviewed
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -85,10 +92,20 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range reason.Phases {
 		counts[p] = 0
 	}
+	// Every reason that blocks is served, 0 included, as the phases are: an alert on one sees it.
+	blocked := map[reason.Reason]int{}
+	for _, why := range reason.All() {
+		if why.Phase() == reason.Blocked {
+			blocked[why] = 0
+		}
+	}
 	decided := 0
 	for id, st := range r.stands {
 		if st.status != nil && r.holds(id) { // with replicas, each counts its own: their sum is every stand
 			counts[st.status.Phase]++
+			if st.status.Phase == reason.Blocked {
+				blocked[st.status.Reason]++
+			}
 		}
 		if st.running {
 			decided++
@@ -96,6 +113,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	h, last, active := r.health, r.lastSync, r.active
 	paused, planOnly := r.pausedLocked() != nil, r.planOnlyLocked()
+	unreviewed := len(r.unreviewed)
 	r.mu.Unlock()
 	if r.rep != nil {
 		h.Leases = r.rep.Ready()
@@ -103,7 +121,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for p, n := range counts {
 		ch <- prometheus.MustNewConstMetric(m.phases, prometheus.GaugeValue, float64(n), string(p))
 	}
+	for why, n := range blocked {
+		ch <- prometheus.MustNewConstMetric(m.blocked, prometheus.GaugeValue, float64(n), string(why))
+	}
 	ch <- prometheus.MustNewConstMetric(m.running, prometheus.GaugeValue, float64(active))
+	ch <- prometheus.MustNewConstMetric(m.unreviewed, prometheus.GaugeValue, float64(unreviewed))
 	ch <- prometheus.MustNewConstMetric(m.queued, prometheus.GaugeValue, float64(max(decided-active, 0)))
 	for name, on := range map[string]bool{"paused": paused, "plan_only": planOnly} {
 		ch <- prometheus.MustNewConstMetric(m.controls, prometheus.GaugeValue, b2f(on), name)

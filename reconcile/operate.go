@@ -67,7 +67,7 @@ func (r *Reconciler) run(o op) {
 	r.metrics.operation(o.kind, r.cfg.Now().Sub(started), err)
 	if err != nil {
 		c := reason.Of(err)
-		log.Warn("operation failed", "reason", c, "kind", c.Kind(), "err", r.scrub(o, err.Error()))
+		log.Warn("operation failed", "reason", c, "reason_kind", c.Kind(), "err", r.scrub(o, err.Error()))
 	}
 	// Stored while the stand is still running, so no cycle starts on it before its outcome is in.
 	saved := err != nil || res == nil || res.Connection == nil || r.saveConnection(ctx, o.id, json.RawMessage(res.Connection), log)

@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -123,6 +124,12 @@ type Config struct {
 	HealSettle     time.Duration
 	// Metrics, when set, gets the loop's metrics (metrics.go).
 	Metrics prometheus.Registerer
+	// RequireReview applies a change of a stand only when it was reviewed (review.go); Reviews
+	// asks pull requests (nil: only the first import and ctl approve let changes through).
+	// ReviewState keeps what was let through across restarts ("" in memory only).
+	RequireReview bool
+	Reviews       Reviews
+	ReviewState   string
 	// Replicas, when set, makes this reconciler one of several on one PostgreSQL (replicas.go): it
 	// operates the stands whose leases it holds, and commits status only while it is the leader.
 	Replicas Replicas
@@ -148,6 +155,9 @@ type Reconciler struct {
 	ops       sync.WaitGroup
 	sem       chan struct{}
 	wake      chan struct{}
+	interval  atomic.Int64 // Run's poll interval, which SetInterval changes live
+	// cycleSince: when Run's cycle under way began (Unix nanoseconds); 0 between cycles.
+	cycleSince atomic.Int64
 
 	mu         sync.Mutex
 	stands     map[string]*stand
@@ -161,10 +171,18 @@ type Reconciler struct {
 	flushCtx   context.Context
 	flush      context.CancelFunc // ends the status delay for good: the drain has begun
 
-	metrics     *metrics
-	active      int             // operations holding a worker
-	controls    Controls        // the operator's local switches
-	repoPause   *Switch         // PauseFile of the last snapshot
+	metrics   *metrics
+	active    int      // operations holding a worker
+	controls  Controls // the operator's local switches
+	repoPause *Switch  // PauseFile of the last snapshot
+	// unguarded and unknown are the tracked branch's missing and unread safeguards (SetSafeguards).
+	unguarded, unknown []string
+	// unreviewed are the changes held for review, by stand (review.go).
+	unreviewed map[string]*unreviewed
+	// revMu guards the review gate's state, which it reads and writes outside mu (it asks Gitea).
+	revMu       sync.Mutex
+	revLoaded   bool
+	revState    reviewState
 	lastSync    time.Time       // the end of the last cycle without error
 	declaredIDs map[string]bool // stands the last evaluated snapshot declares
 	lastEval    *keptEvaluation // used by cycles only, which never overlap
@@ -394,6 +412,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		r.secretsDown = 0
 	}
 	actions := d.ev.Decide(actual, r.guards(), func(id string) bool { return d.running[id] }, hold)
+	d.unreviewed = r.review(ctx, actions, d, found, snap.Source)
 
 	r.mu.Lock()
 	r.unreadable = d.unreadable
@@ -408,6 +427,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 	}
 	log.Info("cycle planned", "create", counts[diff.Create], "update", counts[diff.Update], "destroy", counts[diff.Destroy],
 		"noop", counts[diff.Noop], "blocked", counts[diff.Blocked], "operations", len(ops))
+	r.reportUnreviewed(ctx)
 	r.publishSoon(ctx)
 	for _, o := range ops {
 		r.ops.Add(1)
@@ -427,6 +447,7 @@ type desiredState struct {
 	inputs     map[string]*stands.Input
 	secretsErr error
 	unreadable []string
+	unreviewed map[string]string // why each change held for review is (review.go)
 }
 
 // guards are the destroy guards of the settings.

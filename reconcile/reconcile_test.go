@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -326,8 +328,26 @@ func TestSuspendAndOtherOwner(t *testing.T) {
 	files := repoWith("a")
 	files[fakes.StandFile("s")] = fakes.StandYML("s", "  suspend: true")
 	files[fakes.StandFile("o")] = fakes.StandYML("o", "  owner: team2")
-	h := newHarness(t, files, nil)
+	reg := prometheus.NewPedanticRegistry()
+	h := newHarness(t, files, func(c *Config) { c.Metrics = reg })
 	h.mustCycle()
+	// Another owner's stand is Blocked, and counted apart: the Blocked alert leaves it out
+	// (deploy/alerts.yml), and sees every other reason that blocks, at 0.
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if f.GetName() == "stands_blocked" {
+				blocked[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if blocked["OtherOwner"] != 1 || len(blocked) < 5 || blocked["Protected"] != 0 {
+		t.Errorf("stands_blocked by reason: %v, want OtherOwner 1 and every other reason 0", blocked)
+	}
 	if h.eng.TotalUps() != 1 {
 		t.Errorf("ups %v", h.eng.Ups)
 	}

@@ -20,8 +20,16 @@ type Snapshot struct {
 	Files   fs.FS
 }
 
-// ErrTooLarge marks a commit whose files are more than a snapshot holds (MaxTreeSize).
+// ErrTooLarge marks a commit whose files are more than a snapshot holds (MaxTreeSize), or whose
+// Git objects are more than a fetch takes.
 var ErrTooLarge = errors.New("repository too large")
+
+// TooLarge is an ErrTooLarge naming the limit passed. Its text is the reconciler's own (sizes and
+// counts), never the repository's content, so a pull request's status may show it.
+type TooLarge struct{ Limit string }
+
+func (e *TooLarge) Error() string        { return ErrTooLarge.Error() + ": " + e.Limit }
+func (e *TooLarge) Is(target error) bool { return target == ErrTooLarge }
 
 // MaxTreeSize bounds what a snapshot holds in memory: a repository of 1,000 stands is a few
 // megabytes; a commit that holds more (a pull request's head, say) is refused as a whole.
@@ -46,6 +54,7 @@ func StatusPath(id string) string { return StatusDir + "/" + id + ".json" }
 type PullRequest struct {
 	Index   int64
 	Title   string
+	Author  string // the user who opened it: an approval of theirs is not a review
 	HeadSHA string
 	HeadRef string // the branch
 	// SameRepo is false for a pull request from a fork: it gets no plan, since plans run with
@@ -67,3 +76,28 @@ const (
 	StateFailure CommitState = "failure"
 	StateError   CommitState = "error"
 )
+
+// Review is a review of a pull request, as the forge keeps it.
+type Review struct {
+	User   string
+	State  ReviewState
+	Commit string // the head it reviewed
+	// Dismissed: taken back (by someone, or by a push when the branch's protection says so); Stale:
+	// the pull request's head moved since.
+	Dismissed, Stale bool
+	Submitted        time.Time
+}
+
+// ReviewState is a review's verdict, as Gitea names it.
+type ReviewState string
+
+// Approved is the verdict of an approval.
+const Approved ReviewState = "APPROVED"
+
+// ChangeReview is what is known of the review of one change of a stand (a print; "" a removal).
+type ChangeReview struct {
+	Reviewed bool
+	PR       int64  // the pull request that reviewed it
+	By       string // who approved it
+	Why      string // why it does not count as reviewed
+}

@@ -20,6 +20,9 @@ type Input struct {
 	Stand    *manifest.Stand
 	Secrets  manifest.Secrets
 	SpecHash string
+	// Print is judge.Print of the stand when a review gates it: the engine records it with the
+	// stack, so a later change of secret values alone needs no review.
+	Print string
 	// Untrusted marks a pull request's input (its secrets are placeholders): the engine renders it
 	// only as the render sandbox did (the same fixed addresses), logs none of Pulumi's steps or
 	// messages about it, and returns its errors without the CLI's output, which would show
@@ -111,7 +114,10 @@ type StackInfo struct {
 	StandID  string `json:"standId,omitempty"`
 	Owned    bool   `json:"owned"` // carries the reconciler's mark; a foreign stack is never touched
 	SpecHash string `json:"specHash,omitempty"`
-	Protect  bool   `json:"protect,omitempty"` // stand.protect at the last apply
+	// Print is the applied spec's print (judge.Print: secrets as placeholders), what its review
+	// approved; "" for a stack applied before prints were recorded.
+	Print   string `json:"print,omitempty"`
+	Protect bool   `json:"protect,omitempty"` // stand.protect at the last apply
 	// Known is false when the stack has no readable stack file (never updated, or compressed).
 	Known      bool   `json:"known"`
 	Resources  int    `json:"resources"`

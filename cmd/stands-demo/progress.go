@@ -22,7 +22,7 @@ type progress struct {
 type progressLine struct {
 	Msg      string `json:"msg"`
 	Stand    string `json:"stand"`
-	Op       string `json:"op"`
+	Op       string `json:"step"`
 	Type     string `json:"type"`
 	Name     string `json:"name"`
 	Message  string `json:"message"`

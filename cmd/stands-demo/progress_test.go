@@ -32,8 +32,8 @@ func TestProgress(t *testing.T) {
 		return out
 	}
 	write(`{"msg":"cycle planned","create":1}
-{"msg":"resource done","stand":"a","op":"create","type":"stands:index:Server","name":"main"}
-{"msg":"resource done","stand":"pr","op":"create","type":"stands:index:Server","name":"x","planning":true}
+{"msg":"resource done","stand":"a","step":"create","type":"stands:index:Server","name":"main"}
+{"msg":"resource done","stand":"pr","step":"create","type":"stands:index:Server","name":"x","planning":true}
 not json
 {"msg":"node work","stand":"a","name":"main","message":"connecting to 127.0.10.1:22"}
 {"msg":"node work","stand":"a","name":"main","mess`)

@@ -42,15 +42,17 @@ func (d *demo) pushRepository(ctx context.Context) error {
 	if _, err := d.push(ctx, "", "main", "The example stands", write); err != nil {
 		return err
 	}
-	mode := gitea.AccessModeWrite
-	for _, u := range []string{botName, reviewerName} {
+	// The bot reads main's protection whole, which Gitea shows administrators only; the reviewer writes.
+	for u, mode := range map[string]gitea.AccessMode{botName: gitea.AccessModeAdmin, reviewerName: gitea.AccessModeWrite} {
 		if _, err := d.api.AddCollaborator(adminName, repoName, u, gitea.AddCollaboratorOption{Permission: &mode}); err != nil {
 			return fmt.Errorf("add collaborator %s: %w", u, err)
 		}
 	}
+	// Every safeguard of docs/pr-workflow.md#branch-protection. Status goes to its own branch, so
+	// nobody pushes to main and a status commit never makes a pull request outdated.
 	if _, _, err := d.api.CreateBranchProtection(adminName, repoName, gitea.CreateBranchProtectionOption{RuleName: "main", BranchName: "main",
-		EnablePush: true, EnablePushWhitelist: true, PushWhitelistUsernames: []string{botName},
-		EnableStatusCheck: true, StatusCheckContexts: []string{prplan.PlanContext}, RequiredApprovals: 1}); err != nil {
+		EnableStatusCheck: true, StatusCheckContexts: []string{prplan.PlanContext}, RequiredApprovals: 1, DismissStaleApprovals: true,
+		BlockOnOutdatedBranch: true, BlockAdminMergeOverride: true}); err != nil {
 		return fmt.Errorf("branch protection: %w", err)
 	}
 	port, err := localserver.FreePort()
@@ -144,7 +146,7 @@ func (d *demo) startReconciler(ctx context.Context) error {
 		env = append(env, f[0]+"="+path)
 	}
 	d.rec, err = startServer(d.p, "stands-reconciler", env, "run", "--repo", d.gitea.URL+adminName+"/"+repoName+".git",
-		"--git-user", botName, "--git-name", botName, "--git-email", botName+"@example.test", "--owner", owner,
+		"--git-user", botName, "--git-name", botName, "--git-email", botName+"@example.test", "--owner", owner, "--status-branch", statusBranch,
 		"--listen", d.listen, "--poll-interval", "30s", "--drain-timeout", "30s", "--log-format", "json")
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ const (
 	adminName    = "demo"       // owns the stands repository and opens the pull request
 	reviewerName = "reviewer"   // approves and merges it
 	botName      = "stands-bot" // the reconciler: status commits, commit statuses, plan comments
+	statusBranch = "status"     // where the bot commits status: main takes no push, only merges
 	repoName     = "stands"
 	owner        = "team" // the reconciler's --owner: stand ids are team_<project>_<env>
 )

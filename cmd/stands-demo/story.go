@@ -20,6 +20,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/prplan"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/safeguard"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
@@ -125,7 +126,26 @@ func (s *story) exampleStandsComeUp(ctx context.Context) error {
 	}
 	md, _ := s.d.file("STATUS.md")
 	ids := sortedKeys(statuses)
-	return s.expect(md != "" && containsAll(md, ids...), "STATUS.md lists %s", strings.Join(ids, ", "))
+	if err := s.expect(md != "" && containsAll(md, ids...), "STATUS.md lists %s", strings.Join(ids, ", ")); err != nil {
+		return err
+	}
+	// main is protected as docs/pr-workflow.md says, and the reconciler reads so (its first read may
+	// meet Gitea still settling the new repository: it reads again within 15 s).
+	var metrics string
+	var missing []string
+	_ = poll(ctx, time.Minute, func() bool {
+		metrics, _ = s.d.get("/metrics")
+		missing = nil
+		for _, name := range safeguard.Names {
+			if !strings.Contains(metrics, fmt.Sprintf("stands_branch_safeguard_missing{safeguard=%q} 0", name)) {
+				missing = append(missing, name)
+			}
+		}
+		return len(missing) == 0 && strings.Contains(metrics, "stands_branch_protection_read 1")
+	})
+	md, _ = s.d.file("STATUS.md")
+	return s.expect(len(missing) == 0 && strings.Contains(metrics, "stands_branch_protection_read 1") && !strings.Contains(md, "The protection of"),
+		"the reconciler finds every safeguard in main's protection, read whole (missing or unknown: %v)", missing)
 }
 
 func (s *story) pullRequestIsPlanned(ctx context.Context) error {
@@ -164,7 +184,7 @@ func (s *story) pullRequestIsPlanned(ctx context.Context) error {
 }
 
 func (s *story) reviewerMerges(ctx context.Context) error {
-	s.step(3, "The reviewer approves it, and merges it (main requires a green stands/plan and one approval)")
+	s.step(3, "The reviewer approves it, and merges it (main requires a green stands/plan and an approval of the head merged)")
 	rc, err := s.d.reviewer.Client(s.d.gitea)
 	if err != nil {
 		return err
@@ -176,9 +196,35 @@ func (s *story) reviewerMerges(ctx context.Context) error {
 		"without an approval the merge is refused (%v)", errOr(early, "it was merged")); err != nil {
 		return err
 	}
-	if _, _, err := rc.CreatePullReview(adminName, repoName, s.pr, gitea.CreatePullReviewOptions{State: gitea.ReviewStateApproved,
-		Body: "The plan creates one cx22 server and nothing else: approved."}); err != nil {
-		return fmt.Errorf("approve: %w", err)
+	approve := func() error {
+		if _, _, err := rc.CreatePullReview(adminName, repoName, s.pr, gitea.CreatePullReviewOptions{State: gitea.ReviewStateApproved,
+			Body: "The plan creates one cx22 server and nothing else: approved."}); err != nil {
+			return fmt.Errorf("approve: %w", err)
+		}
+		return nil
+	}
+	if err := approve(); err != nil {
+		return err
+	}
+	// The author pushes after the approval: Gitea dismisses it (the approval was of the plan of
+	// the old head), and refuses the merge until the new head is planned and approved again.
+	head, err := s.d.push(ctx, "add-review-stand", "add-review-stand", "Say what the stand is for",
+		map[string][]byte{newStandPath: []byte("# The checkout feature's review stand.\n" + newStand)})
+	if err != nil {
+		return err
+	}
+	if _, err := s.d.waitPlanComment(ctx, s.pr, head, 5*time.Minute); err != nil {
+		return err
+	}
+	if _, err := s.d.waitCommitStatus(ctx, head, prplan.PlanContext, time.Minute); err != nil {
+		return err
+	}
+	_, stale := s.d.merge(ctx, s.d.reviewer, s.pr)
+	if err := s.expect(errors.Is(stale, errMergeRefused) && strings.Contains(strings.ToLower(stale.Error()), "approv"), "after a push that follows the approval, the merge is refused (%v)", errOr(stale, "it was merged")); err != nil {
+		return err
+	}
+	if err := approve(); err != nil {
+		return err
 	}
 	merged, err := s.d.merge(ctx, s.d.reviewer, s.pr)
 	if err := s.expect(err == nil && merged != "", "the merge is accepted (%v)", errOr(err, "merge commit "+short(merged))); err != nil {
@@ -201,8 +247,12 @@ func (s *story) mergeIsApplied(ctx context.Context) error {
 		return err
 	}
 	st := all[newStandID]
+	seen := "no status"
+	if st != nil {
+		seen = fmt.Sprintf("%s: %s", st.Phase, st.Message)
+	}
 	if err := s.expect(st != nil && st.Phase == reason.Ready && st.LastSuccessfulCommit == s.d.mergeCommit,
-		"%s Ready at the merge commit %s", newStandID, short(s.d.mergeCommit)); err != nil {
+		"%s Ready at the merge commit %s (%s)", newStandID, short(s.d.mergeCommit), seen); err != nil {
 		return err
 	}
 	author, err := s.d.lastAuthor(stands.StatusPath(newStandID))
@@ -228,7 +278,7 @@ func (s *story) howItLooks(ctx context.Context) error {
 	s.step(5, "How it looks to the reviewer: the pages rendered in headless chromium, logged in as "+reviewerName)
 	pages, err := s.d.render(ctx, []map[string]string{
 		{"name": "plan-comment", "path": fmt.Sprintf("%s/%s/pulls/%d", adminName, repoName, s.pr), "marker": "Stands plan for"},
-		{"name": "status-md", "path": adminName + "/" + repoName + "/src/branch/main/STATUS.md", "marker": newStandID},
+		{"name": "status-md", "path": adminName + "/" + repoName + "/src/branch/" + statusBranch + "/STATUS.md", "marker": newStandID},
 	})
 	if errors.Is(err, errNoBrowser) && !s.strict {
 		fmt.Fprintf(s.out, "  skipped: %v\n", err)
@@ -340,8 +390,8 @@ func cell(row []string, i int) string {
 }
 
 // secretsShown lists where a value the stands read from Vault appears although it must not: the
-// status files (their connection records are masked), STATUS.md, the commit messages of main and
-// the reconciler's log. Values are matched whole, and never printed.
+// status files (their connection records are masked), STATUS.md, the commit messages of main and of
+// the status branch, and the reconciler's log. Values are matched whole, and never printed.
 func (d *demo) secretsShown(all map[string]*reconcile.Status) ([]string, error) {
 	secrets, err := exampleSecrets(d.p)
 	if err != nil {
@@ -352,13 +402,15 @@ func (d *demo) secretsShown(all map[string]*reconcile.Status) ([]string, error) 
 		places[stands.StatusPath(id)], _ = d.file(stands.StatusPath(id))
 	}
 	places["STATUS.md"], _ = d.file("STATUS.md")
-	commits, _, err := d.api.ListRepoCommits(adminName, repoName, gitea.ListCommitOptions{SHA: "main", ListOptions: gitea.ListOptions{PageSize: 50}})
-	if err != nil {
-		return nil, fmt.Errorf("list commits: %w", err)
-	}
-	for _, c := range commits {
-		if c.RepoCommit != nil {
-			places["commit "+short(c.SHA)] = c.RepoCommit.Message
+	for _, branch := range []string{"main", statusBranch} {
+		commits, _, err := d.api.ListRepoCommits(adminName, repoName, gitea.ListCommitOptions{SHA: branch, ListOptions: gitea.ListOptions{PageSize: 50}})
+		if err != nil {
+			return nil, fmt.Errorf("list commits of %s: %w", branch, err)
+		}
+		for _, c := range commits {
+			if c.RepoCommit != nil {
+				places["commit "+short(c.SHA)] = c.RepoCommit.Message
+			}
 		}
 	}
 	places["the reconciler's log"], _ = readFile(d.p.join("stands-reconciler", "stands-reconciler.log"))
@@ -393,7 +445,7 @@ func (d *demo) applyTime(servers time.Duration) time.Duration {
 	return servers
 }
 
-// waitStatuses polls the status files on main until done holds or timeout passes, printing each
+// waitStatuses polls the status files until done holds or timeout passes, printing each
 // stand's phase as it changes and, in between, what the reconciler logs it is doing; it returns the
 // last statuses read.
 func (d *demo) waitStatuses(ctx context.Context, out io.Writer, timeout time.Duration, done func(map[string]*reconcile.Status) bool) (map[string]*reconcile.Status, error) {
@@ -424,10 +476,10 @@ func (d *demo) waitStatuses(ctx context.Context, out io.Writer, timeout time.Dur
 	}
 }
 
-// statuses reads every status file on main (none while Gitea does not answer).
+// statuses reads every status file (none while Gitea does not answer).
 func (d *demo) statuses() map[string]*reconcile.Status {
 	out := map[string]*reconcile.Status{}
-	entries, _, err := d.api.ListContents(adminName, repoName, "main", "status")
+	entries, _, err := d.api.ListContents(adminName, repoName, statusBranch, "status")
 	if err != nil {
 		return out
 	}
@@ -444,9 +496,9 @@ func (d *demo) statuses() map[string]*reconcile.Status {
 	return out
 }
 
-// file is a file of main's head.
+// file is a file of the status branch's head.
 func (d *demo) file(name string) (string, error) {
-	data, _, err := d.api.GetFile(adminName, repoName, "main", name)
+	data, _, err := d.api.GetFile(adminName, repoName, statusBranch, name)
 	return string(data), err
 }
 
@@ -526,9 +578,9 @@ func (d *demo) merge(ctx context.Context, user *localserver.User, n int64) (stri
 // errMergeRefused: Gitea answered the merge with a refusal.
 var errMergeRefused = errors.New("merge refused")
 
-// lastAuthor is the author of the newest commit on main touching path.
+// lastAuthor is the author of the newest commit of the status branch touching path.
 func (d *demo) lastAuthor(path string) (string, error) {
-	commits, _, err := d.api.ListRepoCommits(adminName, repoName, gitea.ListCommitOptions{SHA: "main", Path: path, ListOptions: gitea.ListOptions{PageSize: 1}})
+	commits, _, err := d.api.ListRepoCommits(adminName, repoName, gitea.ListCommitOptions{SHA: statusBranch, Path: path, ListOptions: gitea.ListOptions{PageSize: 1}})
 	if err != nil {
 		return "", err
 	}
@@ -547,12 +599,12 @@ func (d *demo) where(out io.Writer, pr int64) error {
 	}
 	text := fmt.Sprintf(`Gitea        %[1]s  (log in as %[2]s / %[3]s, or %[4]s / %[5]s)
 repository   %[6]s
-STATUS.md    %[6]s/src/branch/main/STATUS.md
+STATUS.md    %[6]s/src/branch/%[11]s/STATUS.md
 pull request %[6]s/pulls/%[7]d
 metrics      http://%[8]s/metrics
 logs         %[9]s/*/*.log%[10]s
 stop         make demo-down (or Ctrl-C here)
-`, d.gitea.URL, adminName, d.gitea.Password, reviewerName, d.reviewer.Password, repo, pr, d.listen, d.p.root, vms)
+`, d.gitea.URL, adminName, d.gitea.Password, reviewerName, d.reviewer.Password, repo, pr, d.listen, d.p.root, vms, statusBranch)
 	fmt.Fprintf(out, "\nWhere to look:\n%s", text)
 	return os.WriteFile(d.p.join("ACCESS.txt"), []byte(text), 0o600)
 }

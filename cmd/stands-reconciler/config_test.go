@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/stands-engine/stands-reconciler/safeguard"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
@@ -24,6 +26,27 @@ func fakePulumi(t *testing.T) string {
 	return p
 }
 
+// privateConfig is a copy of testdata/config whose credential files only their owner reads, as
+// config check wants them (Git keeps them 0644).
+func privateConfig(t *testing.T) string {
+	t.Helper()
+	src, dir := filepath.Join("testdata", "config"), t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 // configRow is the value and origin `config check` prints for a setting ("" when absent).
 func configRow(out, setting string) (value, origin string) {
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(setting) + `\s+(\S+)\s+(.+)$`).FindStringSubmatch(out)
@@ -38,9 +61,10 @@ func configRow(out, setting string) (value, origin string) {
 // the file it is read from, never its value.
 func TestConfigLayer(t *testing.T) {
 	ctx := context.Background()
-	file := filepath.Join("testdata", "config", "daemon.yml")
+	dir := privateConfig(t)
+	file := filepath.Join(dir, "daemon.yml")
 	vars := map[string]string{"STANDS_CONFIG": file, "STANDS_WORKERS": "5", "STANDS_PULUMI_BIN": fakePulumi(t), "STANDS_STATE_DIR": t.TempDir()}
-	r := runCLI(t, ctx, newRecorder(vars), "config", "check", "--drift-interval", "1h")
+	r := runCLI(t, ctx, newRecorder(vars), "config", "check", "--drift-interval", "1h", "--unit", filepath.Join(testenv.RepoRoot(), "deploy", "stands-reconciler.service"))
 	if r.code != exitOK {
 		t.Fatalf("config check: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -59,7 +83,7 @@ func TestConfigLayer(t *testing.T) {
 		}
 	}
 	for name, file := range map[string]string{"passphrase": "passphrase.txt", "hcloud-token": "hcloud-token.txt"} {
-		if v, o := configRow(r.stdout, "credential "+name); v != "***" || !strings.Contains(o, filepath.Join("testdata", "config", file)) {
+		if v, o := configRow(r.stdout, "credential "+name); v != "***" || !strings.Contains(o, filepath.Join(dir, file)) {
 			t.Errorf("credential %s: %q from %q", name, v, o)
 		}
 	}
@@ -94,7 +118,7 @@ func TestConfigLayer(t *testing.T) {
 // daemon's environment, is refused without being repeated.
 func TestConfigRefusals(t *testing.T) {
 	ctx := context.Background()
-	dir := filepath.Join("testdata", "config")
+	dir := privateConfig(t)
 	creds := map[string]string{"STANDS_PASSPHRASE_FILE": filepath.Join(dir, "passphrase.txt"), "HCLOUD_TOKEN_FILE": filepath.Join(dir, "hcloud-token.txt")}
 	for _, c := range []struct {
 		name string
@@ -119,6 +143,10 @@ func TestConfigRefusals(t *testing.T) {
 			[]string{"--replicas (from $STANDS_REPLICAS): needs a postgres:// --backend"}},
 		{"replicas with a short lease", creds, []string{"--repo", "/tmp/r", "--replicas", "--backend", "postgres://stands@127.0.0.1/stands", "--lease-ttl", "1s", "--lease-grace", "0s"},
 			[]string{"--lease-ttl (from --lease-ttl): want 2s or more", "--lease-grace (from --lease-grace): want 1s or more"}},
+		{"replicas reviewing changes", creds, []string{"--repo", "https://gitea.example.test/o/r.git", "--replicas", "--backend", "postgres://stands@127.0.0.1/stands"},
+			[]string{"--require-review (from default): is not available with --replicas yet: set --require-review=false"}},
+		{"metrics on the webhook's address", creds, []string{"--repo", "/tmp/r", "--listen", "127.0.0.1:9", "--metrics-listen", "127.0.0.1:9"},
+			[]string{"--metrics-listen (from --metrics-listen): 127.0.0.1:9 is --listen's address"}},
 		{"a database password in the backend URL", creds, []string{"--repo", "/tmp/r", "--backend", "postgres://stands:db-SENTINEL@127.0.0.1/stands"},
 			[]string{"--backend (from --backend): holds a password"}},
 	} {
@@ -137,6 +165,99 @@ func TestConfigRefusals(t *testing.T) {
 				if strings.Contains(r.stdout+r.stderr, "SENTINEL") {
 					t.Errorf("%s repeated a secret:\n%s%s", cmd[0], r.stdout, r.stderr)
 				}
+			}
+		})
+	}
+}
+
+// TestConfigCheckRefusesWhatFailsLater: what the daemon would start with and fail on hours later,
+// or run with unsafely, fails config check naming the setting, where it is set and the fix: an
+// empty or unreadable credential file (the start refuses those too), one other users can read,
+// and a drain the unit's TimeoutStopSec cuts short. Each case's control, the same setup put
+// right, says ok.
+func TestConfigCheckRefusesWhatFailsLater(t *testing.T) {
+	ctx := context.Background()
+	units := filepath.Join(testenv.RepoRoot(), "daemon", "testdata", "unit")
+	for _, c := range []struct {
+		name       string
+		file, mode string // a credentials.git-token file's content and mode in the config folder
+		args       []string
+		want       string
+		startToo   bool // run refuses it as well
+		fixed      func(dir string) []string
+	}{
+		{name: "an empty credential file", file: "\n", mode: "0600", startToo: true,
+			want: "credential git-token from {dir}/daemon.yml:11 ({dir}/git-token) is empty, and these settings use it: write the git-token into it"},
+		{name: "an unreadable credential file", file: "<dir>", mode: "0600", startToo: true,
+			want: "credential git-token from {dir}/daemon.yml:11 ({dir}/git-token): read STANDS_GIT_TOKEN_FILE: read {dir}/git-token: is a directory: make it readable by the daemon's user"},
+		{name: "a credential file its group reads", file: "gt-SENTINEL", mode: "0640",
+			want: "credential git-token from {dir}/daemon.yml:11 ({dir}/git-token) is readable by its group (mode 0640): chmod 600 {dir}/git-token"},
+		{name: "a credential file every user reads", file: "gt-SENTINEL", mode: "0644",
+			want: "credential git-token from {dir}/daemon.yml:11 ({dir}/git-token) is readable by its group and every user (mode 0644)"},
+		// The unit's drop-in beside it raises its 5min to 20min 30s.
+		{name: "a drain the unit cuts short", file: "gt-SENTINEL", mode: "0600", args: []string{"--unit", filepath.Join(units, "short.service"), "--drain-timeout", "20m"},
+			want: "--drain-timeout (from --drain-timeout): 20m0s, but TimeoutStopSec=20m30s (" + filepath.Join(units, "short.service.d", "10-longer.conf") + ":3) has systemd kill the daemon first, " +
+				"Pulumi mid-apply with it: a stop takes the drain plus 1m30s (Pulumi's cancel, the last status commit); lower --drain-timeout to 19m0s or less, or raise TimeoutStopSec to 21m30s or more"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := privateConfig(t)
+			yml := filepath.Join(dir, "daemon.yml")
+			data, err := os.ReadFile(yml)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The unit gives every credential a file, empty where unused: a file backend's
+			// database password stays empty, and each control passes with it.
+			if err := os.WriteFile(yml, append(data, "  git-token: git-token\n  db-password: db-password\n"...), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "db-password"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			token := filepath.Join(dir, "git-token")
+			write := func(content string, mode os.FileMode) {
+				t.Helper()
+				os.RemoveAll(token)
+				if content == "<dir>" {
+					if err := os.Mkdir(token, 0o700); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				if err := os.WriteFile(token, []byte(content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(token, mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var mode os.FileMode
+			if _, err := fmt.Sscanf(c.mode, "%o", &mode); err != nil {
+				t.Fatal(err)
+			}
+			write(c.file, mode)
+			vars := map[string]string{"STANDS_CONFIG": yml, "STANDS_PULUMI_BIN": fakePulumi(t), "STANDS_STATE_DIR": t.TempDir()}
+			want := strings.ReplaceAll(c.want, "{dir}", dir)
+			r := runCLI(t, ctx, newRecorder(vars), append([]string{"config", "check"}, c.args...)...)
+			if r.code != exitError || !strings.Contains(r.stderr, "config: "+want) {
+				t.Errorf("config check: exit %d, want 1 saying %q:\n%s", r.code, want, r.stderr)
+			}
+			if strings.Contains(r.stdout+r.stderr, "SENTINEL") {
+				t.Errorf("config check repeated a secret:\n%s%s", r.stdout, r.stderr)
+			}
+			if c.startToo {
+				if r := runCLI(t, ctx, newRecorder(vars), "run"); r.code != exitError || !strings.Contains(r.stderr, "run: "+want) {
+					t.Errorf("run: exit %d, want 1 saying %q:\n%s", r.code, want, r.stderr)
+				}
+			}
+			// The control: put right, config check is content.
+			write("gt-SENTINEL", 0o600)
+			args := c.args
+			if len(args) > 0 {
+				args = []string{"--unit", filepath.Join(units, "short.service"), "--drain-timeout", "19m"}
+			}
+			if r := runCLI(t, ctx, newRecorder(vars), append([]string{"config", "check"}, args...)...); r.code != exitOK || !strings.Contains(r.stderr, "config: ok") {
+				t.Errorf("the control, put right: exit %d\n%s", r.code, r.stderr)
 			}
 		})
 	}
@@ -168,5 +289,31 @@ func TestReplicasNotForOnce(t *testing.T) {
 	r := runCLI(t, context.Background(), newRecorder(nil), "reconcile", "--once", "--replicas", "--repo", "/tmp/r")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--replicas is for `stands-reconciler run`") {
 		t.Errorf("exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// TestConfigCheckNamesMissingSafeguards: `config check` against a real Gitea repository whose main
+// has no protection warns of each of the six safeguards by name, and still says ok (the daemon runs
+// without them, and says so).
+func TestConfigCheckNamesMissingSafeguards(t *testing.T) {
+	g := testenv.StartGitea(t)
+	repo := g.CreateRepo(t, "unprotected")
+	repo.Commit("README.md", "stands\n", "first")
+	repo.WaitBranch(g.API(t), "main")
+	dir := privateConfig(t)
+	token := filepath.Join(t.TempDir(), "git-token")
+	if err := os.WriteFile(token, []byte(g.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"STANDS_PASSPHRASE_FILE": filepath.Join(dir, "passphrase.txt"), "HCLOUD_TOKEN_FILE": filepath.Join(dir, "hcloud-token.txt"),
+		"STANDS_PULUMI_BIN": fakePulumi(t), "STANDS_STATE_DIR": t.TempDir(), "STANDS_GIT_TOKEN_FILE": token, "STANDS_GIT_USER": g.User}
+	r := runCLI(t, context.Background(), newRecorder(vars), "config", "check", "--repo", repo.Info.CloneURL)
+	if r.code != exitOK || !strings.Contains(r.stderr, "config: ok") {
+		t.Fatalf("config check: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, name := range safeguard.Names {
+		if !strings.Contains(r.stderr, "config: warning: the protection of main lacks "+name+": no protection rule applies to main") {
+			t.Errorf("config check does not name %s:\n%s", name, r.stderr)
+		}
 	}
 }

@@ -20,6 +20,9 @@ Talks to the running daemon through its control socket (--control-socket, defaul
   resume                 undo pause (a committed .stands/pause still pauses)
   plan-only on|off       decide and report in each stand's status, apply and destroy nothing
   retry STAND-ID         forget the stand's failures and backoff (a Stalled one too): attempt it now
+  approve STAND-ID COMMIT
+                         apply (or destroy) the stand's unreviewed change at COMMIT, as its status
+                         names it, as if a review had approved it (--require-review)
 Each action is logged by the daemon and shown in STATUS.md or the stand's status, naming the caller
 (the kernel's account, and $SUDO_USER or $USER as the operator it claims).`, std)
 	conf := newSettings(fs, getenv)
@@ -45,8 +48,10 @@ Each action is logged by the daemon and shown in STATUS.md or the stand's status
 		req.On = rest[1] == "on"
 	case action == "retry" && len(rest) == 2:
 		req.Stand = rest[1]
+	case action == "approve" && len(rest) == 3:
+		req.Stand, req.Commit = rest[1], rest[2]
 	default:
-		fmt.Fprintf(std.err, "ctl: %q: want status, pause [REASON], resume, plan-only on|off or retry STAND-ID\n", strings.Join(rest, " "))
+		fmt.Fprintf(std.err, "ctl: %q: want status, pause [REASON], resume, plan-only on|off, retry STAND-ID or approve STAND-ID COMMIT\n", strings.Join(rest, " "))
 		return exitUsage
 	}
 	p := f.s.SocketPath()

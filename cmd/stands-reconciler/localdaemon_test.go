@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -173,3 +175,28 @@ func (d *localDaemon) get(path string) string { return testenv.Get(d.listen, pat
 
 // cycles is how many cycles the daemon has completed, by its /readyz.
 func (d *localDaemon) cycles() int { return testenv.Cycles(d.listen) }
+
+// waitCreate waits until a server create of the daemon's reached Hetzner: an apply is under way.
+func (d *localDaemon) waitCreate() {
+	d.t.Helper()
+	d.waitFor("the server's create to reach Hetzner", 2*time.Minute, func() bool {
+		for _, c := range d.h.Sim.Calls() {
+			if c.Method == http.MethodPost && c.Path == "/servers" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// locks are the stack locks left in the daemon's file backend.
+func (d *localDaemon) locks() []string {
+	var locks []string
+	_ = filepath.WalkDir(filepath.Join(d.state, "pulumi"), func(p string, e os.DirEntry, err error) error {
+		if err == nil && strings.Contains(p, "/.pulumi/locks/") && !e.IsDir() {
+			locks = append(locks, p)
+		}
+		return nil
+	})
+	return locks
+}

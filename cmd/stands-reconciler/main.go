@@ -1,7 +1,7 @@
 // Command stands-reconciler turns a Git repository of stand.yml files into running stands.
 //
 // Exit codes follow the Stands Engine: 0 success (and --help, --version), 1 configuration or validation
-// error, 2 bad command line, 130 interrupted.
+// error, 2 bad command line, 130 interrupted by SIGINT, 143 by SIGTERM.
 package main
 
 import (
@@ -11,12 +11,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/stands-engine/stands-reconciler/compat"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
@@ -76,13 +74,6 @@ func sandboxChild(args []string) int {
 	return exitOK
 }
 
-// runMain runs the command line of this process until it ends or SIGINT/SIGTERM cancels it.
-func runMain() int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return run(ctx, os.Args[1:], os.Stdout, os.Stderr, compat.ProcessEnv(os.Environ(), os.Getenv))
-}
-
 // env reads configuration from the environment; tests pass a map.
 type env func(string) string
 
@@ -114,7 +105,7 @@ func commands() []command {
 		{"run", "the daemon: reconcile the stands repository until SIGTERM (webhook, /healthz, /readyz)", runDaemon, false},
 		{"reconcile", "reconcile --once: one reconciliation of the stands repository, then exit", runReconcile, false},
 		{"inventory", "list the owner's stacks: owned or foreign, spec hash, pending operations, locks", runInventory, true},
-		{"ctl", "the running daemon's operator controls: status, pause, resume, plan-only on|off, retry STAND-ID", runCtl, false},
+		{"ctl", "the running daemon's operator controls: status, pause, resume, plan-only on|off, retry STAND-ID, approve STAND-ID COMMIT", runCtl, false},
 		{"config", "config check: the daemon's effective configuration (secrets as ***) and what is missing or wrong", runConfig, false},
 	}
 }
@@ -132,7 +123,7 @@ Commands:
 	}
 	fmt.Fprintf(w, `
 Run 'stands-reconciler <command> --help' for a command's flags.
-Exit codes: 0 ok, 1 configuration or validation error, 2 bad command line, 130 interrupted.
+Exit codes: 0 ok, 1 configuration or validation error, 2 bad command line, 130 interrupted (SIGINT), 143 (SIGTERM).
 `)
 }
 
@@ -251,6 +242,7 @@ func newFlags(name, synopsis string, std stdio) *flag.FlagSet {
 // settings the command line left alone come from the environment and the config file; a value that
 // does not parse is exit 1, naming where it came from.
 func parseFlags(c *settings, args []string, std stdio) (bool, int) {
+	c.args = args
 	fs := c.fs
 	usage := fs.Usage
 	fs.Usage = func() {} // printed below, once, where it belongs

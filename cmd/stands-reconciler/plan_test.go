@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -8,8 +9,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -22,6 +25,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/prplan"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/safeguard"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 	"github.com/stands-engine/stands-reconciler/test/testfs"
 )
@@ -70,12 +74,62 @@ func TestPullRequestPlans(t *testing.T) {
 	// Every metric the shipped alert rules use is one the daemon serves (TestReplicas: those of
 	// --replicas).
 	alertMetricsServed(t, metrics, func(name string) bool { return !replicaMetric(name) })
+	// The protection above has two safeguards of six. The daemon reads it with the bot's token (a
+	// writer's): what Gitea shows writers, the rest unknown and said so; config check with the
+	// admin's token reads the whole rule and names each missing safeguard.
+	e.run("the missing safeguards are reported", func(t *testing.T) {
+		var status string
+		e.waitFor("STATUS.md to name the missing safeguard", time.Minute, func() bool {
+			s := e.file("STATUS.md")
+			status = s
+			return strings.Contains(s, "**The protection of `main` lacks** `required-approvals`:") && strings.Contains(s, "is not fully known")
+		})
+		t.Logf("STATUS.md:\n%s", status[:min(len(status), 700)])
+		if e.logCount("branch protection lacks a safeguard") != 1 || e.logCount("branch protection safeguard not known") != 4 {
+			t.Errorf("the log names %d missing and %d unknown safeguards, want 1 and 4", e.logCount("branch protection lacks a safeguard"),
+				e.logCount("branch protection safeguard not known"))
+		}
+		resp, err := http.Get("http://" + e.listen + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{`stands_branch_safeguard_missing{safeguard="required-approvals"} 1`,
+			`stands_branch_safeguard_missing{safeguard="plan-required"} 0`, "stands_branch_protection_read 0"} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+		adminToken := filepath.Join(t.TempDir(), "admin-token")
+		if err := os.WriteFile(adminToken, []byte(e.gitea.Token), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(exe, "config", "check", "--repo", e.repo.Info.CloneURL)
+		cmd.Env = append(slices.Clone(e.environ), "STANDS_GIT_TOKEN_FILE="+adminToken, "STANDS_GIT_USER="+e.gitea.User)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("config check: %v\n%s", err, out)
+		}
+		t.Logf("config check with the admin's token:\n%s", out[bytes.Index(out, []byte("SAFEGUARD")):])
+		for _, name := range safeguard.Names {
+			warned := strings.Contains(string(out), "config: warning: the protection of main lacks "+name+":")
+			if want := name != "plan-required" && name != "direct-push-restricted"; warned != want {
+				t.Errorf("config check warns of %s: %v, want %v\n%s", name, warned, want, out)
+			}
+		}
+	})
 	backend := filepath.Join(e.stateDir(), "pulumi", "local", ".pulumi", "stacks")
 	stacksBefore := listFiles(t, backend)
 	writesBefore := e.hetzner.Sim.Writes("")
 	devAPI := dev.Client(t, e.gitea)
 
 	var addPR int64
+	var addHead string
 	e.run("a pull request adding a stand", func(t *testing.T) {
 		head := e.repo.ChangeOn("add-c", "add stand c", map[string]string{standPath("c"): daemonStand("c", 6302)})
 		addPR = e.repo.Open(devAPI, "add-c", "Add stand c")
@@ -100,6 +154,7 @@ func TestPullRequestPlans(t *testing.T) {
 		if n := e.planComments(addPR); n != 1 {
 			t.Errorf("%d plan comments after a push, want 1", n)
 		}
+		addHead = head2
 	})
 
 	var brokenPR int64
@@ -132,6 +187,7 @@ func TestPullRequestPlans(t *testing.T) {
 	})
 
 	var hostilePR int64
+	var hostileHead string
 	e.run("a hostile pull request reads no secret", func(t *testing.T) {
 		change := map[string]string{
 			// The password's hex in a file destination (the validate report printed it), and a
@@ -140,7 +196,7 @@ func TestPullRequestPlans(t *testing.T) {
 			"apps/kv/redis.conf.tmpl": "requirepass {{ if eq .preferences.password \"guess\" }}right{{ else }}{{ slice .preferences.password 0 4 }}{{ end }}\n",
 		}
 		head := e.repo.ChangeOn("hostile", "read the password back", change)
-		hostilePR = e.repo.Open(devAPI, "hostile", "Hostile")
+		hostilePR, hostileHead = e.repo.Open(devAPI, "hostile", "Hostile"), head
 		c := e.waitComment(hostilePR, head)
 		if !strings.Contains(c, "local_a_dev") || !strings.Contains(c, "local_b_dev") {
 			t.Errorf("the plan lacks the stands the change touches:\n%s", c)
@@ -240,6 +296,113 @@ func TestPullRequestPlans(t *testing.T) {
 		e.waitStatus("local_b_dev", 3*time.Minute, func(s *reconcile.Status) bool {
 			return s.Phase == reason.Ready && s.Timings != nil && s.Reason == reason.Applied && strings.Contains(e.file(standPath("b")), "6321")
 		})
+	})
+
+	// The fix of b merged above moved main. The hostile pull request edits the kv app b runs: its plan
+	// is made again on the merge, after stands/plan said why it is pending. The pull request adding c
+	// and d is untouched by the move: no new status, no new plan.
+	e.run("main moves: the plans it changes are made again", func(t *testing.T) {
+		pr, _, err := admin.GetPullRequest(owner, repo, brokenPR)
+		if err != nil || pr.MergedCommitID == nil {
+			t.Fatalf("the merged pull request: %v", err)
+		}
+		merge := *pr.MergedCommitID
+		c := e.waitComment(hostilePR, merge)
+		if !strings.Contains(c, "merged into `main` at `"+merge[:12]) || !strings.Contains(c, "local_b_dev") {
+			t.Errorf("the plan is not of the merge into the moved main:\n%s", c)
+		}
+		// The comment comes first, stands/plan right after it.
+		var pending, final *gitea.Status
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && (pending == nil || final == nil || final.ID < pending.ID); time.Sleep(200 * time.Millisecond) {
+			statuses, _, err := admin.ListStatuses(owner, repo, hostileHead, gitea.ListStatusesOption{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range statuses {
+				switch {
+				case s.Context != prplan.PlanContext:
+				case s.State == gitea.StatusPending && s.Description == "main moved; planning again":
+					pending = s
+				case s.State != gitea.StatusPending && (final == nil || s.ID > final.ID):
+					final = s
+				}
+			}
+		}
+		if pending == nil || final == nil || final.ID < pending.ID {
+			t.Errorf("stands/plan of the hostile head did not go pending before its new plan: pending %+v, final %+v", pending, final)
+		} else {
+			t.Logf("main merged at %s; the hostile plan pending at %s, planned again at %s", pr.Merged, pending.Created, final.Created)
+		}
+		if c := e.waitComment(addPR, addHead); strings.Contains(c, merge[:12]) {
+			t.Errorf("a pull request the move does not touch was planned again:\n%s", c)
+		}
+		statuses, _, err := admin.ListStatuses(owner, repo, addHead, gitea.ListStatusesOption{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range statuses {
+			if s.Context == prplan.PlanContext && pr.Merged != nil && s.Created.After(*pr.Merged) {
+				t.Errorf("stands/plan of a pull request the move does not touch changed after the move: %s %q", s.State, s.Description)
+			}
+		}
+	})
+
+	// With --require-review, and this test's protection, which keeps an approval through later
+	// pushes: the author pushes after the approval and merges. The change is held, no Pulumi up
+	// runs for it, the merge commit's stands/<id> says why, and ctl approve releases it.
+	e.stop()
+	e.start("--require-review=true")
+	e.run("an unreviewed merge is held until ctl approve", func(t *testing.T) {
+		head1 := e.repo.ChangeOn("weak", "a on 6341", map[string]string{standPath("a"): daemonStand("a", 6341)})
+		pr := e.repo.Open(devAPI, "weak", "Move a")
+		e.waitComment(pr, head1)
+		if _, _, err := admin.CreatePullReview(owner, repo, pr, gitea.CreatePullReviewOptions{State: gitea.ReviewStateApproved, Body: "6341 is fine"}); err != nil {
+			t.Fatal(err)
+		}
+		head2 := e.repo.ChangeOn("weak", "a on 6342, after the approval", map[string]string{standPath("a"): daemonStand("a", 6342)})
+		e.waitComment(pr, head2)
+		if st := e.planStatus(head2); st.State != gitea.StatusSuccess {
+			t.Fatalf("stands/plan of the pushed head: %+v", st)
+		}
+		ups := e.ups()
+		if err := e.repo.TryMerge(devAPI, pr); err != nil {
+			t.Fatalf("this test's protection refused the merge: %v", err)
+		}
+		merged, _, err := admin.GetPullRequest(owner, repo, pr)
+		if err != nil || merged.MergedCommitID == nil {
+			t.Fatalf("the merged pull request: %v", err)
+		}
+		commit := *merged.MergedCommitID
+		st := e.waitStatus("local_a_dev", 2*time.Minute, func(s *reconcile.Status) bool { return s.Reason == reason.Unreviewed })
+		if st.Phase != reason.Blocked || !strings.Contains(st.Message, "another head") || !strings.Contains(st.Message, "ctl approve local_a_dev "+commit[:12]) {
+			t.Errorf("the held change's status: %s %q", st.Phase, st.Message)
+		}
+		statuses, _, err := admin.ListStatuses(owner, repo, commit, gitea.ListStatusesOption{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		said := false
+		for _, s := range statuses {
+			said = said || s.Context == "stands/local_a_dev" && s.State == gitea.StatusFailure && strings.HasPrefix(s.Description, "not applied: unreviewed change")
+		}
+		if !said {
+			t.Errorf("the merge commit's stands/local_a_dev does not say the change is unreviewed: %+v", statuses)
+		}
+		time.Sleep(3 * time.Second) // three more cycles
+		if n := e.ups() - ups; n != 0 {
+			t.Fatalf("%d pulumi up for an unreviewed change", n)
+		}
+		r := runCLI(t, t.Context(), newRecorder(map[string]string{"STANDS_CONTROL_SOCKET": filepath.Join(e.state, "control.sock"), "SUDO_USER": "oncall"}),
+			"ctl", "approve", "local_a_dev", commit[:12])
+		if r.code != exitOK {
+			t.Fatalf("ctl approve: %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		e.waitStatus("local_a_dev", 3*time.Minute, func(s *reconcile.Status) bool {
+			return s.Phase == reason.Ready && s.LastSuccessfulCommit == commit
+		})
+		if e.ups() == ups {
+			t.Error("ctl approve applied nothing")
+		}
 	})
 
 	e.stop()

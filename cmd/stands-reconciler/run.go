@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/daemon"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/logging"
+	"github.com/stands-engine/stands-reconciler/prplan"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 )
@@ -31,6 +33,7 @@ func (f *daemonFlags) register(c *settings) {
 	fs.StringVar(&f.s.GiteaURL, "gitea-url", bound(c, "gitea-url", "STANDS_GITEA_URL", ""), "Gitea API of the repository, for commit statuses and pull request plans (default: an http(s) repository's own) ($STANDS_GITEA_URL)")
 	fs.StringVar(&f.s.GitEmail, "git-email", bound(c, "git-email", "STANDS_GIT_EMAIL", gitsource.DefaultIdentity.Email), "author email of status commits ($STANDS_GIT_EMAIL)")
 	fs.StringVar(&f.s.Listen, "listen", bound(c, "listen", "STANDS_LISTEN", "127.0.0.1:8080"), "address of the webhook, /healthz and /readyz listener; empty: none ($STANDS_LISTEN)")
+	fs.StringVar(&f.s.MetricsListen, "metrics-listen", bound(c, "metrics-listen", "STANDS_METRICS_LISTEN", ""), "address of a listener of their own for /metrics, /healthz and /readyz, which --listen then leaves to the webhook; empty: on --listen ($STANDS_METRICS_LISTEN)")
 	fs.StringVar(&f.s.VaultAddr, "vault-addr", bound(c, "vault-addr", "VAULT_ADDR", ""), "Vault's address; empty: local mode, !secret values from SECRET_<NAME>_FILE files ($VAULT_ADDR)")
 	fs.StringVar(&f.s.VaultRoleID, "vault-role-id", bound(c, "vault-role-id", "VAULT_ROLE_ID", ""), "AppRole role id; its secret id is $VAULT_SECRET_ID_FILE; empty: a token, $VAULT_TOKEN_FILE ($VAULT_ROLE_ID)")
 	fs.StringVar(&f.s.VaultMount, "vault-mount", bound(c, "vault-mount", "STANDS_VAULT_MOUNT", "secret"), "KV v2 mount of the stands' secrets ($STANDS_VAULT_MOUNT)")
@@ -48,6 +51,10 @@ func (f *daemonFlags) register(c *settings) {
 	fs.IntVar(&f.s.Workers, "workers", bound(c, "workers", "STANDS_WORKERS", 4), "operations at once (one per stand at a time) ($STANDS_WORKERS)")
 	fs.Float64Var(&f.s.MaxDestroyShare, "max-destroy-share", bound(c, "max-destroy-share", "STANDS_MAX_DESTROY_SHARE", 0.5), "refuse to destroy more than this share of stands in one cycle (one is always allowed) ($STANDS_MAX_DESTROY_SHARE)")
 	fs.BoolVar(&f.s.Previews, "previews", bound(c, "previews", "STANDS_PREVIEWS", true), "plan open pull requests into the tracked branch: one comment each and the stands/plan commit status ($STANDS_PREVIEWS=false turns it off)")
+	fs.IntVar(&f.s.PlanWorkers, "plan-workers", bound(c, "plan-workers", "STANDS_PLAN_WORKERS", prplan.DefaultWorkers), "pull requests planned at once: one at its budget holds one worker, not the others ($STANDS_PLAN_WORKERS)")
+	fs.DurationVar(&f.s.PlanBudget, "plan-budget", bound(c, "plan-budget", "STANDS_PLAN_BUDGET", prplan.DefaultBudget.Wall), "how long one pull request head's plan may take, all its stands together; past it the plan fails and the head waits for a push ($STANDS_PLAN_BUDGET)")
+	fs.DurationVar(&f.s.PlanRenderCPU, "plan-render-cpu", bound(c, "plan-render-cpu", "STANDS_PLAN_RENDER_CPU", prplan.DefaultBudget.RenderCPU), "the CPU time one pull request head's templates may take to render, all its stands together; past it the plan fails and the head waits for a push ($STANDS_PLAN_RENDER_CPU)")
+	fs.BoolVar(&f.s.RequireReview, "require-review", bound(c, "require-review", "STANDS_REQUIRE_REVIEW", true), "apply a change of a stand only when a pull request's plan showed it and someone other than its author approved it there (or ctl approve); with a Gitea API only; false: apply whatever lands on the tracked branch ($STANDS_REQUIRE_REVIEW=false)")
 	fs.BoolVar(&f.s.PlanOnly, "plan-only", bound(c, "plan-only", "STANDS_PLAN_ONLY", false), "decide and report in each stand's status what would be applied or destroyed, and apply nothing ($STANDS_PLAN_ONLY=true)")
 	fs.StringVar(&f.s.ControlSocket, "control-socket", bound(c, "control-socket", "STANDS_CONTROL_SOCKET", ""), "the operator controls' Unix socket (stands-reconciler ctl; default <state-dir>/control.sock; \"none\": no controls) ($STANDS_CONTROL_SOCKET)")
 	fs.BoolVar(&f.s.Replicas, "replicas", bound(c, "replicas", "STANDS_REPLICAS", false), "run as one of several reconcilers on one repository and one postgres:// backend: each stand is operated by the replica holding its lease, one replica commits status and plans pull requests (docs/operations.md#several-replicas) ($STANDS_REPLICAS=true)")
@@ -101,7 +108,18 @@ func runOpen(ctx context.Context, f *daemonFlags, conf *settings, once bool, std
 		}
 		return exitError
 	}
-	log := logging.NewWithFormat(std.err, f.s.LogLevel, f.s.LogFormat)
+	level := new(slog.LevelVar)
+	level.Set(logging.Level(f.s.LogLevel))
+	log := logging.NewLeveled(std.err, level, f.s.LogFormat)
+	// What config check refuses but a start can live with is said, not refused: a restart must
+	// not fail on a file's mode.
+	unit, err := unitOf("")
+	if err != nil {
+		log.Warn("installed unit not read", "err", err)
+	}
+	for _, p := range f.s.Preflight(daemon.Env(getenv), conf, unit) {
+		log.Warn("config check refuses this setting", "err", p)
+	}
 	opts := []daemon.Option{daemon.WithLogger(log)}
 	if once {
 		opts = append(opts, daemon.WithoutListeners())
@@ -117,6 +135,9 @@ func runOpen(ctx context.Context, f *daemonFlags, conf *settings, once bool, std
 	}
 	stopped := make(chan struct{})
 	go abortOnSecondSignal(ctx, d, stopped)
+	rctx, stopReloads := context.WithCancel(ctx)
+	defer stopReloads()
+	go (&reloader{conf: conf, level: level, log: log, d: d}).run(rctx, reloadSignals)
 	// Operations cancelled at the drain timeout still make a clean stop: exit 0 tells systemd so.
 	// Only final statuses that could not be committed are an error (the next start commits them).
 	code := exitOK

@@ -31,7 +31,8 @@ type settings struct {
 	vars      map[string]string // flag name → its variable
 	origin    map[string]string // after resolve: flag name → where its value came from
 	file      *configFile
-	filesOnly bool // the daemon: a secret's value in the environment is refused
+	filesOnly bool     // the daemon: a secret's value in the environment is refused
+	args      []string // the command line parsed: a reload parses it again
 }
 
 // configVariable names the config file when --config is not given.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,14 +28,7 @@ func TestStopDuringApply(t *testing.T) {
 	const drain = 3 * time.Second
 	d := newLocalDaemon(t, lr, h, "--poll-interval", "2s", "--drain-timeout", drain.String())
 	d.start()
-	d.waitFor("the server's create to reach Hetzner", 2*time.Minute, func() bool {
-		for _, c := range h.Sim.Calls() {
-			if c.Method == http.MethodPost && c.Path == "/servers" {
-				return true
-			}
-		}
-		return false
-	})
+	d.waitCreate()
 	time.Sleep(time.Second)
 	code, took := d.stop(syscall.SIGTERM, drain+engine.CancelGrace+30*time.Second)
 	t.Logf("SIGTERM during an apply: exit %d after %s (drain timeout %s, cancel grace %s)", code, took.Round(100*time.Millisecond), drain, engine.CancelGrace)

@@ -166,7 +166,7 @@ func (m *Machines) Create(ctx context.Context, spec hcloudsim.MachineSpec) (stri
 	}
 	m.used[addr] = true
 	m.servers[spec.ID] = s
-	m.cfg.Log.Info("vm started", "server", spec.Name, "id", spec.ID, "ssh", net.JoinHostPort(addr.String(), "22"))
+	m.cfg.Log.Info("vm started", "server", spec.Name, "server_id", spec.ID, "ssh", net.JoinHostPort(addr.String(), "22"))
 	if !spec.WantIPv4 {
 		return "", nil
 	}
@@ -307,7 +307,7 @@ func (m *Machines) Delete(_ context.Context, id int64) error {
 	}
 	delete(m.servers, id)
 	delete(m.used, s.addr)
-	m.cfg.Log.Info("vm deleted", "server", s.spec.Name, "id", id)
+	m.cfg.Log.Info("vm deleted", "server", s.spec.Name, "server_id", id)
 	return os.RemoveAll(s.dir)
 }
 

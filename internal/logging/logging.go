@@ -30,11 +30,29 @@ var Formats = []string{"auto", "text", "json"}
 // NewWithFormat is New in the given format. Text is coloured on a terminal unless NO_COLOR is set
 // (no-color.org).
 func NewWithFormat(w io.Writer, level, format string) *slog.Logger {
+	lvl := new(slog.LevelVar)
+	lvl.Set(Level(level))
+	return NewLeveled(w, lvl, format)
+}
+
+// Level is the slog level a --log-level names; info for a name it does not know (Check refuses
+// those first).
+func Level(name string) slog.Level {
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		lvl = slog.LevelInfo
+	if err := lvl.UnmarshalText([]byte(name)); err != nil {
+		return slog.LevelInfo
 	}
+	return lvl
+}
+
+// NewLeveled is NewWithFormat at a level that can change while the logger is in use (the daemon's
+// reload).
+func NewLeveled(w io.Writer, lvl *slog.LevelVar, format string) *slog.Logger {
 	replace := func(_ []string, a slog.Attr) slog.Attr {
+		if a.Value.Kind() == slog.KindDuration {
+			// JSON would give nanoseconds; on-call reads "1m30s" in both formats (docs/operations.md).
+			return slog.String(a.Key, a.Value.Duration().String())
+		}
 		k := strings.ToLower(a.Key)
 		for _, s := range secretKeys {
 			if strings.Contains(k, s) {

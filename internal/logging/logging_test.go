@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRedactsAndLevels(t *testing.T) {
@@ -43,6 +44,19 @@ func TestFormats(t *testing.T) {
 		NewWithFormat(&b, "info", format).Info("hello", "k", "v")
 		if !check(b.String()) {
 			t.Errorf("%s: %q", format, b.String())
+		}
+	}
+}
+
+// TestDurationsReadAsDurations: a duration is written as Go writes it ("1m30s"), in JSON as in
+// text: JSON's default is an integer of nanoseconds nobody on call can read.
+func TestDurationsReadAsDurations(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	for _, format := range []string{"json", "text"} {
+		var buf bytes.Buffer
+		NewWithFormat(&buf, "info", format).Info("apply done", "took", 90*time.Second+500*time.Millisecond)
+		if out := buf.String(); !strings.Contains(out, "1m30.5s") || strings.Contains(out, "90500000000") {
+			t.Errorf("%s: %s", format, out)
 		}
 	}
 }

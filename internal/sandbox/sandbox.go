@@ -75,9 +75,16 @@ func vmSize() uint64 {
 }
 
 // Run starts exe as a sandbox child for job, gives it its input through write and reads its answer
-// through read. The child gets an empty environment: nothing of the parent's credentials. An error
-// wrapping ErrLimit says which limit stopped it; any other is the child failing or the parent's ctx.
-func Run(ctx context.Context, exe, job string, lim Limits, write func(io.Writer) error, read func(io.Reader) error) error {
+// through read, and returns the CPU time the child used. The child gets an empty environment:
+// nothing of the parent's credentials. An error wrapping ErrLimit says which limit stopped it; any
+// other is the child failing or the parent's ctx.
+func Run(ctx context.Context, exe, job string, lim Limits, write func(io.Writer) error, read func(io.Reader) error) (time.Duration, error) {
+	var used time.Duration
+	err := run(ctx, exe, job, lim, write, read, &used)
+	return used, err
+}
+
+func run(ctx context.Context, exe, job string, lim Limits, write func(io.Writer) error, read func(io.Reader) error, used *time.Duration) error {
 	ctx, cancel := context.WithTimeoutCause(ctx, lim.Wall, fmt.Errorf("%w: it ran longer than %s", ErrLimit, lim.Wall))
 	defer cancel()
 	cpu := max(1, int64(lim.CPU.Round(time.Second)/time.Second))
@@ -108,6 +115,9 @@ func Run(ctx context.Context, exe, job string, lim Limits, write func(io.Writer)
 	_, _ = io.Copy(io.Discard, out) // let the child finish writing before Wait closes the pipe
 	err = cmd.Wait()
 	wrote := <-werr
+	if cmd.ProcessState != nil {
+		*used = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
 	switch {
 	case context.Cause(ctx) != nil && ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrLimit):
 		return context.Cause(ctx)

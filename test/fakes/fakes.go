@@ -224,7 +224,7 @@ func (e *Engine) Apply(ctx context.Context, in stands.Input, force bool) (*stand
 		res.Changed = true
 		res.Changes = map[string]int{"create": 1}
 		// Every update writes a new state file, so a new digest; reads leave it.
-		e.Stacks[s.ID] = stands.StackInfo{Project: s.Project, Env: s.Env, StandID: s.ID, Owned: true, SpecHash: in.SpecHash, Protect: s.Protect, Known: true,
+		e.Stacks[s.ID] = stands.StackInfo{Project: s.Project, Env: s.Env, StandID: s.ID, Owned: true, SpecHash: in.SpecHash, Print: in.Print, Protect: s.Protect, Known: true,
 			NodesMode: mode, StateDigest: fmt.Sprintf("%s-%d", s.ID, e.Ups[s.ID])}
 	}
 	res.StateDigest = e.Stacks[s.ID].StateDigest
@@ -456,19 +456,24 @@ type Forge struct {
 	Mu       sync.Mutex
 	Prs      []stands.PullRequest
 	Heads    map[string]fstest.MapFS // ref → files
+	Bases    map[string]fstest.MapFS // ref → the files its branch was cut from (the merge base)
 	Comments map[int64]string
 	Edits    int
 	Statuses map[string]string // sha + " " + context → state: description
 	Tips     map[string]string // branch → commit
-	Fetches  int               // FetchRef calls
+	Fetches  int               // FetchPull calls
+	Lists    int               // PullRequests calls
+	Down     bool              // branch lookups fail, as with Gitea unreachable
 	TooLarge bool              // every head is over the snapshot's size limit
+	Reviewed map[int64][]stands.Review
 }
 
 func NewForge() *Forge {
-	return &Forge{Heads: map[string]fstest.MapFS{}, Comments: map[int64]string{}, Statuses: map[string]string{}, Tips: map[string]string{}}
+	return &Forge{Heads: map[string]fstest.MapFS{}, Bases: map[string]fstest.MapFS{}, Comments: map[int64]string{}, Statuses: map[string]string{}, Tips: map[string]string{}}
 }
 
-// open opens (or moves the head of) pull request n with files changed from base ("" removes).
+// Open opens (or moves the head of) pull request n with files changed from base ("" removes): its
+// branch was cut from base, which is the merge base of its head and the tracked branch.
 func (f *Forge) Open(n int64, head string, base fstest.MapFS, change map[string]string, sameRepo bool) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -480,8 +485,9 @@ func (f *Forge) Open(n int64, head string, base fstest.MapFS, change map[string]
 			files[p] = &fstest.MapFile{Data: []byte(c)}
 		}
 	}
-	pr := stands.PullRequest{Index: n, HeadSHA: head, HeadRef: fmt.Sprintf("pr-%d", n), SameRepo: sameRepo, URL: fmt.Sprintf("http://gitea/pulls/%d", n)}
+	pr := stands.PullRequest{Index: n, Author: "author", HeadSHA: head, HeadRef: fmt.Sprintf("pr-%d", n), SameRepo: sameRepo, URL: fmt.Sprintf("http://gitea/pulls/%d", n)}
 	f.Heads[pr.Ref()] = files
+	f.Bases[pr.Ref()] = maps.Clone(base)
 	f.Tips[pr.HeadRef] = head
 	for i := range f.Prs {
 		if f.Prs[i].Index == n {
@@ -502,6 +508,9 @@ func (f *Forge) Agit(n int64) {
 func (f *Forge) BranchTip(_ context.Context, branch string) (string, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
+	if f.Down {
+		return "", fmt.Errorf("look up branch %s: connection refused", branch)
+	}
 	return f.Tips[branch], nil
 }
 
@@ -514,35 +523,37 @@ func (f *Forge) Close(n int64) {
 func (f *Forge) PullRequests(context.Context, string) ([]stands.PullRequest, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
+	f.Lists++
 	return slices.Clone(f.Prs), nil
 }
 
-func (f *Forge) FetchRef(_ context.Context, ref string) (*stands.Snapshot, error) {
+func (f *Forge) FetchPull(_ context.Context, ref, _ string) (head, base *stands.Snapshot, err error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
 	f.Fetches++
 	files, ok := f.Heads[ref]
 	if !ok {
-		return nil, fmt.Errorf("no ref %s", ref)
+		return nil, nil, fmt.Errorf("no ref %s", ref)
 	}
 	if f.TooLarge {
-		return nil, fmt.Errorf("fetch %s: %w: the commit's files hold more than 64 MiB", ref, stands.ErrTooLarge)
+		return nil, nil, fmt.Errorf("fetch %s: %w", ref, &stands.TooLarge{Limit: "the commit's files hold more than 64 MiB"})
 	}
-	return &stands.Snapshot{Commit: ref, Source: ref, Files: maps.Clone(files)}, nil
+	return &stands.Snapshot{Commit: ref, Source: ref, Files: maps.Clone(files)},
+		&stands.Snapshot{Commit: "base-of-" + ref, Source: "base-of-" + ref, Files: maps.Clone(f.Bases[ref])}, nil
 }
 
-func (f *Forge) UpsertComment(_ context.Context, n int64, marker string, markup mdtext.Markup) error {
+func (f *Forge) UpsertComment(_ context.Context, n int64, marker string, markup mdtext.Markup) (time.Time, error) {
 	body := string(markup)
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
 	if !strings.Contains(body, marker) {
-		return fmt.Errorf("comment without the marker")
+		return time.Time{}, fmt.Errorf("comment without the marker")
 	}
 	if old, ok := f.Comments[n]; ok && old != body {
 		f.Edits++
 	}
 	f.Comments[n] = body
-	return nil
+	return time.Now(), nil
 }
 
 func (f *Forge) SetStatus(_ context.Context, sha, name string, state stands.CommitState, description, _ string) error {
@@ -550,6 +561,22 @@ func (f *Forge) SetStatus(_ context.Context, sha, name string, state stands.Comm
 	defer f.Mu.Unlock()
 	f.Statuses[sha+" "+name] = string(state) + ": " + description
 	return nil
+}
+
+// Review adds a review of pull request n.
+func (f *Forge) Review(n int64, r stands.Review) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if f.Reviewed == nil {
+		f.Reviewed = map[int64][]stands.Review{}
+	}
+	f.Reviewed[n] = append(f.Reviewed[n], r)
+}
+
+func (f *Forge) Reviews(_ context.Context, n int64) ([]stands.Review, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	return slices.Clone(f.Reviewed[n]), nil
 }
 
 func (f *Forge) FileURL(branch, path string) string {

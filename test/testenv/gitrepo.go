@@ -162,18 +162,25 @@ func (r *Repo) ChangeOn(branch, msg string, write map[string]string, remove ...s
 	return h.String()
 }
 
-// Open opens a pull request from branch into main as the API client's user; it returns its index.
-// Gitea records a pushed branch asynchronously: Open waits until it knows the branch.
-func (r *Repo) Open(api *gitea.Client, branch, title string) int64 {
+// WaitBranch waits until Gitea knows a pushed branch: it records a push asynchronously, and answers
+// for a branch of a repository it still thinks empty with an error (500, a panic in 1.26).
+func (r *Repo) WaitBranch(api *gitea.Client, branch string) {
 	r.t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if _, _, err := api.GetRepoBranch(r.Info.Owner.UserName, r.Info.Name, branch); err == nil {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			r.t.Fatalf("Gitea does not know the pushed branch %s after 30s", branch)
 		}
 	}
+}
+
+// Open opens a pull request from branch into main as the API client's user; it returns its index.
+// Gitea records a pushed branch asynchronously: Open waits until it knows the branch.
+func (r *Repo) Open(api *gitea.Client, branch, title string) int64 {
+	r.t.Helper()
+	r.WaitBranch(api, branch)
 	pr, _, err := api.CreatePullRequest(r.Info.Owner.UserName, r.Info.Name, gitea.CreatePullRequestOption{Head: branch, Base: "main", Title: title})
 	if err != nil {
 		r.t.Fatalf("open pull request: %v", err)
