@@ -2,6 +2,7 @@ package prplan
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -230,5 +231,77 @@ func TestConflictsOnlyWhereAStandReads(t *testing.T) {
 	}
 	if st, c := f.Status("readme", PlanContext), f.Comment(2); !strings.HasPrefix(st, "success: 1 create") || strings.Contains(c, "Conflicts") {
 		t.Errorf("a file no stand reads, both sides changed: %q\n%s", st, c)
+	}
+}
+
+// TestAMergedPullRequestKeepsItsPlan: the tracked branch moves to the merge of a pull request that
+// Gitea still lists open (it marks it merged a moment later). Its head is in the branch: it is not
+// planned again, so the comment the reviewer approved is not overwritten with an empty plan, the
+// changes it showed stay for the review of the merge's applies, and stands/plan stays.
+func TestAMergedPullRequestKeepsItsPlan(t *testing.T) {
+	h, f := newPreviewHarness(t, "a", "b")
+	h.mustCycle()
+	change := map[string]string{fakes.StandFile("a"): resized("a", "cx32")}
+	f.Open(1, "resize-a", h.files(), change, true)
+	h.mustCycle()
+	h.r.Wait()
+	comment, status, changes := f.Comment(1), f.Status("resize-a", PlanContext), h.pl.head(1).Changes
+	if !strings.HasPrefix(status, "success: 1 update") || len(changes) != 1 {
+		t.Fatalf("before the merge: %q, changes %v\n%s", status, changes, comment)
+	}
+
+	started, release := gatePreviews(h)
+	h.src.Commit(change)
+	f.Mu.Lock()
+	f.Merged[f.Prs[0].Ref()] = true
+	fetches := f.Fetches
+	f.Mu.Unlock()
+	h.mustCycle()
+	release()
+	h.r.Wait()
+	if got := drain(started); len(got) > 0 {
+		t.Errorf("previewed after the merge: %v", got)
+	}
+	if c := f.Comment(1); c != comment {
+		t.Errorf("the merged pull request's comment was rewritten:\n%s", c)
+	}
+	if st := f.Status("resize-a", PlanContext); st != status {
+		t.Errorf("stands/plan of the merged head: %q, want %q", st, status)
+	}
+	if got := h.pl.head(1).Changes; !maps.Equal(got, changes) {
+		t.Errorf("the changes the plan showed: %v, want %v", got, changes)
+	}
+	h.src.Commit(map[string]string{fakes.StandFile("e"): fakes.StandYML("e", "")})
+	h.mustCycle()
+	h.r.Wait()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if f.Fetches != fetches+1 {
+		t.Errorf("the merged head fetched %d times over two moves, want once", f.Fetches-fetches)
+	}
+}
+
+// TestASquashedChangeStaysReviewed: main makes the pull request's change in a commit of its own (a
+// squash or rebase merge Gitea has not marked yet): planned again, the merge changes no stand, but
+// the change the head's plan showed stays the one the review of main's applies finds.
+func TestASquashedChangeStaysReviewed(t *testing.T) {
+	h, f := newPreviewHarness(t, "a", "b")
+	h.mustCycle()
+	change := map[string]string{fakes.StandFile("a"): resized("a", "cx32")}
+	f.Open(1, "resize-a", h.files(), change, true)
+	h.mustCycle()
+	h.r.Wait()
+	changes := h.pl.head(1).Changes
+	if len(changes) != 1 {
+		t.Fatalf("before the merge: changes %v", changes)
+	}
+	h.src.Commit(change)
+	h.mustCycle()
+	h.r.Wait()
+	if c := f.Comment(1); !strings.Contains(c, "changes no stand") {
+		t.Fatalf("the plan after main made the change:\n%s", c)
+	}
+	if got := h.pl.head(1).Changes; !maps.Equal(got, changes) {
+		t.Errorf("the changes the head's plan showed: %v, want %v", got, changes)
 	}
 }

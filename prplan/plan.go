@@ -96,6 +96,11 @@ func (pl *Planner) judgeOne(ctx context.Context, pr stands.PullRequest, main *ju
 		return nil
 	}
 	j, err := pl.judgePR(ctx, pr, main, commit, actual)
+	if errors.Is(err, errInBranch) {
+		pl.keepMerged(ctx, pr, was, commit)
+		log.Info("pull request's head is in the tracked branch already; its plan stays as it was")
+		return nil
+	}
 	if err != nil {
 		pl.failed(ctx, pr, err, log)
 		return nil
@@ -120,6 +125,29 @@ func (pl *Planner) judgeOne(ctx context.Context, pr stands.PullRequest, main *ju
 		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StatePending, what, pr.URL)
 	}
 	return j
+}
+
+// errInBranch: the tracked branch holds the pull request's head already.
+var errInBranch = errors.New("the head is in the tracked branch")
+
+// keepMerged settles a pull request whose head the tracked branch holds: it was merged, and Gitea
+// lists it open only until it marks it so. Planned again, its merge would change nothing: the
+// comment the reviewer approved would be overwritten with an empty plan, and the changes it showed,
+// which the merge's applies are checked against (review.go), forgotten. Its record stays as it was
+// planned, stands/plan is set back if a move turned it pending, and the head is not judged again.
+func (pl *Planner) keepMerged(ctx context.Context, pr stands.PullRequest, was plannedHead, commit string) {
+	kept := plannedHead{Head: pr.HeadSHA, Author: pr.Author}
+	if was.Head != pr.HeadSHA {
+		// Never planned: opened on a commit the branch already has; merging it changes nothing.
+		pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, stands.StateSuccess, "no stand changes: "+pl.cfg.Branch+" holds this head already", pr.URL)
+	} else {
+		kept = was
+		if was.Stale && was.State != "" {
+			pl.setCommitStatus(ctx, pr.HeadSHA, PlanContext, was.State, was.Summary, pr.URL)
+		}
+	}
+	kept.Base, kept.Attempts, kept.Stale, kept.UntilPush = commit, 0, false, true
+	pl.settle(pr.Index, kept)
 }
 
 // planOne previews a judged pull request and writes its comment and stands/plan.
@@ -279,6 +307,9 @@ func (pl *Planner) judgePR(ctx context.Context, pr stands.PullRequest, main *jud
 	head, mergeBase, err := pl.refs.FetchPull(ctx, pr.Ref(), commit)
 	if err != nil {
 		return nil, err
+	}
+	if head.Commit != "" && head.Commit == mergeBase.Commit {
+		return nil, errInBranch
 	}
 	m, err := mergeTrees(mergeBase.Files, main.Files, head.Files)
 	if err != nil {

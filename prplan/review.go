@@ -53,6 +53,20 @@ func (pl *Planner) changes(j *judgement, plan *prPlan, was plannedHead, now time
 		}
 		out[r.id] = c
 	}
+	if was.Head == j.pr.HeadSHA {
+		// A change the head's earlier plan showed, which main now holds (a squash or rebase merge
+		// Gitea has not marked yet, or main made the same change): the merge no longer shows it, but
+		// what was approved at this head stays approved, for the applies of the commit that holds it.
+		shown := map[string]bool{}
+		for _, r := range plan.rows {
+			shown[r.id] = true
+		}
+		for id, c := range was.Changes {
+			if !shown[id] {
+				out[id] = c
+			}
+		}
+	}
 	return out, nil
 }
 

@@ -222,7 +222,8 @@ type plannedHead struct {
 	Base string `json:"base,omitempty"`
 	Key  string `json:"key,omitempty"`
 	Done bool   `json:"done"` // planned at Base
-	// UntilPush: given up on, or no plan for this head: only a new head is tried.
+	// UntilPush: given up on, no plan for this head, or the head is in the tracked branch
+	// (merged): only a new head is tried.
 	UntilPush bool `json:"untilPush,omitempty"`
 	Attempts  int  `json:"attempts"` // tries started, each counted before it starts
 	// Author opened the pull request; Changes are the stands its last successful plan changes
@@ -241,7 +242,7 @@ type plannedHead struct {
 // movedUnder: the head was planned at another commit of the tracked branch than commit, and
 // stands/plan does not say so yet.
 func (h plannedHead) movedUnder(pr stands.PullRequest, commit string) bool {
-	return h.Head == pr.HeadSHA && h.Done && h.Key != "" && h.Base != commit && !h.Stale
+	return h.Head == pr.HeadSHA && h.Done && h.Key != "" && h.Base != commit && !h.Stale && !h.UntilPush
 }
 
 // markMoved turns stands/plan pending for the pull requests whose plan the tracked branch moved

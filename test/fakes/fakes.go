@@ -453,10 +453,13 @@ func serverName(in stands.Input) string {
 
 // Forge is Gitea's API: pull requests, comments by marker, commit statuses.
 type Forge struct {
-	Mu       sync.Mutex
-	Prs      []stands.PullRequest
-	Heads    map[string]fstest.MapFS // ref → files
-	Bases    map[string]fstest.MapFS // ref → the files its branch was cut from (the merge base)
+	Mu    sync.Mutex
+	Prs   []stands.PullRequest
+	Heads map[string]fstest.MapFS // ref → files
+	Bases map[string]fstest.MapFS // ref → the files its branch was cut from (the merge base)
+	// Merged marks refs whose head the tracked branch already holds, as after a merge: their merge
+	// base is the head itself.
+	Merged   map[string]bool
 	Comments map[int64]string
 	Edits    int
 	Statuses map[string]string // sha + " " + context → state: description
@@ -469,7 +472,7 @@ type Forge struct {
 }
 
 func NewForge() *Forge {
-	return &Forge{Heads: map[string]fstest.MapFS{}, Bases: map[string]fstest.MapFS{}, Comments: map[int64]string{}, Statuses: map[string]string{}, Tips: map[string]string{}}
+	return &Forge{Heads: map[string]fstest.MapFS{}, Bases: map[string]fstest.MapFS{}, Merged: map[string]bool{}, Comments: map[int64]string{}, Statuses: map[string]string{}, Tips: map[string]string{}}
 }
 
 // Open opens (or moves the head of) pull request n with files changed from base ("" removes): its
@@ -538,8 +541,11 @@ func (f *Forge) FetchPull(_ context.Context, ref, _ string) (head, base *stands.
 	if f.TooLarge {
 		return nil, nil, fmt.Errorf("fetch %s: %w", ref, &stands.TooLarge{Limit: "the commit's files hold more than 64 MiB"})
 	}
-	return &stands.Snapshot{Commit: ref, Source: ref, Files: maps.Clone(files)},
-		&stands.Snapshot{Commit: "base-of-" + ref, Source: "base-of-" + ref, Files: maps.Clone(f.Bases[ref])}, nil
+	head = &stands.Snapshot{Commit: ref, Source: ref, Files: maps.Clone(files)}
+	if f.Merged[ref] {
+		return head, head, nil
+	}
+	return head, &stands.Snapshot{Commit: "base-of-" + ref, Source: "base-of-" + ref, Files: maps.Clone(f.Bases[ref])}, nil
 }
 
 func (f *Forge) UpsertComment(_ context.Context, n int64, marker string, markup mdtext.Markup) (time.Time, error) {
