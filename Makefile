@@ -71,7 +71,7 @@ test: fuzz unit soak
 # UNIT_TIMEOUT is per package: engine and cmd/stands-reconciler each take 7-8 min alone under -race on
 # 2 cores, and over 10 min (go test's default) when they run side by side on a slower day.
 UNIT_TIMEOUT ?= 30m
-unit:
+unit: browser-tools
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -v -run '^TestVaultContract$$' ./vault/
 	$(GO) test -race -count=1 -timeout $(UNIT_TIMEOUT) -skip '^(TestVaultContract|TestSoak)$$' ./...

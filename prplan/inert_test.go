@@ -15,7 +15,8 @@ import (
 // TestPlanCommentStaysInert posts the plan comment to a pull request on a real Gitea twice, once
 // with every free-form field of every row holding a hostile value and once with plain ones, and
 // reads both as Gitea renders them for the reviewer: the two must have the same elements, so no
-// value became markup and every row is shown. Its control run, built with the escaping off, fails.
+// value became markup and every row is shown; and the same in the headless browser, on the page
+// Gitea's scripts have run on. Its control run, built with the escaping off, fails both.
 func TestPlanCommentStaysInert(t *testing.T) {
 	testenv.NeedsServer(t, "Gitea")
 	g := testenv.StartGitea(t)
@@ -40,7 +41,14 @@ func TestPlanCommentStaysInert(t *testing.T) {
 	// The plan's table: a row per stand and its problem, and the header.
 	rows := func(plain []string) int { return len(hostilePlan(plain).rows) + 1 }
 	testenv.EveryHostileValue(t, func(all map[string][]string) { docs = all }, render, rows)
-	testenv.ShowFailsWithTags(t, ".", "TestPlanCommentStaysInert", "stands_inert_off", "elements differ with hostile value")
+	testenv.BrowserShowsEveryValue(t, repo.Info.HTMLURL+"/", "Stands plan for", func(name string) string {
+		if _, err := render(name); err != nil {
+			t.Logf("the %s document: %v", name, err) // the browser shows what the reviewer gets then
+		}
+		return fmt.Sprintf("pulls/%d", idx)
+	}, rows(docs["plain-all"]))
+	testenv.ShowFailsWithTags(t, ".", "TestPlanCommentStaysInert", "stands_inert_off", "elements differ with hostile value",
+		"the browser shows other elements with the hostile values")
 }
 
 // hostilePlan is a plan whose every free-form field holds one of values: a row per value with each

@@ -16,8 +16,9 @@ import (
 // repository or a commit can set holding a hostile value (stand ids, phases and reasons read back
 // from status files, node names, messages, unreadable paths, who paused and why) and once with
 // plain ones, and reads both as Gitea renders them for on-call: the two must have the same
-// elements, so no value became markup and every stand's row is shown. Its control run, built with
-// the escaping off, fails.
+// elements, so no value became markup and every stand's row is shown; and the same in the headless
+// browser, on the page Gitea's scripts have run on. Its control run, built with the escaping off,
+// fails both.
 func TestStatusTableStaysInert(t *testing.T) {
 	testenv.NeedsServer(t, "Gitea")
 	g := testenv.StartGitea(t)
@@ -35,8 +36,12 @@ func TestStatusTableStaysInert(t *testing.T) {
 		return repo.RenderedMarkup("src/branch/main/"+name+"/STATUS.md", "Written by stands-reconciler")
 	}
 	// The table: a row per stand, and the header.
-	testenv.EveryHostileValue(t, publish, render, func(plain []string) int { return len(plain) + 1 })
-	testenv.ShowFailsWithTags(t, ".", "TestStatusTableStaysInert", "stands_inert_off", "elements differ with hostile value")
+	var plainAll int
+	testenv.EveryHostileValue(t, publish, render, func(plain []string) int { plainAll = len(plain) + 1; return plainAll })
+	testenv.BrowserShowsEveryValue(t, repo.Info.HTMLURL+"/", "Written by stands-reconciler",
+		func(name string) string { return "src/branch/main/" + name + "/STATUS.md" }, plainAll)
+	testenv.ShowFailsWithTags(t, ".", "TestStatusTableStaysInert", "stands_inert_off", "elements differ with hostile value",
+		"the browser shows other elements with the hostile values")
 }
 
 // hostileTable is STATUS.md with a stand per value, each field of its row holding the value, every

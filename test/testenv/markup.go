@@ -146,9 +146,9 @@ func textOf(n *html.Node) string {
 const ControlRun = "STANDS_CONTROL_RUN"
 
 // ShowFailsWithTags runs test (a name in the package in dir) once more, built with tags that turn
-// off what it checks, and fails unless that run fails with want in its output: the test can see the
-// failure it names. The run is skipped inside a control run.
-func ShowFailsWithTags(t *testing.T, dir, test, tags, want string) {
+// off what it checks, and fails unless that run fails with each of wants in its output: the test
+// can see each failure it names. The run is skipped inside a control run.
+func ShowFailsWithTags(t *testing.T, dir, test, tags string, wants ...string) {
 	t.Helper()
 	if os.Getenv(ControlRun) != "" {
 		return
@@ -160,10 +160,12 @@ func ShowFailsWithTags(t *testing.T, dir, test, tags, want string) {
 	if err == nil {
 		t.Fatalf("control: %s passed with -tags %s; it cannot see what it checks:\n%s", test, tags, lastBytes(out))
 	}
-	if !bytes.Contains(out, []byte(want)) {
-		t.Fatalf("control: %s failed with -tags %s, but not with %q:\n%s", test, tags, want, lastBytes(out))
+	for _, want := range wants {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Fatalf("control: %s failed with -tags %s, but not with %q:\n%s", test, tags, want, lastBytes(out))
+		}
 	}
-	t.Logf("control: with -tags %s, %s fails as it should (%q)", tags, test, want)
+	t.Logf("control: with -tags %s, %s fails as it should (%q)", tags, test, wants)
 }
 
 func lastBytes(out []byte) []byte {
