@@ -234,21 +234,28 @@ func TestConflictsOnlyWhereAStandReads(t *testing.T) {
 	}
 }
 
-// TestAMergedPullRequestKeepsItsPlan: the tracked branch moves to the merge of a pull request that
-// Gitea still lists open (it marks it merged a moment later). Its head is in the branch: it is not
-// planned again, so the comment the reviewer approved is not overwritten with an empty plan, the
-// changes it showed stay for the review of the merge's applies, and stands/plan stays.
-func TestAMergedPullRequestKeepsItsPlan(t *testing.T) {
+// resizeAPlanned opens pull request #1 (head "resize-a"), which resizes stand a, and plans it.
+func resizeAPlanned(t *testing.T) (*harness, *fakes.Forge, map[string]string) {
+	t.Helper()
 	h, f := newPreviewHarness(t, "a", "b")
 	h.mustCycle()
 	change := map[string]string{fakes.StandFile("a"): resized("a", "cx32")}
 	f.Open(1, "resize-a", h.files(), change, true)
 	h.mustCycle()
 	h.r.Wait()
-	comment, status, changes := f.Comment(1), f.Status("resize-a", PlanContext), h.pl.head(1).Changes
-	if !strings.HasPrefix(status, "success: 1 update") || len(changes) != 1 {
-		t.Fatalf("before the merge: %q, changes %v\n%s", status, changes, comment)
+	if st, changes := f.Status("resize-a", PlanContext), h.pl.head(1).Changes; !strings.HasPrefix(st, "success: 1 update") || len(changes) != 1 {
+		t.Fatalf("before the merge: %q, changes %v\n%s", st, changes, f.Comment(1))
 	}
+	return h, f, change
+}
+
+// TestAMergedPullRequestKeepsItsPlan: the tracked branch moves to the merge of a pull request that
+// Gitea still lists open (it marks it merged a moment later). Its head is in the branch: it is not
+// planned again, so the comment the reviewer approved is not overwritten with an empty plan, the
+// changes it showed stay for the review of the merge's applies, and stands/plan stays.
+func TestAMergedPullRequestKeepsItsPlan(t *testing.T) {
+	h, f, change := resizeAPlanned(t)
+	comment, status, changes := f.Comment(1), f.Status("resize-a", PlanContext), h.pl.head(1).Changes
 
 	started, release := gatePreviews(h)
 	h.src.Commit(change)
@@ -285,16 +292,8 @@ func TestAMergedPullRequestKeepsItsPlan(t *testing.T) {
 // squash or rebase merge Gitea has not marked yet): planned again, the merge changes no stand, but
 // the change the head's plan showed stays the one the review of main's applies finds.
 func TestASquashedChangeStaysReviewed(t *testing.T) {
-	h, f := newPreviewHarness(t, "a", "b")
-	h.mustCycle()
-	change := map[string]string{fakes.StandFile("a"): resized("a", "cx32")}
-	f.Open(1, "resize-a", h.files(), change, true)
-	h.mustCycle()
-	h.r.Wait()
+	h, f, change := resizeAPlanned(t)
 	changes := h.pl.head(1).Changes
-	if len(changes) != 1 {
-		t.Fatalf("before the merge: changes %v", changes)
-	}
 	h.src.Commit(change)
 	h.mustCycle()
 	h.r.Wait()
