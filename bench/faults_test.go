@@ -1001,15 +1001,36 @@ func faultDiskFull(s *suite, c *caseRun) {
 	}
 	f.Close()
 	commit := s.change("fother", "change fother on a full disk")
-	if s.wait(c, "a failure naming the full disk", 3*time.Minute, func() bool {
+	// The new commit's objects go to the state folder first (the tracked branch is kept there), so
+	// the fetch is what usually fails: /readyz names the state folder, not the repository. A write
+	// that fails later, in the operation, names it in the stand's status.
+	failed := func() (reconcile.Status, string) {
 		st, _ := s.status(id("fother"))
-		return st.LastAttemptedCommit == commit && st.Phase == reason.Failed
-	}) {
-		st, _ := s.status(id("fother"))
-		if !strings.Contains(st.Message, "no space left on device") {
-			c.fail(s, "status %s %q: want it to name the full disk", st.Reason, st.Message)
+		if st.LastAttemptedCommit != commit || st.Phase != reason.Failed {
+			st = reconcile.Status{}
 		}
-		c.cause = fmt.Sprintf("status %s \"no space left on device\"", st.Reason)
+		_, problems := s.readyz()
+		return st, problems["source"]
+	}
+	if s.wait(c, "a failure naming the full disk", 3*time.Minute, func() bool {
+		st, source := failed()
+		return st.Phase != "" || strings.Contains(source, "no space left on device")
+	}) {
+		switch st, source := failed(); {
+		case st.Phase != "":
+			if !strings.Contains(st.Message, "no space left on device") {
+				c.fail(s, "status %s %q: want it to name the full disk", st.Reason, st.Message)
+			}
+			c.cause = fmt.Sprintf("status %s \"no space left on device\"", st.Reason)
+		default:
+			if !strings.HasPrefix(source, "the state folder cannot be written") {
+				c.fail(s, "/readyz source: %q: want it to name the state folder, not the repository", source)
+			}
+			c.cause = `/readyz source: "the state folder cannot be written" … "no space left on device"`
+		}
+	}
+	if n := s.createsSince(c.started) + s.deletesSince(c.started); n > 0 {
+		c.fail(s, "%d servers created or deleted while the disk was full", n)
 	}
 	if err := os.Remove(fill); err != nil {
 		s.t.Fatal(err)

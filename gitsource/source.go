@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing/fstest"
 	"time"
 
@@ -48,6 +49,36 @@ var DefaultIdentity = Identity{Name: "stands-reconciler", Email: "stands-reconci
 // ErrUnavailable marks a fetch that failed: the source is down or refuses us. The last good snapshot
 // stays in force.
 var ErrUnavailable = errors.New("the stands repository is unavailable")
+
+// unavailable wraps a failed fetch in ErrUnavailable, saying first when it failed here rather than at
+// the server: the tracked branch's objects are kept in the state folder, so a full disk fails the
+// fetch, and "the stands repository is unavailable" would send on-call to a Gitea that is fine.
+func unavailable(err error) error {
+	if localWriteFailed(err) {
+		return &stateWriteError{err: err}
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// stateWriteError is a fetch that could not write the state folder; it is ErrUnavailable still, so
+// the loop keeps the last good snapshot and destroys nothing.
+type stateWriteError struct{ err error }
+
+func (e *stateWriteError) Error() string {
+	return "the state folder cannot be written (the repository's objects are kept there): " + e.err.Error()
+}
+func (e *stateWriteError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+
+// localWriteFailed: the disk or quota is full, or the file system read-only. go-git does not always
+// keep the errno in its chain, so its text counts too.
+func localWriteFailed(err error) bool {
+	for _, no := range []syscall.Errno{syscall.ENOSPC, syscall.EDQUOT, syscall.EROFS} {
+		if errors.Is(err, no) || strings.Contains(err.Error(), no.Error()) {
+			return true
+		}
+	}
+	return false
+}
 
 // ErrRejected marks a status push the server refused for another reason than a race (e.g. a
 // protected branch without the reconciler in its push allow-list): retrying cannot help.
@@ -164,7 +195,7 @@ func (s *Source) Fetch(ctx context.Context) (*stands.Snapshot, error) {
 	snap, err := s.fetch(ctx)
 	if err != nil {
 		s.available, s.lastErr = false, err
-		return s.last, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return s.last, unavailable(err)
 	}
 	s.last, s.available, s.lastErr = snap, true, nil
 	return snap, nil
@@ -267,7 +298,7 @@ func (s *Source) StatusFiles(ctx context.Context) (fs.FS, error) {
 	}
 	head, err := s.store.fetch(ctx, auth, s.statusBranch)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, unavailable(err)
 	}
 	if head == nil {
 		return fstest.MapFS{}, nil

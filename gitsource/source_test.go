@@ -3,12 +3,14 @@ package gitsource
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -231,5 +233,28 @@ func TestReviewsAndAuthors(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no approval among %+v", reviews)
+	}
+}
+
+// TestUnavailableSaysWhereItFailed: a fetch that failed writing the state folder says so first, and
+// stays ErrUnavailable (the last good snapshot kept, nothing destroyed); one the server failed says
+// the repository is unavailable.
+func TestUnavailableSaysWhereItFailed(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"errno kept", fmt.Errorf("fetch main: %w", &fs.PathError{Op: "write", Path: "/state/git/x", Err: syscall.ENOSPC}), "the state folder cannot be written"},
+		{"text only", errors.New("fetch main from http://gitea/x.git: write /state/git/x: no space left on device"), "the state folder cannot be written"},
+		{"read-only", fmt.Errorf("fetch main: %w", syscall.EROFS), "the state folder cannot be written"},
+		{"server down", errors.New("fetch main from http://gitea/x.git: dial tcp 127.0.0.1:3000: connect: connection refused"), "the stands repository is unavailable"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := unavailable(c.err)
+			if !errors.Is(err, ErrUnavailable) || !strings.HasPrefix(err.Error(), c.want) || !strings.Contains(err.Error(), c.err.Error()) {
+				t.Errorf("%v (is ErrUnavailable: %v), want it to start with %q and keep the cause", err, errors.Is(err, ErrUnavailable), c.want)
+			}
+		})
 	}
 }
