@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -158,23 +157,7 @@ func TestMetricsOnTheirOwnListener(t *testing.T) {
 // continued, and says STOPPING=1 when it drains. systemd's side is a unixgram socket, as systemd
 // opens one.
 func TestSystemdNotify(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	got := make(chan string, 1000)
-	go func() {
-		buf := make([]byte, 256)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			got <- string(buf[:n])
-		}
-	}()
+	sock, got := testenv.NotifySocket(t)
 	// count is how many of the states came within d, after dropping what came before.
 	count := func(state string, d time.Duration) int {
 		for len(got) > 0 {

@@ -2,36 +2,20 @@ package sdnotify
 
 import (
 	"context"
-	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // listen is a notify socket as systemd opens one, and what it receives.
 func listen(t *testing.T) <-chan string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	path, got := testenv.NotifySocket(t)
 	t.Setenv("NOTIFY_SOCKET", path)
-	got := make(chan string, 100)
-	go func() {
-		buf := make([]byte, 256)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			got <- string(buf[:n])
-		}
-	}()
 	return got
 }
 
