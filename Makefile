@@ -10,13 +10,13 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: check deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools screenshots render demo-apply clean tools deps vm-image e2e bench faults faults-short alerts
+.PHONY: deb check deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools screenshots render demo-apply clean tools deps vm-image e2e bench faults faults-short alerts
 
 # Tools the tests run for real, each built from the Go module proxy in a module of its own under
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
 PULUMI_VERSION := $(shell awk '$$1 == "github.com/pulumi/pulumi/sdk/v3" {print $$2}' tools/pulumi/go.mod)
 GITEA_VERSION  := $(shell awk '$$1 == "code.gitea.io/gitea" {print $$2}' tools/gitea/go.mod)
-TOOLS          := $(BIN)/pulumi $(BIN)/gitea $(BIN)/vault $(BIN)/versitygw
+TOOLS          := $(BIN)/pulumi $(BIN)/gitea $(BIN)/vault $(BIN)/versitygw $(BIN)/nfpm
 
 all: lint test build
 
@@ -51,6 +51,10 @@ $(BIN)/vault: tools/vault/go.mod tools/vault/go.sum
 # versitygw: a real S3-compatible server over a folder, for the S3 contract run and the fault suite.
 $(BIN)/versitygw: tools/versitygw/go.mod tools/versitygw/go.sum
 	cd tools/versitygw && $(GO) build -trimpath -o ../../$@ github.com/versity/versitygw/cmd/versitygw
+
+# nfpm: writes the Debian package (make deb) from deploy/nfpm.yaml.
+$(BIN)/nfpm: tools/nfpm/go.mod tools/nfpm/go.sum
+	cd tools/nfpm && $(GO) build -trimpath -o ../../$@ github.com/goreleaser/nfpm/v2/cmd/nfpm
 
 # Debian packages the tests need (idempotent; installs only what is missing).
 deps:
@@ -119,15 +123,30 @@ lint:
 	$(MAKE) --no-print-directory deploy-check
 
 # The unit (systemd-analyze verify, any warning an error: ExecStart stands in for the binary, which the
-# check does not run),
-# the alert rules (promtool, Debian's prometheus package) and the install script's syntax.
+# check does not run; its security exposure printed and held at 1.5 or less, as the VM test holds it on
+# a running unit), the alert rules (promtool, Debian's prometheus package) and the package's maintainer
+# scripts (dash, the /bin/sh that runs them).
 deploy-check:
 	@d=$$(mktemp -d) && sed 's|^ExecStart=.*|ExecStart=/bin/true|' deploy/stands-reconciler.service > $$d/stands-reconciler.service && \
-	  out=$$(systemd-analyze verify --man=no $$d/stands-reconciler.service 2>&1); rm -rf $$d; \
-	  if [ -n "$$out" ]; then echo "$$out"; echo "deploy: the unit has problems (systemd only warns and ignores them)"; exit 1; fi; \
-	  echo "deploy: unit verified"
+	  out=$$(systemd-analyze verify --man=no $$d/stands-reconciler.service 2>&1); \
+	  if [ -n "$$out" ]; then rm -rf $$d; echo "$$out"; echo "deploy: the unit has problems (systemd only warns and ignores them)"; exit 1; fi; \
+	  echo "deploy: unit verified"; \
+	  sec=$$(systemd-analyze security --offline=true --threshold=15 --no-pager $$d/stands-reconciler.service 2>&1); rc=$$?; rm -rf $$d; \
+	  echo "$$sec" | grep -E '^✗|Overall exposure' | sed 's/^/deploy: /'; \
+	  if [ $$rc -ne 0 ]; then echo "deploy: the unit's exposure is above 1.5"; exit 1; fi
 	promtool check rules deploy/alerts.yml
-	bash -n deploy/install.sh
+	@for s in deploy/deb/postinst deploy/deb/prerm deploy/deb/postrm; do dash -n $$s || exit 1; done; echo "deploy: maintainer scripts parse"
+
+# The Debian package (docs/operations.md, "The Debian package"): $(DEB_DIR)/stands-reconciler_$(DEB_VERSION)_amd64.deb.
+# The version orders builds by their commit's time, so a later commit's package is an upgrade and an
+# earlier one's a downgrade; give DEB_VERSION to number a release.
+DEB_VERSION ?= 0.$(shell git log -1 --format=%cd --date=format:%Y%m%d%H%M%S 2>/dev/null || echo 0)+g$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+DEB_DIR     ?= _out
+deb: $(BIN)/nfpm $(BIN)/pulumi
+	@rm -rf _out/deb && mkdir -p _out/deb $(DEB_DIR)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X main.version=$(DEB_VERSION)" -o _out/deb/stands-reconciler ./cmd/stands-reconciler
+	cp $(BIN)/pulumi _out/deb/pulumi
+	DEB_VERSION=$(DEB_VERSION) $(BIN)/nfpm package -f deploy/nfpm.yaml -p deb -t $(DEB_DIR)/
 
 # The alert rules for a site whose Prometheus scrape job for the daemon is ALERTS_JOB, with runbook links
 # under RUNBOOK_BASE (docs/runbooks.md, "The rules' two site settings"): _out/alerts.yml.
@@ -191,4 +210,4 @@ demo-apply: build tools
 	scripts/demo-apply.sh
 
 clean: demo-down
-	rm -rf $(BIN) $(DEMO_OUT) _demo _apply
+	rm -rf $(BIN) $(DEMO_OUT) _demo _apply _out

@@ -7,7 +7,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -20,14 +22,21 @@ import (
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
-// The reconciler as deploy/ installs it, under the VM's systemd (PID 1): deploy/install.sh run for
-// real (twice: it is idempotent), the unit started with its hardening, secrets through
+// The reconciler as its Debian package installs it, under the VM's systemd (PID 1): `make deb`'s package
+// installed with dpkg (twice: a reinstall changes nothing), the unit started with its hardening, secrets through
 // LoadCredential=, on a repository on the VM's disk, with hcloudsim inside the VM (servers only: the
 // VM cannot reach the host). While it applies, every process of the unit's cgroup is sampled: no
 // credential in any /proc/<pid>/environ; the control is a process given the token on purpose, caught
-// by the same scan. `systemctl stop` during the apply drains: the apply finishes, the unit ends with
-// Result=success and status 0, no lock is left, nothing in the journal warns, and the next start
-// carries on.
+// by the same scan. The unit is Type=notify with a watchdog (a drop-in shortens WatchdogSec= to 15 s, so
+// that an apply lasts several of its intervals): `systemctl start` returns once the daemon said
+// READY=1, and an apply longer than two intervals is not restarted. `systemctl stop` during the apply
+// drains: the apply finishes, the unit ends with Result=success and status 0, no lock is left, nothing
+// in the journal warns, and the next start carries on. Then the daemon is frozen (SIGSTOP): the
+// watchdog restarts it, its stack dump holds no secret, and the new one finds p Ready. The unit's
+// `systemd-analyze security` exposure is logged and bounded. Last, the package's life: an upgrade to a
+// newer build and a downgrade back, each draining the daemon and starting it again with p still Ready on
+// the same server, then a purge that removes the package, its settings and credentials but keeps the
+// state folder that holds p's stack (its server still runs).
 
 const (
 	vmInstall   = "/var/tmp/stands-install"
@@ -38,17 +47,24 @@ const (
 	vmSamples   = "/var/tmp/env-samples"
 	vmHetzner   = "e2e-hcloud-SENTINEL-9d41"
 	vmPassword  = "e2e-passphrase-SENTINEL-5c07"
-	ctlStatus   = "/opt/stands-reconciler/bin/stands-reconciler ctl --control-socket " + vmSocket + " status"
+	vmBinary    = "/opt/stands-reconciler/bin/stands-reconciler"
+	ctlStatus   = vmBinary + " ctl --control-socket " + vmSocket + " status"
 	vmSimulator = "stands-e2e-hcloudsim"
+	vmWatchdog  = 15 * time.Second
+	// vmExposure bounds `systemd-analyze security`'s score of the unit (docs/operations.md gives it).
+	vmExposure = 1.5
+	// The two builds the package scenario installs, upgrades and downgrades between.
+	vmOlder, vmNewer = "0.1.0~e2e", "0.1.1~e2e"
 )
 
+func debName(version string) string { return "stands-reconciler_" + version + "_amd64.deb" }
+
 // systemdShare is the folder the VMs get as a disk (vm.Config.Share): what an operator would copy to
-// the machine — our binary, the Pulumi CLI, deploy/ — and for the test hcloudsim, the sampler and the
-// repository.
+// the machine — two builds of the Debian package, made by `make deb` — and for the test hcloudsim, the
+// sampler and the repository.
 func systemdShare(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	pl := testenv.NewPulumi(t)
 	copyFile := func(from, to string, mode os.FileMode) {
 		data, err := os.ReadFile(from)
 		if err != nil {
@@ -56,11 +72,16 @@ func systemdShare(t *testing.T) string {
 		}
 		writeShared(t, filepath.Join(dir, to), data, mode)
 	}
-	copyFile(testenv.BuildStatic(t, "./cmd/stands-reconciler"), "stands-reconciler", 0o755)
 	copyFile(testenv.BuildStatic(t, "./cmd/hcloudsim"), "hcloudsim", 0o755)
-	copyFile(pl.Bin, "pulumi/bin/pulumi", 0o755)
-	for _, f := range []string{"install.sh", "stands-reconciler.service", "stands-reconciler.env.example"} {
-		copyFile(filepath.Join(testenv.RepoRoot(), "deploy", f), "deploy/"+f, 0o644)
+	for _, v := range []string{vmOlder, vmNewer} {
+		cmd := exec.Command("make", "-s", "deb", "DEB_VERSION="+v, "DEB_DIR="+dir)
+		cmd.Dir = testenv.RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("make deb DEB_VERSION=%s: %v\n%s", v, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, debName(v))); err != nil {
+			t.Fatalf("make deb: %v", err)
+		}
 	}
 	writeShared(t, filepath.Join(dir, "repo.tar"), vmRepository(t), 0o644)
 	writeShared(t, filepath.Join(dir, "sampler.sh"), []byte(samplerScript), 0o755)
@@ -84,12 +105,15 @@ func systemdOnNode(t *testing.T, c *ssh.Client) {
 	mustRun(t, c, "sudo mkdir -p "+vmInstall+" && (mountpoint -q "+vmInstall+" || sudo mount -o ro /dev/disk/by-label/"+vm.ShareLabel+" "+vmInstall+")")
 
 	// 1. hcloudsim in the VM, its token from a file (no argv holds it).
-	mustRun(t, c, fmt.Sprintf("printf %%s %s > /var/tmp/hcloudsim-token && sudo systemd-run --unit=%s -E HCLOUDSIM_TOKEN_FILE=/var/tmp/hcloudsim-token %s/hcloudsim -listen 127.0.0.1:8086 -example-project -action-delay 5s",
+	mustRun(t, c, fmt.Sprintf("printf %%s %s > /var/tmp/hcloudsim-token && sudo systemd-run --unit=%s -E HCLOUDSIM_TOKEN_FILE=/var/tmp/hcloudsim-token %s/hcloudsim -listen 127.0.0.1:8086 -example-project -action-delay 20s",
 		vmHetzner, vmSimulator, vmInstall))
 
-	// 2. The install script, twice, and what it made.
+	// 2. The package, twice, and what it made; a first install starts nothing.
 	for range 2 {
-		mustRun(t, c, "sudo bash "+vmInstall+"/deploy/install.sh "+vmInstall+"/stands-reconciler "+vmInstall+"/pulumi")
+		mustRun(t, c, "sudo dpkg -i "+vmInstall+"/"+debName(vmOlder))
+	}
+	if state := unitShow(t, c, "ActiveState")["ActiveState"]; state != "inactive" {
+		t.Errorf("the unit after the first install: %s, want inactive (no settings yet)", state)
 	}
 	unit := readFile(t, filepath.Join(testenv.RepoRoot(), "deploy", "stands-reconciler.service"))
 	for _, m := range regexp.MustCompile(`(?m)^ReadWritePaths=(.+)$`).FindAllStringSubmatch(unit, -1) {
@@ -97,7 +121,10 @@ func systemdOnNode(t *testing.T, c *ssh.Client) {
 			mustRun(t, c, "test -d "+p) // ProtectSystem=strict fails the start (226/NAMESPACE) on a missing one
 		}
 	}
-	mustRun(t, c, "id stands && sudo test -d /etc/stands-reconciler/credentials && test \"$(sudo stat -c %a /etc/stands-reconciler/credentials)\" = 700")
+	mustRun(t, c, "id stands && sudo test -d /etc/stands-reconciler/credentials && test \"$(sudo stat -c %a /etc/stands-reconciler/credentials)\" = 700"+
+		" && test \"$(sudo stat -c %a:%U /etc/stands-reconciler/credentials/hcloud-token /var/lib/stands-reconciler | tr '\\n' ' ')\" = '600:root 700:stands '")
+	mustRun(t, c, fmt.Sprintf("sudo mkdir -p /etc/systemd/system/stands-reconciler.service.d && printf '[Service]\\nWatchdogSec=%ds\\n' | sudo tee /etc/systemd/system/stands-reconciler.service.d/e2e-watchdog.conf >/dev/null && sudo systemctl daemon-reload", int(vmWatchdog.Seconds())))
+	exposure(t, c)
 
 	// 3. Its settings and secrets, and the repository in the state folder (the unit writes there only).
 	mustRun(t, c, fmt.Sprintf(`set -e
@@ -111,11 +138,26 @@ sudo mkdir -p %s && sudo tar -C %s -xf %s/repo.tar && sudo chown -R stands:stand
 	mustRun(t, c, "sudo systemd-run --unit=stands-e2e-control -E LEAKED="+vmHetzner+" sleep 3600")
 	mustRun(t, c, "sudo systemd-run --unit=stands-e2e-sampler "+vmInstall+"/sampler.sh")
 	t1 := time.Now()
-	mustRun(t, c, "sudo systemctl start stands-reconciler")
+	mustRun(t, c, "sudo systemctl start stands-reconciler") // Type=notify: returns at READY=1
+	if show := unitShow(t, c, "ActiveState", "SubState", "Type", "WatchdogUSec"); !maps.Equal(show, map[string]string{"ActiveState": "active", "SubState": "running", "Type": "notify", "WatchdogUSec": vmWatchdog.String()}) {
+		t.Errorf("the unit once systemctl start returned: %v", show)
+	}
+	mainPID := unitShow(t, c, "MainPID")["MainPID"]
+	t.Logf("systemd: READY=1 %s after the start", time.Since(t1).Round(time.Second))
 
-	// 5. Stop it while it applies stand p, once the provider runs: the drain lets the apply finish.
+	// 5. While it applies stand p: two watchdog intervals pass with the apply still running and the
+	// daemon not restarted.
+	waitFor(t, c, 8*time.Minute, "p's apply to start", "sudo journalctl -u stands-reconciler -o cat | grep -q '\"msg\":\"applying stand\"'")
+	time.Sleep(2*vmWatchdog + 2*time.Second)
+	if j := journal(t, c); strings.Contains(j, `"msg":"stand applied"`) {
+		t.Fatalf("p's apply ended within two watchdog intervals: it shows nothing of the watchdog; make the simulator's actions slower\n%s", j)
+	}
+	if show := unitShow(t, c, "MainPID", "NRestarts"); show["MainPID"] != mainPID || show["NRestarts"] != "0" {
+		t.Fatalf("the watchdog restarted the daemon during an apply: %v (MainPID was %s)\n%s", show, mainPID, journal(t, c))
+	}
 	waitFor(t, c, 8*time.Minute, "the provider of p's apply", "sudo grep -l pulumi-resource-stands "+vmSamples+"/*.cmd")
-	t.Logf("systemd: p's apply under way %s after the start", time.Since(t1).Round(time.Second))
+	t.Logf("systemd: p's apply under way %s after the start, the daemon not restarted", time.Since(t1).Round(time.Second))
+	// ... and then it is stopped: the drain lets the apply finish.
 	t2 := time.Now()
 	mustRun(t, c, "sudo systemctl stop stands-reconciler")
 	t.Logf("systemd: systemctl stop during the apply returned after %s", time.Since(t2).Round(time.Second))
@@ -124,7 +166,8 @@ sudo mkdir -p %s && sudo tar -C %s -xf %s/repo.tar && sudo chown -R stands:stand
 	if !strings.Contains(show, "Result=success") || !strings.Contains(show, "ExecMainStatus=0") {
 		t.Errorf("the unit after systemctl stop: %s\n%s", show, j)
 	}
-	for _, want := range []string{`"msg":"stand applied","stand":"local_p_dev"`, "stopping: letting running operations finish", "reconciler stopped"} {
+	for _, want := range []string{`"msg":"stand applied","stand":"local_p_dev"`, "stopping: letting running operations finish", "reconciler stopped",
+		fmt.Sprintf(`"msg":"systemd watchdog","interval":"%s"`, vmWatchdog)} {
 		if !strings.Contains(j, want) {
 			t.Errorf("the journal does not say %q:\n%s", want, j)
 		}
@@ -147,8 +190,138 @@ sudo mkdir -p %s && sudo tar -C %s -xf %s/repo.tar && sudo chown -R stands:stand
 	// 7. The next start carries on from the committed status: p Ready.
 	mustRun(t, c, "sudo systemctl start stands-reconciler")
 	waitCtl(t, c, 5*time.Minute, "p Ready", func(v ctlView) bool { return v.Stands["Ready"] == 1 })
-	run(t, c, "sudo systemctl stop --no-block stands-reconciler "+vmSimulator+" stands-e2e-control; true")
+
+	// 8. A frozen daemon misses the watchdog: systemd aborts it (its goroutines' stacks in the
+	// journal, with no secret in them) and starts it again, and the new one finds p Ready.
+	before := unitShow(t, c, "MainPID", "NRestarts")
+	frozen := before["MainPID"]
+	t3 := time.Now()
+	mustRun(t, c, "sudo kill -STOP "+frozen)
+	waitFor(t, c, 3*time.Minute, "the watchdog to restart the frozen daemon",
+		`test "$(systemctl show -p NRestarts --value stands-reconciler)" -gt `+before["NRestarts"]+` && systemctl is-active -q stands-reconciler`)
+	t.Logf("systemd: the frozen daemon restarted %s after SIGSTOP", time.Since(t3).Round(time.Second))
+	if now := unitShow(t, c, "MainPID")["MainPID"]; now == frozen {
+		t.Errorf("the unit's main process is still %s after the restart", frozen)
+	}
+	whole := mustRun(t, c, "sudo journalctl -u stands-reconciler --no-pager -o cat")
+	for _, want := range []string{"Watchdog timeout", "SIGABRT", "goroutine "} {
+		if !strings.Contains(whole, want) {
+			t.Errorf("the journal does not say %q of the frozen daemon", want)
+		}
+	}
+	for _, secret := range []string{vmHetzner, vmPassword} {
+		if strings.Contains(whole, secret) {
+			t.Errorf("the journal holds a credential")
+		}
+	}
+	waitCtl(t, c, 5*time.Minute, "p Ready after the watchdog's restart", func(v ctlView) bool { return v.Stands["Ready"] == 1 })
+
+	// 9. Upgrade to the newer build and downgrade back, the daemon running: each drains it, replaces
+	// the files, starts it again; p stays Ready on the same server and nothing is applied.
+	servers := vmServers(t, c)
+	if len(servers) != 1 {
+		t.Fatalf("servers before the upgrade: %v, want p's one", servers)
+	}
+	for _, v := range []string{vmNewer, vmOlder} {
+		pid := unitShow(t, c, "MainPID")["MainPID"]
+		before := mustRun(t, c, "sudo journalctl -u stands-reconciler --no-pager -o cat")
+		t4 := time.Now()
+		out := mustRun(t, c, "sudo dpkg -i "+vmInstall+"/"+debName(v))
+		t.Logf("systemd: dpkg -i %s, the daemon running: %s", v, time.Since(t4).Round(time.Second))
+		for _, want := range []string{"stopping the daemon", "starting the daemon again"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("dpkg -i %s does not say %q:\n%s", v, want, out)
+			}
+		}
+		if got := mustRun(t, c, vmBinary+" --version"); got != "stands-reconciler "+v {
+			t.Errorf("after dpkg -i %s the binary says %q", v, got)
+		}
+		if show := unitShow(t, c, "ActiveState", "MainPID"); show["ActiveState"] != "active" || show["MainPID"] == pid {
+			t.Errorf("the unit after dpkg -i %s: %v (its main process was %s)", v, show, pid)
+		}
+		waitCtl(t, c, 5*time.Minute, "p Ready after dpkg -i "+v, func(v ctlView) bool { return v.Stands["Ready"] == 1 })
+		if now := vmServers(t, c); !maps.Equal(now, servers) {
+			t.Errorf("servers after dpkg -i %s: %v, before %v", v, now, servers)
+		}
+		j := mustRun(t, c, "sudo journalctl -u stands-reconciler --no-pager -o cat")
+		count := func(s, what string) int { return strings.Count(s, `"msg":"`+what+`"`) }
+		if n := count(j, "stand applied") - count(before, "stand applied"); n != 0 {
+			t.Errorf("dpkg -i %s: %d applies after it, want none", v, n)
+		}
+		if count(j, "reconciler stopped") != count(before, "reconciler stopped")+1 {
+			t.Errorf("dpkg -i %s: the daemon did not drain to its end", v)
+		}
+	}
+
+	// 10. Purge: the package, its unit, settings and credentials gone, no process left; the state
+	// folder, which holds p's stack, kept and named, and p's server untouched.
+	out := mustRun(t, c, "sudo dpkg --purge stands-reconciler")
+	if !strings.Contains(out, vmState+" kept") {
+		t.Errorf("the purge does not name the state folder it keeps:\n%s", out)
+	}
+	mustRun(t, c, "for p in /opt/stands-reconciler /etc/stands-reconciler /lib/systemd/system/stands-reconciler.service "+
+		"/etc/systemd/system/stands-reconciler.service.d; do if sudo test -e $p; then echo \"left: $p\"; exit 1; fi; done; "+
+		"! pgrep -u stands; sudo find "+vmState+" -path '*/.pulumi/stacks/*' -type f | grep -q .")
+	if now := vmServers(t, c); !maps.Equal(now, servers) {
+		t.Errorf("servers after the purge: %v, before %v", now, servers)
+	}
+	run(t, c, "sudo systemctl stop --no-block "+vmSimulator+" stands-e2e-control; true")
 	t.Logf("systemd: the whole scenario took %s", time.Since(t0).Round(time.Second))
+}
+
+// vmServers lists the servers of the VM's hcloudsim, by name.
+func vmServers(t *testing.T, c *ssh.Client) map[string]string {
+	t.Helper()
+	out := mustRun(t, c, "curl -sf -H 'Authorization: Bearer "+vmHetzner+"' http://127.0.0.1:8086/v1/servers")
+	var list struct {
+		Servers []struct {
+			ID   int64  `json:"id"`
+			Name string `json:"name"`
+		} `json:"servers"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("hcloudsim's servers: %v\n%s", err, out)
+	}
+	got := map[string]string{}
+	for _, s := range list.Servers {
+		got[s.Name] = fmt.Sprint(s.ID)
+	}
+	return got
+}
+
+// unitShow reads properties of the unit.
+func unitShow(t *testing.T, c *ssh.Client, props ...string) map[string]string {
+	t.Helper()
+	out := mustRun(t, c, "systemctl show stands-reconciler -p "+strings.Join(props, " -p "))
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			got[k] = v
+		}
+	}
+	return got
+}
+
+// exposure logs the unit's `systemd-analyze security` verdict on the VM's systemd and fails above
+// vmExposure.
+func exposure(t *testing.T, c *ssh.Client) {
+	t.Helper()
+	out := mustRun(t, c, "systemd-analyze security --no-pager stands-reconciler.service")
+	m := regexp.MustCompile(`Overall exposure level for stands-reconciler.service: ([0-9.]+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("systemd-analyze security says no exposure level:\n%s", out)
+	}
+	var open []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "✗") {
+			open = append(open, strings.Join(strings.Fields(line)[:2], " "))
+		}
+	}
+	t.Logf("systemd: systemd-analyze security: exposure %s; open: %s", m[1], strings.Join(open, "; "))
+	var score float64
+	if _, err := fmt.Sscan(m[1], &score); err != nil || score > vmExposure {
+		t.Errorf("the unit's exposure is %s, above %.1f:\n%s", m[1], vmExposure, out)
+	}
 }
 
 // waitFor runs check on the node until it succeeds.
