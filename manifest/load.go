@@ -230,6 +230,11 @@ func (l *loader) exists(declared Pos, p, what string) bool {
 		l.rep.addf(declared, RuleFileMissing, "%s %s is a folder, not a file", what, Shown(p))
 		return false
 	}
+	if path.Ext(p) == ".mako" {
+		// Rendered as Go text or sent as it is, it would reach the server with its ${...} in it.
+		l.rep.addf(declared, RuleMako, "%s %s is a Stands Engine Mako template, which is not rendered here: convert it with stands-reconciler migrate (docs/migrating.md)", what, Shown(p))
+		return false
+	}
 	return true
 }
 

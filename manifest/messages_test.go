@@ -114,3 +114,40 @@ func TestNoDoubleDashInAppOrInstanceNames(t *testing.T) {
 		t.Errorf("want an id-part problem for b--c, got %v", err)
 	}
 }
+
+// TestATabSaysTab: YAML forbids tabs in indentation and yaml.v3 says so in words a user does not
+// connect to a tab ("found character that cannot start any token"), or a line early. The diagnostic
+// names the tab and points at it; a tab elsewhere is no error, and other syntax errors say nothing of
+// tabs.
+func TestATabSaysTab(t *testing.T) {
+	for _, c := range []struct {
+		name, doc string
+		line, col int // 0: no error
+		tab       bool
+	}{
+		{"a key indented by a tab", "a:\n\tb: 1\n", 2, 1, true},
+		{"a tab after spaces", "a:\n  b: 1\n  \tc: 2\n", 3, 3, true},
+		{"a tab in a value", "a: \"x\ty\"\nb: 1\t# comment\n", 0, 0, false},
+		{"a list not closed", "a: [1, 2\nb: 3\n", 2, 1, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, diags := parseYAML("s.yml", []byte(c.doc), false)
+			if c.line == 0 {
+				if len(diags) != 0 {
+					t.Fatalf("diagnostics for a valid document: %v", diags)
+				}
+				return
+			}
+			if len(diags) != 1 {
+				t.Fatalf("want one diagnostic, got %v", diags)
+			}
+			d := diags[0]
+			if d.Pos.Line != c.line || c.tab && d.Pos.Col != c.col {
+				t.Errorf("at %d:%d, want %d:%d (%s)", d.Pos.Line, d.Pos.Col, c.line, c.col, d.Msg)
+			}
+			if got := strings.Contains(d.Msg, "tab"); got != c.tab {
+				t.Errorf("message %q: says tab %v, want %v", d.Msg, got, c.tab)
+			}
+		})
+	}
+}

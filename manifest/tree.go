@@ -90,6 +90,10 @@ func parseYAML(file string, data []byte, allowSecrets bool) (*node, []Diagnostic
 			return &node{kind: kindMap, pos: Pos{File: file, Line: 1, Col: 1}}, nil
 		}
 		line := yamlErrLine(err, data)
+		if tab, ok := indentTab(data, line+1); ok {
+			tab.File = file
+			return nil, []Diagnostic{{Pos: tab, Rule: RuleSyntax, Msg: "a tab in the indentation: YAML indents with spaces only (" + yamlErrText(err) + ")"}}
+		}
 		return nil, []Diagnostic{{Pos: Pos{File: file, Line: line, Col: firstCol(data, line)}, Rule: RuleSyntax, Msg: yamlErrText(err)}}
 	}
 	var extra yaml.Node
@@ -122,6 +126,21 @@ func yamlErrLine(err error, data []byte) int {
 	}
 	lines := bytes.Count(bytes.TrimRight(data, "\n"), []byte("\n")) + 1
 	return max(1, min(line, lines))
+}
+
+// indentTab finds the first tab in a line's indentation up to line last: what yaml.v3 calls "found
+// character that cannot start any token", or a tab "that violates indentation" a line too early.
+func indentTab(data []byte, last int) (Pos, bool) {
+	for i, l := range bytes.Split(data, []byte("\n")) {
+		if i+1 > last {
+			break
+		}
+		indent := l[:len(l)-len(bytes.TrimLeft(l, " \t"))]
+		if col := bytes.IndexByte(indent, '\t'); col >= 0 {
+			return Pos{Line: i + 1, Col: col + 1}, true
+		}
+	}
+	return Pos{}, false
 }
 
 // invalidUTF8 finds the first byte that is not UTF-8, as a line and column (in bytes, 1-based).
