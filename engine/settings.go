@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/credential"
@@ -78,11 +79,14 @@ func FromSettings(s Settings, env func(string) string, owner string, log *slog.L
 	}
 	backend := s.Backend
 	if backend == "" {
-		dir := filepath.Join(stateDir, "pulumi", owner)
+		backend = "file://" + filepath.Join(stateDir, "pulumi", owner)
+	}
+	if dir, ok := strings.CutPrefix(backend, "file://"); ok {
+		// A folder backend chosen (or the daemon's default) is made, as state folders are: the
+		// Pulumi CLI and fileblob both refuse a missing one.
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, "", fmt.Errorf("create backend folder: %w", err)
 		}
-		backend = "file://" + dir
 	}
 	cfg := Config{PulumiBin: bin, BackendURL: backend, Passphrase: pass, HcloudToken: token,
 		HcloudEndpoint: s.Endpoint, WorkDir: stateDir, Log: log, LockLease: s.LockLease,

@@ -8,6 +8,11 @@ import (
 	"strings"
 )
 
+// errNoOwner: a stand whose manifest names no owner takes the command's (the Stands Engine's
+// STAND__USER is one); with none, its id and its state's place are unknown, and no default is
+// assumed for them.
+const errNoOwner = "stand.owner is required: the manifest names none and no owner is set ($STAND__USER as for the Stands Engine, or --owner, $STANDS_OWNER)"
+
 // decoder turns node trees into typed values, recording every problem with its place.
 type decoder struct {
 	rep *Report
@@ -147,7 +152,7 @@ func (d *decoder) stand(root *node, file string, opts LoadOptions) *Stand {
 	if s.Owner == "" {
 		s.Owner = opts.DefaultOwner
 		if s.Owner == "" {
-			d.rep.addf(s.Pos, RuleRequired, "stand.owner is required when the reconciler has no default owner (--owner)")
+			d.rep.addf(s.Pos, RuleRequired, "%s", errNoOwner)
 		}
 	}
 	s.Protect = d.boolean(meta.get("protect"), "stand.protect")

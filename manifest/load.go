@@ -12,7 +12,8 @@ import (
 
 // LoadOptions tune Load.
 type LoadOptions struct {
-	// DefaultOwner is the owner of stands whose manifest names none (the reconciler's --owner).
+	// DefaultOwner is the owner of stands whose manifest names none (the reconciler's --owner); with
+	// none, such a stand fails (errNoOwner).
 	DefaultOwner string
 }
 
@@ -284,6 +285,10 @@ func ReadIdentity(fsys fs.FS, file string, opts LoadOptions) (Identity, error) {
 	}
 	if id.Owner == "" {
 		id.Owner = opts.DefaultOwner
+		if id.Owner == "" {
+			rep.addf(posOf(meta, Pos{File: file, Line: 1}), RuleRequired, "%s", errNoOwner)
+			return Identity{}, rep.err()
+		}
 	}
 	for _, p := range []string{id.Owner, id.Project, id.Env} {
 		d.idPart(p, posOf(meta, Pos{File: file, Line: 1}), "stand id part")

@@ -14,7 +14,9 @@ trap 'kill $sim 2>/dev/null || true' EXIT
 for _ in $(seq 50); do [ -s "$out/endpoint" ] && break; sleep 0.1; done
 export HCLOUD_ENDPOINT=$(head -n1 "$out/endpoint")
 # The simulated servers are not machines here: servers-only mode (make e2e runs the full mode on VMs).
-export HCLOUD_TOKEN=test-token STANDS_PASSPHRASE=demo-passphrase STANDS_STATE_DIR="$out/state" STANDS_OWNER=demo STANDS_NODES=skip
+# The one-shot commands keep state only where they are told: here a folder, chosen.
+export HCLOUD_TOKEN=test-token STANDS_PASSPHRASE=demo-passphrase STANDS_STATE_DIR="$out/state" STANDS_OWNER=demo STANDS_NODES=skip \
+  STANDS_BACKEND_URL="file://$PWD/$out/state/pulumi/demo"
 set -a
 . examples/demo.env
 set +a

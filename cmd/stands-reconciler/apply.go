@@ -24,14 +24,17 @@ type engineFlags struct {
 	logLevel, logFormat string
 }
 
-func (f *engineFlags) register(c *settings) { registerEngine(c, &f.s, &f.logLevel, &f.logFormat) }
+// The one-shot commands that touch state have no default owner: a stand whose manifest names none
+// needs one given ($STAND__USER, --owner), or it would be created under a name, and in a place, its
+// author did not choose.
+func (f *engineFlags) register(c *settings) { registerEngine(c, &f.s, &f.logLevel, &f.logFormat, "") }
 
 // registerEngine registers the engine's flags and the log's, for the one-shot commands and the daemon.
-func registerEngine(c *settings, s *engine.Settings, logLevel, logFormat *string) {
+func registerEngine(c *settings, s *engine.Settings, logLevel, logFormat *string, owner string) {
 	fs := c.fs
-	ownerFlag(c, &s.Owner)
+	ownerFlag(c, &s.Owner, owner)
 	fs.StringVar(&s.StateDir, "state-dir", bound(c, "state-dir", "STANDS_STATE_DIR", ".stands"), "folder for local state: the default Pulumi backend, plugins ($STANDS_STATE_DIR)")
-	fs.StringVar(&s.Backend, "backend", bound(c, "backend", compat.BackendVariable, ""), "Pulumi backend URL; default file://<state-dir>/pulumi/<owner>; s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true; postgres://user@host:5432/db?sslmode=verify-full (password: $STANDS_DB_PASSWORD_FILE) ($STANDS_BACKEND_URL)")
+	fs.StringVar(&s.Backend, "backend", bound(c, "backend", compat.BackendVariable, ""), "Pulumi backend URL (the daemon's default: file://<state-dir>/pulumi/<owner>; the one-shot commands have none); s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true; postgres://user@host:5432/db?sslmode=verify-full (password: $STANDS_DB_PASSWORD_FILE) ($STANDS_BACKEND_URL)")
 	fs.StringVar(&s.Pulumi, "pulumi", bound(c, "pulumi", "STANDS_PULUMI_BIN", ""), "the Pulumi CLI, laid out as <root>/bin/pulumi (default: bin/pulumi next to this binary, then PATH) ($STANDS_PULUMI_BIN)")
 	fs.StringVar(&s.Endpoint, "hcloud-endpoint", bound(c, "hcloud-endpoint", "HCLOUD_ENDPOINT", ""), "Hetzner Cloud API endpoint, e.g. hcloudsim's ($HCLOUD_ENDPOINT)")
 	fs.StringVar(&s.Nodes, "nodes", bound(c, "nodes", "STANDS_NODES", "full"), "node deployment: full (servers, then node setup and app instances over SSH) or skip (servers only) ($STANDS_NODES)")
@@ -41,13 +44,25 @@ func registerEngine(c *settings, s *engine.Settings, logLevel, logFormat *string
 	fs.DurationVar(&s.LockLease, "lock-lease", bound(c, "lock-lease", "STANDS_LOCK_LEASE", time.Duration(0)), "treat another host's stack lock older than this as abandoned (0: always wait) ($STANDS_LOCK_LEASE)")
 }
 
-// engine is the engine for owner, logging to std.err.
+// engine is the engine for owner, logging to std.err. The one-shot commands keep state only where
+// they are told to: a folder on this machine (the engine's default, for the daemon) would hold stacks
+// nobody else can see — a CI job's servers with their state lost with its runner.
 func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*engine.Config)) (*engine.Engine, string, error) {
 	if err := logging.Check(f.logLevel, f.logFormat); err != nil {
 		return nil, "", err
 	}
+	if owner == "" {
+		return nil, "", errors.New("no owner: give $STAND__USER as for the Stands Engine, or --owner ($STANDS_OWNER)")
+	}
+	if f.s.Backend == "" {
+		return nil, "", errNoBackend
+	}
 	return engine.FromSettings(f.s, getenv, owner, logging.NewWithFormat(std.err, f.logLevel, f.logFormat), tune...)
 }
+
+// errNoBackend: the one-shot commands have no default backend.
+var errNoBackend = errors.New("no state backend chosen: set $S3__BUCKET (with $STAND__USER, and $S3__REGION, $S3__ENDPOINT) as for the Stands Engine, " +
+	"or --backend ($" + compat.BackendVariable + "); state in a folder on this machine only when chosen: --backend file:///PATH (docs/migrating.md)")
 
 // loadOne validates the single stand a command works on.
 func loadOne(ctx context.Context, path, owner string, roots localrepo.Roots, std stdio, getenv env) (*resultAt, int) {

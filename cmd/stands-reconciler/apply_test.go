@@ -35,10 +35,11 @@ func TestMain(m *testing.M) {
 func TestApplyPreviewDestroyCommands(t *testing.T) {
 	pl := testenv.NewPulumi(t)
 	h := testenv.StartHetzner(t, "cli-token-SENTINEL")
+	state := t.TempDir()
 	vars := map[string]string{
 		"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
-		"STANDS_PULUMI_BIN": pl.Bin, "STANDS_STATE_DIR": t.TempDir(), "STANDS_OWNER": "demo",
-		"PULUMI_HOME": pl.Home,
+		"STANDS_PULUMI_BIN": pl.Bin, "STANDS_STATE_DIR": state, "STANDS_OWNER": "demo",
+		"PULUMI_HOME": pl.Home, "STANDS_BACKEND_URL": "file://" + filepath.Join(state, "pulumi", "demo"),
 	}
 	for k, v := range exampleEnv {
 		vars[k] = v
@@ -149,11 +150,11 @@ func TestEngineCommandErrors(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{"no token", map[string]string{"STANDS_PASSPHRASE": "p"}, []string{"destroy", "a_b_c"}, 1, "HCLOUD_TOKEN"},
-		{"no passphrase", map[string]string{"HCLOUD_TOKEN": "t"}, []string{"destroy", "a_b_c"}, 1, "STANDS_PASSPHRASE"},
+		{"no token", map[string]string{"STANDS_PASSPHRASE": "p", "STANDS_BACKEND_URL": "file:///nowhere"}, []string{"destroy", "a_b_c"}, 1, "HCLOUD_TOKEN"},
+		{"no passphrase", map[string]string{"HCLOUD_TOKEN": "t", "STANDS_BACKEND_URL": "file:///nowhere"}, []string{"destroy", "a_b_c"}, 1, "STANDS_PASSPHRASE"},
 		{"bad id", nil, []string{"destroy", "not-an-id"}, 2, "neither a path nor a stand id"},
-		{"nodes mode", map[string]string{"HCLOUD_TOKEN": "t", "STANDS_PASSPHRASE": "p"}, []string{"destroy", "--nodes", "some", "a_b_c"}, 1, "want full or skip"},
-		{"several stands", exampleEnv, []string{"apply", "../../examples/stands-repo"}, 2, "give one stand"},
+		{"nodes mode", map[string]string{"HCLOUD_TOKEN": "t", "STANDS_PASSPHRASE": "p", "STANDS_BACKEND_URL": "file:///nowhere"}, []string{"destroy", "--nodes", "some", "a_b_c"}, 1, "want full or skip"},
+		{"several stands", merged(exampleEnv, map[string]string{"STANDS_OWNER": "demo"}), []string{"apply", "../../examples/stands-repo"}, 2, "give one stand"},
 		{"no path", nil, []string{"apply"}, 2, "exactly one PATH"},
 	}
 	for _, c := range cases {
@@ -161,6 +162,52 @@ func TestEngineCommandErrors(t *testing.T) {
 			r := runCLI(t, ctx, newRecorder(c.vars), c.args...)
 			if r.code != c.code || !strings.Contains(r.stderr, c.msg) || r.stdout != "" {
 				t.Errorf("exit %d (want %d), stdout %q, stderr: %s", r.code, c.code, r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+// TestNoSilentDefaults: the one-shot commands that keep state choose neither its place nor its owner
+// for the user. Without a backend each fails naming the Stands Engine's variables and ours, before
+// anything is written (the state folder stays empty); a stand whose manifest names no owner fails
+// naming $STAND__USER, and so does a command that needs an owner with none given. Each case set
+// right (the last column) passes that check: the error is about what it names.
+func TestNoSilentDefaults(t *testing.T) {
+	ctx := context.Background()
+	ownerless := "../../examples/stands-repo/stands/two-node" // the daemon's example: its owner is the daemon's
+	creds := map[string]string{"HCLOUD_TOKEN": "t", "STANDS_PASSPHRASE": "p"}
+	for _, c := range []struct {
+		name  string
+		vars  map[string]string
+		args  []string
+		msg   string
+		fixed map[string]string // what makes this check pass
+	}{
+		{"destroy without a backend", creds, []string{"destroy", "a_b_c"}, "$S3__BUCKET", map[string]string{"STANDS_BACKEND_URL": "file:///nowhere"}},
+		{"inventory without a backend", merged(creds, map[string]string{"STAND__USER": "alice"}), []string{"inventory"}, "--backend ($STANDS_BACKEND_URL)", map[string]string{"STANDS_BACKEND_URL": "file:///nowhere"}},
+		{"apply without a backend", merged(exampleEnv, creds, map[string]string{"STANDS_OWNER": "demo"}), []string{"apply", ownerless}, "no state backend chosen", map[string]string{"STANDS_BACKEND_URL": "file:///nowhere"}},
+		{"apply of a stand without an owner", merged(exampleEnv, creds, map[string]string{"STANDS_BACKEND_URL": "file:///nowhere"}), []string{"apply", ownerless}, "$STAND__USER", map[string]string{"STAND__USER": "alice"}},
+		{"destroy by path without an owner", merged(creds, map[string]string{"STANDS_BACKEND_URL": "file:///nowhere"}), []string{"destroy", ownerless}, "$STAND__USER", map[string]string{"STANDS_OWNER": "alice"}},
+		{"orphans without an owner", merged(creds, map[string]string{"STANDS_BACKEND_URL": "file:///nowhere"}), []string{"orphans"}, "no owner: give $STAND__USER", map[string]string{"STAND__USER": "alice"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			state := t.TempDir()
+			vars := merged(c.vars, map[string]string{"STANDS_STATE_DIR": state, "STANDS_PULUMI_BIN": fakePulumi(t)})
+			fixed := merged(c.fixed)
+			for _, m := range []map[string]string{vars, fixed} {
+				if m["STANDS_BACKEND_URL"] == "file:///nowhere" {
+					m["STANDS_BACKEND_URL"] = "file://" + filepath.Join(t.TempDir(), "backend") // made by the command
+				}
+			}
+			r := runCLI(t, ctx, newRecorder(vars), c.args...)
+			if r.code != exitError || !strings.Contains(r.stderr, c.msg) || r.stdout != "" {
+				t.Errorf("exit %d (want %d), stdout %q, stderr: %s", r.code, exitError, r.stdout, r.stderr)
+			}
+			if left, _ := os.ReadDir(state); len(left) != 0 {
+				t.Errorf("the state folder holds %v after the refusal", left)
+			}
+			if again := runCLI(t, ctx, newRecorder(merged(vars, fixed)), c.args...); strings.Contains(again.stderr, c.msg) {
+				t.Errorf("set right (%v), it still says %q:\n%s", fixed, c.msg, again.stderr)
 			}
 		})
 	}

@@ -273,10 +273,10 @@ func TestOneShotTakesSecretsFromTheEnvironment(t *testing.T) {
 	}
 }
 
-// merged is a copy of a with b's entries over it.
-func merged(a, b map[string]string) map[string]string {
+// merged is a copy of the maps, a later one's entries over an earlier one's.
+func merged(ms ...map[string]string) map[string]string {
 	out := map[string]string{}
-	for _, m := range []map[string]string{a, b} {
+	for _, m := range ms {
 		for k, v := range m {
 			out[k] = v
 		}

@@ -16,7 +16,7 @@ func runMigrate(ctx context.Context, args []string, std stdio, getenv env) int {
 	fs := newFlags("migrate", "migrate [--dry-run] [--owner NAME] [--resource NAME=PATH]... REPO\n\nTurns a Stands Engine repository into one of ours: *.mako templates become *.tmpl Go templates,\n.mako references and ${...} in YAML files are rewritten, and each translated template is rendered\nboth ways with the same context (python3 with Mako) to prove it. What is not translated is reported\nwith file:line and left for a human; exit 1 then.", std)
 	conf := newSettings(fs, getenv)
 	var owner string
-	ownerFlag(conf, &owner)
+	ownerFlag(conf, &owner, defaultOwner)
 	roots := localrepo.Roots{}
 	resourceFlag(fs, roots)
 	dry := fs.Bool("dry-run", false, "say what would change; write nothing")

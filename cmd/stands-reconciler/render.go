@@ -16,7 +16,7 @@ func runRender(ctx context.Context, args []string, std stdio, getenv env) int {
 	fs := newFlags("render", "render [--owner NAME] [--out DIR] PATH...\n\nValidates like 'validate', then writes each stand's rendered files, made with reserved\ntest addresses (RFC 5737), to DIR/<stand-id>/ (folders 0700, files 0600: they hold secrets).", std)
 	conf := newSettings(fs, getenv)
 	var owner, out string
-	ownerFlag(conf, &owner)
+	ownerFlag(conf, &owner, defaultOwner)
 	fs.StringVar(&out, "out", "_render", "folder to write rendered stands into")
 	roots := localrepo.Roots{}
 	resourceFlag(fs, roots)

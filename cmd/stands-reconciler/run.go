@@ -22,7 +22,7 @@ import (
 type daemonFlags struct{ s daemon.Settings }
 
 func (f *daemonFlags) register(c *settings) {
-	registerEngine(c, &f.s.Engine, &f.s.LogLevel, &f.s.LogFormat)
+	registerEngine(c, &f.s.Engine, &f.s.LogLevel, &f.s.LogFormat, defaultOwner)
 	fs := c.fs
 	fs.StringVar(&f.s.Repo, "repo", bound(c, "repo", "STANDS_REPO_URL", ""), "the stands repository: https://…/org/stands.git, ssh://git@…/org/stands.git or a local path ($STANDS_REPO_URL)")
 	fs.StringVar(&f.s.Branch, "branch", bound(c, "branch", "STANDS_BRANCH", "main"), "the tracked branch ($STANDS_BRANCH)")

@@ -13,15 +13,15 @@ import (
 
 const defaultOwner = "local"
 
-func ownerFlag(c *settings, p *string) {
-	c.fs.StringVar(p, "owner", bound(c, "owner", "STANDS_OWNER", defaultOwner), "owner of stands whose manifest names none ($STANDS_OWNER)")
+func ownerFlag(c *settings, p *string, def string) {
+	c.fs.StringVar(p, "owner", bound(c, "owner", "STANDS_OWNER", def), "owner of stands whose manifest names none ($STANDS_OWNER, $STAND__USER)")
 }
 
 func runValidate(ctx context.Context, args []string, std stdio, getenv env) int {
 	fs := newFlags("validate", "validate [--owner NAME] PATH...\n\nPATH is a stand.yml, a stand folder or a whole stands repository.\nSecrets are read from SECRET_<NAME> environment variables.", std)
 	conf := newSettings(fs, getenv)
 	var owner string
-	ownerFlag(conf, &owner)
+	ownerFlag(conf, &owner, defaultOwner)
 	roots := localrepo.Roots{}
 	resourceFlag(fs, roots)
 	if done, code := parseFlags(conf, args, std); done {
