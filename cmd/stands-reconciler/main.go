@@ -201,7 +201,8 @@ func dispatch(ctx context.Context, c command, args []string, files, resources st
 }
 
 // commandEnv is the environment command c reads: for a one-shot command, the process's over the env
-// files, with the Stands Engine's variables mapped onto ours (package compat).
+// files (./.env first, if there is one), with the Stands Engine's variables mapped onto ours (package
+// compat).
 func commandEnv(c command, files stringList, getenv env, std stdio) (env, int) {
 	if !c.oneShot {
 		if len(files) > 0 {
@@ -209,6 +210,11 @@ func commandEnv(c command, files stringList, getenv env, std stdio) (env, int) {
 			return nil, exitUsage
 		}
 		return getenv, exitOK
+	}
+	// The Stands Engine's settings library read ./.env under the environment and its launcher's
+	// --env-file files: first here, so a later file and the process win over it.
+	if st, err := os.Stat(".env"); err == nil && st.Mode().IsRegular() {
+		files = append(stringList{".env"}, files...)
 	}
 	e, err := compat.New(getenv, files)
 	if err == nil {

@@ -389,3 +389,58 @@ func TestDaemonRefusesStandsEngineConfiguration(t *testing.T) {
 		t.Error("a Stands Engine variable's value was printed")
 	}
 }
+
+// TestDotEnvIsRead: the Stands Engine's settings library read ./.env under the environment, so its
+// users keep their settings there. A one-shot command in a folder with a .env reads it (the example's
+// secrets there: validate passes; the same folder without it: the missing secret named), an --env-file
+// wins over it and the process over both, a broken .env fails with its line, and the daemon never
+// reads it.
+func TestDotEnvIsRead(t *testing.T) {
+	stand, err := filepath.Abs("../../examples/stands-repo/stands/two-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	t.Chdir(dir)
+	validate := func(env map[string]string, args ...string) result {
+		t.Helper()
+		return runCLI(t, ctx, newRecorder(env), append(args, "validate", stand)...)
+	}
+	if r := validate(nil); r.code != exitError || !strings.Contains(r.stderr, "SECRET_REGISTRY_PASSWORD") {
+		t.Fatalf("without .env: exit %d\n%s", r.code, r.stderr)
+	}
+	var lines []string
+	for k, v := range exampleEnv {
+		lines = append(lines, k+"="+v)
+	}
+	slices.Sort(lines)
+	testenv.WriteFile(t, dir, ".env", strings.Join(lines, "\n")+"\n")
+	if r := validate(nil); r.code != 0 {
+		t.Errorf("with the secrets in .env: exit %d\n%s", r.code, r.stderr)
+	}
+	// A value in .env that fails (a secret too short), overridden by an --env-file, then by the process.
+	testenv.WriteFile(t, dir, ".env", strings.Join(lines, "\n")+"\nSECRET_KV_PASSWORD=x\n")
+	if r := validate(nil); r.code != exitError || !strings.Contains(r.stderr, "kv-password") {
+		t.Errorf("a short secret in .env: exit %d\n%s", r.code, r.stderr)
+	}
+	over := testenv.WriteFile(t, t.TempDir(), "over.env", "SECRET_KV_PASSWORD="+exampleEnv["SECRET_KV_PASSWORD"]+"\n")
+	if r := validate(nil, "--env-file", over); r.code != 0 {
+		t.Errorf("an --env-file over .env: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := validate(map[string]string{"SECRET_KV_PASSWORD": exampleEnv["SECRET_KV_PASSWORD"]}); r.code != 0 {
+		t.Errorf("the process over .env: exit %d\n%s", r.code, r.stderr)
+	}
+	testenv.WriteFile(t, dir, ".env", "SECRET_KV_PASSWORD=ok\nnot a line\n")
+	if r := validate(nil); r.code != exitError || !strings.Contains(r.stderr, ".env:2") {
+		t.Errorf("a broken .env: exit %d\n%s", r.code, r.stderr)
+	}
+	// The daemon refuses a Stands Engine variable in its environment; one in .env it never sees.
+	testenv.WriteFile(t, dir, ".env", "HCLOUD__TOKEN=from-dotenv\n")
+	if r := runCLI(t, ctx, newRecorder(nil), "config", "check"); strings.Contains(r.stdout+r.stderr, "HCLOUD__TOKEN") {
+		t.Errorf("the daemon's configuration read .env:\n%s%s", r.stdout, r.stderr)
+	}
+	if r := runCLI(t, ctx, newRecorder(map[string]string{"HCLOUD__TOKEN": "from-env"}), "config", "check"); !strings.Contains(r.stdout+r.stderr, "$HCLOUD__TOKEN is the Stands Engine's") {
+		t.Errorf("the control: the daemon's configuration does not refuse $HCLOUD__TOKEN in its environment:\n%s%s", r.stdout, r.stderr)
+	}
+}
