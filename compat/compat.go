@@ -35,6 +35,17 @@ var mappings = []mapping{
 	{"S3__SECRET_KEY", "AWS_SECRET_ACCESS_KEY"},
 }
 
+// Theirs is the Stands Engine's variable that maps onto ours, "" when none does: errors about a
+// setting name the variable its users set.
+func Theirs(ours string) string {
+	for _, m := range mappings {
+		if m.ours == ours {
+			return m.theirs
+		}
+	}
+	return ""
+}
+
 // The Stands Engine variables that are not one of ours alone: the backend URL is made of four, the output
 // file of two, and the console ones are bound to flags under their own names.
 var composite = []string{"S3__BUCKET", "S3__REGION", "S3__ENDPOINT", "OUTPUT__FILE", "OUTPUT__FILE_PATH", "OUTPUT__CONSOLE", "OUTPUT__CONSOLE_SECRETS"}

@@ -51,11 +51,21 @@ func (f *engineFlags) engine(std stdio, getenv env, owner string, tune ...func(*
 	if err := logging.Check(f.logLevel, f.logFormat); err != nil {
 		return nil, "", err
 	}
+	// Everything missing at once, each by the Stands Engine's name and ours: its users set theirs.
+	var missing []error
 	if owner == "" {
-		return nil, "", errors.New("no owner: give $STAND__USER as for the Stands Engine, or --owner ($STANDS_OWNER)")
+		missing = append(missing, errors.New("no owner: give $STAND__USER as for the Stands Engine, or --owner ($STANDS_OWNER)"))
 	}
 	if f.s.Backend == "" {
-		return nil, "", errNoBackend
+		missing = append(missing, errNoBackend)
+	}
+	for _, c := range []struct{ ours, what string }{{"HCLOUD_TOKEN", "no Hetzner token"}, {"STANDS_PASSPHRASE", "no passphrase"}} {
+		if getenv(c.ours) == "" && getenv(c.ours+"_FILE") == "" {
+			missing = append(missing, fmt.Errorf("%s: set $%s as for the Stands Engine, or $%s (or $%s_FILE)", c.what, compat.Theirs(c.ours), c.ours, c.ours))
+		}
+	}
+	if len(missing) > 0 {
+		return nil, "", errors.Join(missing...)
 	}
 	return engine.FromSettings(f.s, getenv, owner, logging.NewWithFormat(std.err, f.logLevel, f.logFormat), tune...)
 }

@@ -152,6 +152,7 @@ func TestEngineCommandErrors(t *testing.T) {
 	}{
 		{"no token", map[string]string{"STANDS_PASSPHRASE": "p", "STANDS_BACKEND_URL": "file:///nowhere"}, []string{"destroy", "a_b_c"}, 1, "HCLOUD_TOKEN"},
 		{"no passphrase", map[string]string{"HCLOUD_TOKEN": "t", "STANDS_BACKEND_URL": "file:///nowhere"}, []string{"destroy", "a_b_c"}, 1, "STANDS_PASSPHRASE"},
+		{"nothing set: the Stands Engine's names too", nil, []string{"destroy", "a_b_c"}, 1, "no passphrase: set $STAND__PASSPHRASE as for the Stands Engine, or $STANDS_PASSPHRASE"},
 		{"bad id", nil, []string{"destroy", "not-an-id"}, 2, "neither a path nor a stand id"},
 		{"nodes mode", map[string]string{"HCLOUD_TOKEN": "t", "STANDS_PASSPHRASE": "p", "STANDS_BACKEND_URL": "file:///nowhere"}, []string{"destroy", "--nodes", "some", "a_b_c"}, 1, "want full or skip"},
 		{"several stands", merged(exampleEnv, map[string]string{"STANDS_OWNER": "demo"}), []string{"apply", "../../examples/stands-repo"}, 2, "give one stand"},
