@@ -1,13 +1,16 @@
 // Package mako translates the Mako templates of the Stands Engine into the Go text/templates the
 // manifest package renders: the subset its templates use — ${expr} with the filters h, u, trim, n and
-// str, % if/elif/else/endif, % for/endfor, ## comments, %% and a trailing backslash — over Python
-// expressions of names, attributes, subscripts, literals, comparisons, and/or/not and len(). What
+// str, % if/elif/else/endif, % for/endfor, ## comments, <%doc> blocks, <% NAME = expression %>
+// blocks, %% and a trailing backslash — over Python expressions of names, attributes, subscripts,
+// literals, comparisons, and/or/not and len(). What
 // it cannot translate is reported with its line and left in the output as a Go template comment, so
 // the template fails to validate until a human has looked at it: nothing is guessed.
 package mako
 
 import (
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -24,14 +27,20 @@ type converter struct {
 	out      strings.Builder
 	problems []Problem
 	blocks   []block  // open % if / % for, innermost last
-	scope    []string // loop variables visible here
+	scope    []string // loop and assigned variables visible here
+	gone     []string // variables assigned in a block that has ended: Go's end with it, Python's do not
 	line     int
+
+	// A <%doc> or <% %> block that spans lines: its start line, and the code read so far.
+	inDoc, inCode bool
+	openedAt      int
+	code          strings.Builder
 }
 
 type block struct {
 	kind string // "if" or "for"
 	line int
-	vars int // loop variables the block added to scope
+	vars int // variables the block added to scope
 }
 
 // Convert translates a Mako template. The output parses as a Go template exactly when problems is
@@ -44,6 +53,21 @@ func Convert(src string) (string, []Problem) {
 		line := lines[i]
 		trimmed := strings.TrimLeft(line, " \t")
 		switch {
+		case c.inDoc:
+			if _, after, ok := strings.Cut(line, "</%doc>"); ok {
+				c.inDoc = false
+				c.text(after)
+			}
+		case c.inCode:
+			before, after, ok := strings.Cut(line, "%>")
+			c.code.WriteString(before)
+			if ok {
+				c.inCode = false
+				at := c.line
+				c.block(c.code.String(), c.openedAt)
+				c.line = at
+				c.text(after)
+			}
 		case strings.HasPrefix(trimmed, "##"):
 			// A Mako comment: the whole line, its newline included, is gone.
 		case strings.HasPrefix(trimmed, "%%"):
@@ -56,6 +80,10 @@ func Convert(src string) (string, []Problem) {
 	}
 	for _, b := range c.blocks {
 		c.problem(b.line, "%% %s is never closed (%% end%s)", b.kind, b.kind)
+	}
+	if c.inDoc || c.inCode {
+		c.problem(c.openedAt, "a Mako block (<%%doc> or <%%) is never closed")
+		c.out.WriteString("{{ mako_untranslated }}")
 	}
 	return c.out.String(), c.problems
 }
@@ -81,6 +109,9 @@ func (c *converter) unsupported(what, src string) {
 
 // control translates a % line. The line's own newline is consumed, as Mako does.
 func (c *converter) control(stmt string) {
+	if i := scan(stmt, '#'); i >= 0 {
+		stmt = strings.TrimSpace(stmt[:i]) // a Python comment after the statement
+	}
 	word, rest, _ := strings.Cut(stmt, " ")
 	word = strings.TrimSuffix(word, ":")
 	rest = strings.TrimSpace(rest)
@@ -89,6 +120,7 @@ func (c *converter) control(stmt string) {
 		cond, ok := strings.CutSuffix(rest, ":")
 		if !ok {
 			c.unsupported("a % "+word+" without its colon", stmt)
+			c.failedOpen(word)
 			return
 		}
 		if word == "elif" && !c.inside("if") {
@@ -98,6 +130,7 @@ func (c *converter) control(stmt string) {
 		g, err := c.expr(cond)
 		if err != nil {
 			c.unsupported("the condition", cond+" ("+err.Error()+")")
+			c.failedOpen(word)
 			return
 		}
 		if word == "if" {
@@ -120,12 +153,27 @@ func (c *converter) control(stmt string) {
 		}
 		b := c.blocks[len(c.blocks)-1]
 		c.blocks = c.blocks[:len(c.blocks)-1]
+		ended := c.scope[len(c.scope)-b.vars:]
 		c.scope = c.scope[:len(c.scope)-b.vars]
+		for _, v := range ended {
+			if !slices.Contains(c.scope, v) {
+				c.gone = append(c.gone, v)
+			}
+		}
 		c.out.WriteString("{{ end }}")
 	case "for":
 		c.forLoop(stmt, rest)
 	default:
 		c.unsupported("the statement % "+word, stmt)
+	}
+}
+
+// failedOpen keeps the blocks balanced after an opening % if or % for that was not translated, so
+// its % endif or % endfor is not reported too: the output already fails (unsupported).
+func (c *converter) failedOpen(word string) {
+	if word == "if" || word == "for" {
+		c.blocks = append(c.blocks, block{kind: word, line: c.line})
+		c.out.WriteString("{{ if true }}")
 	}
 }
 
@@ -140,6 +188,7 @@ func (c *converter) forLoop(stmt, rest string) {
 	vars, over, found := strings.Cut(head, " in ")
 	if !ok || !found {
 		c.unsupported("the loop", stmt)
+		c.failedOpen("for")
 		return
 	}
 	var names []string
@@ -147,6 +196,7 @@ func (c *converter) forLoop(stmt, rest string) {
 		v = strings.TrimSpace(v)
 		if !isIdent(v) {
 			c.unsupported("the loop variables", stmt)
+			c.failedOpen("for")
 			return
 		}
 		names = append(names, v)
@@ -160,11 +210,13 @@ func (c *converter) forLoop(stmt, rest string) {
 	case len(names) == 1:
 	default:
 		c.unsupported("the loop (one variable, K, V over .items() or I, X over enumerate())", stmt)
+		c.failedOpen("for")
 		return
 	}
 	g, err := c.expr(over)
 	if err != nil {
 		c.unsupported("the loop's sequence", over+" ("+err.Error()+")")
+		c.failedOpen("for")
 		return
 	}
 	dollar := make([]string, len(names))
@@ -204,6 +256,24 @@ func (c *converter) text(line string) {
 			}
 			c.substitution(line[2 : 2+end])
 			line = line[2+end+1:]
+		case strings.HasPrefix(line, "<%doc>"):
+			// Mako drops a <%doc> block whole; the text after it stays.
+			_, after, ok := strings.Cut(line, "</%doc>")
+			if !ok {
+				c.inDoc, c.openedAt = true, c.line
+				return
+			}
+			line = after
+		case isCodeBlock(line):
+			code, after, ok := strings.Cut(line[2:], "%>")
+			if !ok {
+				c.inCode, c.openedAt = true, c.line
+				c.code.Reset()
+				c.code.WriteString(code)
+				return
+			}
+			c.block(code, c.line)
+			line = after
 		case strings.HasPrefix(line, "<&") || strings.HasPrefix(line, "</&"):
 			// Mako's old call syntax: it drops the < of a <& it cannot parse (a shell's <&3), so
 			// the Stands Engine wrote something else than the text says.
@@ -213,6 +283,50 @@ func (c *converter) text(line string) {
 			c.unsupported("a Mako tag (<%…>)", line)
 			return
 		}
+	}
+}
+
+// isCodeBlock: a <% %> block of Python statements, not a tag (<%def>, <%include>) or a module block
+// (<%!).
+func isCodeBlock(s string) bool {
+	return strings.HasPrefix(s, "<%") && (len(s) == 2 || s[2] == ' ' || s[2] == '\t' || s[2] == '\n' || s[2] == '\r')
+}
+
+var assignment = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([^=].*)$`)
+
+// block translates the Python statements of a <% %> block: each NAME = expression becomes a Go
+// template variable (visible to the end of the enclosing % if or % for, as Go's are); anything else
+// is left for a human. The block writes nothing, as Mako's does.
+func (c *converter) block(code string, first int) {
+	for i, stmt := range strings.Split(code, "\n") {
+		c.line = first + i
+		if i := scan(stmt, '#'); i >= 0 {
+			stmt = stmt[:i]
+		}
+		stmt = strings.TrimSpace(stmt)
+		if stmt == "" {
+			continue
+		}
+		m := assignment.FindStringSubmatch(stmt)
+		if m == nil {
+			c.unsupported("a Python statement in <% %> (only NAME = expression is translated)", stmt)
+			continue
+		}
+		g, err := c.expr(m[2])
+		if err != nil {
+			c.unsupported("the expression assigned in <% %>", stmt+" ("+err.Error()+")")
+			continue
+		}
+		op := ":="
+		if slices.Contains(c.scope, m[1]) {
+			op = "="
+		} else {
+			c.scope = append(c.scope, m[1])
+			if len(c.blocks) > 0 {
+				c.blocks[len(c.blocks)-1].vars++
+			}
+		}
+		fmt.Fprintf(&c.out, "{{ $%s %s %s }}", m[1], op, g)
 	}
 }
 

@@ -39,6 +39,10 @@ func TestConvertRendersAsMako(t *testing.T) {
 		{"comments and escapes", "## a comment, gone with its line\n%% literal percent\nkeep {{ braces }} and {{.x}}\ncontinued \\\nline\n   ## indented comment\nend\n"},
 		{"literals", "${'it\\'s'} ${\"dq\"} ${42}\n"},
 		{"no trailing newline", "${user_admin}"},
+		{"doc blocks", "a\n<%doc>\n  what this template is for\n</%doc>\nb <%doc>inline</%doc>c\n"},
+		{"an assignment block", "<% port = preferences.port %>\nport ${port}\n<%\n  user = user_app  # the app's\n  tags = preferences.tags\n%>\n${user}: ${tags[0]}\n"},
+		{"an assignment in a loop, then again", "% for t in preferences.tags:\n<% last = t %>\n${last}\n<% last = user_app %>${last}\n% endfor\n"},
+		{"controls with comments", "% if preferences.port == 6379:  # the default\nyes\n% endif\n% for t in preferences.tags: # each\n${t}\n% endfor  # done\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			goSrc, problems := Convert(c.src)
@@ -70,7 +74,12 @@ func TestConvertReports(t *testing.T) {
 		{"in", "% if 'a' in preferences.tags:\nx\n% endif\n", `"in" is not translated`},
 		{"a filter", "${user_app | x}\n", "the filter |x is not translated"},
 		{"a tag", "<%include file=\"x.mako\"/>\n", "a Mako tag (<%…>) is not translated"},
-		{"a python block", "<%\nx = 1\n%>\n", "a Mako tag"},
+		{"a python statement", "<%\nx = 1\nimport os\n%>\n", "line 3: a Python statement in <% %> (only NAME = expression is translated) is not translated: import os"},
+		{"a module block", "<%! import os %>\n", "a Mako tag"},
+		{"a python call assigned", "<% x = user_app.upper() %>\n", "the expression assigned in <% %> is not translated"},
+		{"a variable past its block", "% if user_app:\n<% x = 1 %>\n% endif\n${x}\n", "x was assigned inside a % if or % for that has ended"},
+		{"a block never closed", "a\n<%doc>\nnever closed\n", "line 2: a Mako block (<%doc> or <%) is never closed"},
+		{"an untranslated if, then its endif", "% if 'a' in preferences.tags:\nx\n% endif\n", `"in" is not translated`},
 		{"a shell redirection Mako eats", "reply=$(cat <&3)\n", "a <& (Mako's call syntax: Mako drops the <"},
 		{"a statement", "% while True:\n% endwhile\n", "the statement % while is not translated"},
 		{"unclosed if", "% if user_app:\nx\n", "line 1: % if is never closed (% endif)"},
@@ -87,6 +96,11 @@ func TestConvertReports(t *testing.T) {
 			}
 			if !strings.Contains(strings.Join(msgs, "\n"), c.want) {
 				t.Errorf("problems %q, want %q", msgs, c.want)
+			}
+			for _, m := range msgs {
+				if strings.Contains(m, "without its %") && !strings.Contains(c.name, "stray") {
+					t.Errorf("a closing line reported because its opening was: %q", m) // the opening said it already
+				}
 			}
 			if len(problems) > 0 && !strings.Contains(c.name, "unclosed if") && !strings.Contains(c.name, "stray") {
 				if _, err := manifest.NewTemplate(c.name).Parse(out); err == nil {

@@ -3,6 +3,7 @@ package mako
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -100,6 +101,9 @@ type parser struct {
 	toks  []token
 	pos   int
 	scope []string
+	gone  []string // assigned in a block that has ended
+	// inRange: inside a % for, where a Go template's dot is the element.
+	inRange bool
 }
 
 // operand is a translated expression: simple ones (a field chain, a variable, a literal) need no
@@ -122,7 +126,7 @@ func (c *converter) expr(src string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	p := &parser{toks: toks, scope: c.scope}
+	p := &parser{toks: toks, scope: c.scope, gone: c.gone, inRange: slices.ContainsFunc(c.blocks, func(b block) bool { return b.kind == "for" })}
 	o, err := p.or()
 	if err != nil {
 		return "", err
@@ -263,10 +267,16 @@ func (p *parser) call(name string) (operand, error) {
 // chain translates a name and its attributes and subscripts.
 func (p *parser) chain(name string) (operand, error) {
 	code := "." + name
+	if p.inRange {
+		code = "$." + name // inside a range, . is the element; $ is the template's data
+	}
 	for _, v := range p.scope {
 		if v == name {
 			code = "$" + name
 		}
+	}
+	if !strings.HasPrefix(code, "$"+name) && slices.Contains(p.gone, name) {
+		return operand{}, fmt.Errorf("%s was assigned inside a %% if or %% for that has ended: Python keeps it, a Go template variable ends with its block", name)
 	}
 	var keys []string // pending index keys, written as one index call
 	flush := func() {
