@@ -202,11 +202,14 @@ func (c *converter) forLoop(stmt, rest string) {
 		names = append(names, v)
 	}
 	over = strings.TrimSpace(over)
+	// Through the renderer's iteration helpers (manifest/order.go): a mapping in the manifest's
+	// order, as Python's dict had it, where Go's range would sort it (and give values, not keys).
+	fn := "iter"
 	switch {
 	case len(names) == 2 && strings.HasSuffix(over, ".items()"):
-		over = strings.TrimSuffix(over, ".items()")
+		over, fn = strings.TrimSuffix(over, ".items()"), "items"
 	case len(names) == 2 && strings.HasPrefix(over, "enumerate(") && strings.HasSuffix(over, ")"):
-		over = strings.TrimSuffix(strings.TrimPrefix(over, "enumerate("), ")")
+		over, fn = strings.TrimSuffix(strings.TrimPrefix(over, "enumerate("), ")"), "enumerate"
 	case len(names) == 1:
 	default:
 		c.unsupported("the loop (one variable, K, V over .items() or I, X over enumerate())", stmt)
@@ -225,7 +228,7 @@ func (c *converter) forLoop(stmt, rest string) {
 	}
 	c.blocks = append(c.blocks, block{kind: "for", line: c.line, vars: len(names)})
 	c.scope = append(c.scope, names...)
-	fmt.Fprintf(&c.out, "{{ range %s := %s }}", strings.Join(dollar, ", "), g)
+	fmt.Fprintf(&c.out, "{{ range %s := %s %s }}", strings.Join(dollar, ", "), fn, arg(g))
 }
 
 // text translates a text line: its ${...} expressions, a literal {{, and a trailing backslash that
@@ -402,4 +405,12 @@ func splitFilters(src string) (string, []string) {
 		fs = append(fs, strings.TrimSpace(f))
 	}
 	return src[:i], fs
+}
+
+// arg makes a pipeline an argument of a function: parenthesised unless it is one operand.
+func arg(g string) string {
+	if strings.ContainsAny(g, " |") && !(strings.HasPrefix(g, "(") && strings.HasSuffix(g, ")")) {
+		return "(" + g + ")"
+	}
+	return g
 }

@@ -118,7 +118,7 @@ func renderMako(t *testing.T, src string) string {
 	if err != nil {
 		testenv.Missing(t, "%v", err)
 	}
-	out, err := Render(context.Background(), py, src, makoContext)
+	out, err := Render(context.Background(), py, src, makoContext, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -47,16 +49,24 @@ func FindPython() (string, error) {
 	return "", ErrNoMako
 }
 
-// Render renders a Mako template with a context through python, within 30 s.
-func Render(ctx context.Context, python, src string, data map[string]any) ([]byte, error) {
-	job, err := json.Marshal(map[string]any{"template": src, "context": data})
-	if err != nil {
+// Render renders a Mako template with a context through python, within 30 s. keys gives each
+// mapping's keys in the order Python's dict is to have them (the manifest's: what the Stands Engine's
+// templates iterated in); nil sorts them.
+func Render(ctx context.Context, python, src string, data map[string]any, keys func(map[string]any) []string) ([]byte, error) {
+	var job bytes.Buffer
+	job.WriteString(`{"template":`)
+	if err := writeJSON(&job, src, keys); err != nil {
 		return nil, err
 	}
+	job.WriteString(`,"context":`)
+	if err := writeJSON(&job, data, keys); err != nil {
+		return nil, err
+	}
+	job.WriteString("}")
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-c", script)
-	cmd.Stdin = bytes.NewReader(job)
+	cmd.Stdin = &job
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
@@ -67,4 +77,49 @@ func Render(ctx context.Context, python, src string, data map[string]any) ([]byt
 		return nil, fmt.Errorf("mako: %v: %s", err, msg)
 	}
 	return out.Bytes(), nil
+}
+
+// writeJSON writes v as JSON with each mapping's keys in keys' order (json.Marshal sorts them, and
+// Python's json keeps the order it reads).
+func writeJSON(b *bytes.Buffer, v any, keys func(map[string]any) []string) error {
+	switch x := v.(type) {
+	case map[string]any:
+		order := slices.Sorted(maps.Keys(x))
+		if keys != nil {
+			order = keys(x)
+		}
+		b.WriteByte('{')
+		for i, k := range order {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := writeJSON(b, k, keys); err != nil {
+				return err
+			}
+			b.WriteByte(':')
+			if err := writeJSON(b, x[k], keys); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+		return nil
+	case []any:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := writeJSON(b, e, keys); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+		return nil
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b.Write(data)
+	return nil
 }

@@ -104,8 +104,9 @@ func Render(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses) (*Rendered, e
 	return RenderObserved(fsys, s, secrets, addr, nil)
 }
 
-// Observer sees each template file rendered: its path, the context it was given and what it wrote.
-type Observer func(path string, ctx map[string]any, out []byte)
+// Observer sees each template file rendered: its path, the context it was given, the order of each
+// mapping in it (as the manifest has it: what a Python dict kept) and what it wrote.
+type Observer func(path string, ctx map[string]any, keys func(map[string]any) []string, out []byte)
 
 // RenderObserved is Render, telling observe (when not nil) of every template file it renders: how
 // stands-reconciler migrate renders the Stands Engine's template with the same context to prove a
@@ -128,10 +129,11 @@ type renderer struct {
 	rep     *Report
 	cache   map[string]*template.Template
 	observe Observer
+	order   keyOrder // of the mappings built from the manifest (order.go)
 }
 
 func render(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, rep *Report, observe Observer) *Rendered {
-	r := &renderer{fsys: fsys, s: s, secrets: secrets, addr: addr, rep: rep, cache: map[string]*template.Template{}, observe: observe}
+	r := &renderer{fsys: fsys, s: s, secrets: secrets, addr: addr, rep: rep, cache: map[string]*template.Template{}, observe: observe, order: keyOrder{}}
 	out := &Rendered{Stand: s}
 	base := r.baseContext()
 	profiles := map[string]*Profile{}
@@ -181,13 +183,18 @@ func clone(m map[string]any) map[string]any {
 func (r *renderer) baseContext() map[string]any {
 	s := r.s
 	nodes := map[string]any{}
+	var nodeNames, appNames []string
 	for _, n := range s.Nodes {
 		nodes[n.Name] = r.nodeContext(n.Name)
+		nodeNames = append(nodeNames, n.Name)
 	}
+	r.order.remember(nodes, nodeNames)
 	instances := map[string]any{}
 	for _, a := range s.Apps {
 		byName := map[string]any{}
+		var names []string
 		for _, in := range a.Instances {
+			names = append(names, in.Name)
 			na := r.addr.Nodes[in.Node]
 			byName[in.Name] = map[string]any{
 				"node": in.Node, "private_ip": na.PrivateIP, "public_ip": na.PublicIPv4, "connection_name": in.ConnectionName,
@@ -195,7 +202,10 @@ func (r *renderer) baseContext() map[string]any {
 			}
 		}
 		instances[a.Name] = byName
+		r.order.remember(byName, names)
+		appNames = append(appNames, a.Name)
 	}
+	r.order.remember(instances, appNames)
 	return map[string]any{
 		"user_admin":       s.Users.Sudo,
 		"user_app":         s.Users.App,
@@ -242,7 +252,7 @@ func (r *renderer) connection(ri *RenderedInstance, pkg *Package, ctx map[string
 // connections renders only the connection templates, of every instance render would make, in its
 // order: what the blind record (connection.go) needs, without the rest of a render.
 func connections(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, rep *Report) []*RenderedInstance {
-	r := &renderer{fsys: fsys, s: s, secrets: secrets, addr: addr, rep: rep, cache: map[string]*template.Template{}}
+	r := &renderer{fsys: fsys, s: s, secrets: secrets, addr: addr, rep: rep, cache: map[string]*template.Template{}, order: keyOrder{}}
 	base := r.baseContext()
 	var out []*RenderedInstance
 	for _, a := range s.Apps {
@@ -381,9 +391,12 @@ func (r *renderer) prefsValue(n *node) any {
 	switch n.kind {
 	case kindMap:
 		m := make(map[string]any, len(n.fields))
+		keys := make([]string, 0, len(n.fields))
 		for _, f := range n.fields {
 			m[f.key] = r.prefsValue(f.value)
+			keys = append(keys, f.key)
 		}
+		r.order.remember(m, keys)
 		return m
 	case kindSeq:
 		l := make([]any, len(n.items))
@@ -469,7 +482,12 @@ var funcs = template.FuncMap{
 func NewTemplate(name string) *template.Template { return newTemplate(name) }
 
 func newTemplate(name string) *template.Template {
-	return template.New(name).Option("missingkey=error").Funcs(funcs)
+	return template.New(name).Option("missingkey=error").Funcs(funcs).Funcs(keyOrder(nil).funcs())
+}
+
+// template is a template of this render: its iteration helpers follow the manifest's order.
+func (r *renderer) template(name string) *template.Template {
+	return newTemplate(name).Funcs(r.order.funcs())
 }
 
 // file renders a repository template file.
@@ -482,7 +500,7 @@ func (r *renderer) file(p string, ctx map[string]any) ([]byte, bool) {
 			r.cache[p] = nil
 			return nil, false
 		}
-		t, err = newTemplate(p).Parse(string(data))
+		t, err = r.template(p).Parse(string(data))
 		if err != nil {
 			r.templateErr(Pos{File: p}, err)
 			t = nil
@@ -498,7 +516,7 @@ func (r *renderer) file(p string, ctx map[string]any) ([]byte, bool) {
 		return nil, false
 	}
 	if r.observe != nil {
-		r.observe(p, ctx, buf.Bytes())
+		r.observe(p, ctx, r.order.keys, buf.Bytes())
 	}
 	return buf.Bytes(), true
 }
@@ -543,7 +561,7 @@ func (r *renderer) inline(t Tmpl, ctx map[string]any) (string, bool) {
 	if !strings.Contains(t.Text, "{{") {
 		return t.Text, true
 	}
-	tt, err := newTemplate(t.Pos.File).Parse(t.Text)
+	tt, err := r.template(t.Pos.File).Parse(t.Text)
 	if err == nil {
 		buf := &limitedBuffer{max: MaxTemplateOutput}
 		if err = tt.Execute(buf, ctx); err == nil {

@@ -176,13 +176,13 @@ func (m *Migration) Prove(ctx context.Context, open func() (fs.FS, error), owner
 			pr.Notes = append(pr.Notes, fmt.Sprintf("%s does not load yet, its templates are not proven:\n%v", file, lerr))
 			continue
 		}
-		_, _ = manifest.RenderObserved(fsys, st, manifest.PlaceholderSecrets(st, 0), manifest.PreflightAddresses(st), func(p string, c map[string]any, out []byte) {
+		_, _ = manifest.RenderObserved(fsys, st, manifest.PlaceholderSecrets(st, 0), manifest.PreflightAddresses(st), func(p string, c map[string]any, keys func(map[string]any) []string, out []byte) {
 			t := byPath[p]
 			if t == nil || err != nil || slices.Contains(pr.Differs, p) {
 				return
 			}
 			seen[p] = true
-			old, rerr := mako.Render(ctx, python, t.Src, c)
+			old, rerr := mako.Render(ctx, python, t.Src, c, keys)
 			if rerr != nil {
 				pr.Differs = append(pr.Differs, fmt.Sprintf("%s: Mako fails on it (stand %s): %v", p, st.ID, rerr))
 				return

@@ -339,6 +339,34 @@ func TestMigrateReports(t *testing.T) {
 			t.Errorf("the half-translated stand validates: exit %d\n%s", v.code, v.stderr)
 		}
 	})
+	t.Run("a mapping iterated in the manifest's order", func(t *testing.T) {
+		// extra_config's keys out of sorted order: Mako writes them as the YAML has them, and so must
+		// the translation (a Go range would sort them: the proof would fail).
+		repo, assets := seedCopy(t, func(s string) string { return s })
+		manifest := filepath.Join(repo, "stands", "devback", "stand.yml")
+		edited := strings.Replace(readFile(t, manifest), `            timeout: "0"`+"\n", `            timeout: "0"`+"\n"+`            appendfsync: everysec`+"\n", 1)
+		if err := os.WriteFile(manifest, []byte(edited), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := migrate(repo, assets)
+		if r.code != 0 || !strings.Contains(r.stdout, `"not_proven":0`) {
+			t.Errorf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+		}
+		out := filepath.Join(t.TempDir(), "out")
+		if rr := runCLI(t, ctx, nil, "--resource", "project-assets="+assets, "render", "--out", out, manifest); rr.code != 0 {
+			t.Fatalf("render: exit %d\n%s", rr.code, rr.stderr)
+		}
+		var conf string
+		_ = filepath.WalkDir(out, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Name() == "redis.conf" {
+				conf = readFile(t, p)
+			}
+			return err
+		})
+		if !strings.Contains(conf, "tcp-keepalive 60\ntimeout 0\nappendfsync everysec\n") {
+			t.Errorf("the rendered redis.conf does not keep the manifest's order:\n%s", conf)
+		}
+	})
 	t.Run("renders otherwise", func(t *testing.T) {
 		repo, assets := seedCopy(t, func(s string) string {
 			return strings.Replace(s, "protected-mode yes\n", "protected-mode yes\n# persist ${preferences['persist']}\n", 1)
