@@ -12,10 +12,12 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/mako"
 	"github.com/stands-engine/stands-reconciler/manifest"
@@ -32,6 +34,7 @@ type Template struct {
 // YAML is a YAML file with its .mako references and ${...} rewritten.
 type YAML struct {
 	File     string
+	Manifest string // its path as manifests name it
 	Out      string
 	Edits    []int // lines changed
 	Problems []mako.Problem
@@ -83,6 +86,7 @@ func (m *Migration) Scan(dir, prefix string) error {
 				Manifest: prefix + filepath.ToSlash(strings.TrimSuffix(rel, ".mako")+".tmpl")})
 		case ext == ".yml" || ext == ".yaml":
 			if y := yamlMigration(p, string(data)); y != nil {
+				y.Manifest = prefix + filepath.ToSlash(rel)
 				m.YAMLs = append(m.YAMLs, y)
 			}
 		}
@@ -114,9 +118,10 @@ func yamlMigration(file, src string) *YAML {
 	return y
 }
 
-// write applies the Migration: new templates (never over a different file), YAML rewritten, and
-// each translated .mako removed — kept beside its .tmpl when something in it is left for a human.
-func (m *Migration) Write() error {
+// Write applies the Migration: new templates (never over a different file), YAML rewritten, and
+// each translated .mako removed once proven — kept beside its .tmpl when something in it is left for a
+// human or no stand could prove it, so a run again translates and reports it again.
+func (m *Migration) Write(proven []string) error {
 	for _, t := range m.Templates {
 		if old, err := os.ReadFile(t.To); err == nil && string(old) != t.Out {
 			return fmt.Errorf("%s exists and differs from the translation of %s: move it away first", t.To, t.File)
@@ -133,7 +138,7 @@ func (m *Migration) Write() error {
 		}
 	}
 	for _, t := range m.Templates {
-		if len(t.Problems) == 0 {
+		if len(t.Problems) == 0 && slices.Contains(proven, t.Manifest) {
 			if err := os.Remove(t.File); err != nil {
 				return err
 			}
@@ -229,3 +234,85 @@ func firstDiff(a, b []byte, line int) string {
 	}
 	return fmt.Sprintf("Mako wrote %q, the Go template writes %q", get(a), get(b))
 }
+
+// Overlaid is the repository (and its roots) as the Migration would leave it: its translations and
+// rewritten YAML over the files on disk, which stay as they are. Prove reads it, so nothing is
+// written before the proof.
+func (m *Migration) Overlaid(repo fs.FS, roots map[string]fs.FS) (fs.FS, error) {
+	files := map[string]map[string][]byte{} // root name ("" for the repository) → path → content
+	put := func(p, out string) {
+		name, rel := "", p
+		if n, r, ok := manifest.ResourcePath(p); ok {
+			name, rel = n, r
+		}
+		if files[name] == nil {
+			files[name] = map[string][]byte{}
+		}
+		files[name][rel] = []byte(out)
+	}
+	for _, t := range m.Templates {
+		put(t.Manifest, t.Out)
+	}
+	for _, y := range m.YAMLs {
+		put(y.Manifest, y.Out)
+	}
+	over := overlay{FS: repo, files: files[""]}
+	if len(roots) == 0 {
+		return over, nil
+	}
+	rs := map[string]fs.FS{}
+	for n, r := range roots {
+		rs[n] = overlay{FS: r, files: files[n]}
+	}
+	return manifest.WithResources(over, rs)
+}
+
+// overlay is a file system with some files' contents replaced or added.
+type overlay struct {
+	fs.FS
+	files map[string][]byte
+}
+
+func (o overlay) Open(name string) (fs.File, error) {
+	if data, ok := o.files[name]; ok {
+		return &memFile{name: path.Base(name), Reader: bytes.NewReader(data), size: int64(len(data))}, nil
+	}
+	return o.FS.Open(name)
+}
+
+func (o overlay) ReadFile(name string) ([]byte, error) {
+	if data, ok := o.files[name]; ok {
+		return bytes.Clone(data), nil
+	}
+	return fs.ReadFile(o.FS, name)
+}
+
+func (o overlay) Stat(name string) (fs.FileInfo, error) {
+	if data, ok := o.files[name]; ok {
+		return memInfo{name: path.Base(name), size: int64(len(data))}, nil
+	}
+	return fs.Stat(o.FS, name)
+}
+
+func (o overlay) ReadDir(name string) ([]fs.DirEntry, error) { return fs.ReadDir(o.FS, name) }
+
+type memFile struct {
+	*bytes.Reader
+	name string
+	size int64
+}
+
+func (f *memFile) Stat() (fs.FileInfo, error) { return memInfo{name: f.name, size: f.size}, nil }
+func (f *memFile) Close() error               { return nil }
+
+type memInfo struct {
+	name string
+	size int64
+}
+
+func (i memInfo) Name() string       { return i.name }
+func (i memInfo) Size() int64        { return i.size }
+func (i memInfo) Mode() fs.FileMode  { return 0o644 }
+func (i memInfo) ModTime() time.Time { return time.Time{} }
+func (i memInfo) IsDir() bool        { return false }
+func (i memInfo) Sys() any           { return nil }

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	iofs "io/fs"
 	"maps"
 	"path/filepath"
 	"slices"
 
+	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"github.com/stands-engine/stands-reconciler/localrepo"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/migrate"
@@ -48,11 +50,14 @@ func runMigrate(ctx context.Context, args []string, std stdio, getenv env) int {
 	if *dry {
 		return migrateRecord(std, m, nil, true)
 	}
-	if err := m.Write(); err != nil {
-		fmt.Fprintf(std.err, "migrate: %v\n", err)
-		return exitError
-	}
-	proof := m.Prove(ctx, roots.Opener(root), owner)
+	// Proven before anything is written: on the repository as the migration would leave it.
+	proof := m.Prove(ctx, func() (iofs.FS, error) {
+		rs := map[string]iofs.FS{}
+		for n, dir := range roots {
+			rs[n] = repofs.Dir(dir)
+		}
+		return m.Overlaid(repofs.Dir(root), rs)
+	}, owner)
 	for _, n := range proof.Notes {
 		fmt.Fprintf(std.err, "migrate: %s\n", n)
 	}
@@ -61,6 +66,17 @@ func runMigrate(ctx context.Context, args []string, std stdio, getenv env) int {
 	}
 	for _, s := range append(proof.Differs, proof.Unproven...) {
 		fmt.Fprintf(std.err, "migrate: not proven: %s\n", s)
+	}
+	if len(proof.Differs) > 0 {
+		// A translation that renders otherwise is wrong where nothing said so: nothing is written,
+		// and a run again finds the same .mako files and says the same.
+		fmt.Fprintln(std.err, "migrate: nothing written: a translation renders otherwise than its Mako template; "+
+			"rewrite that template in a form that converts, or write its .tmpl by hand and remove the .mako")
+		return migrateRecord(std, m, proof, false)
+	}
+	if err := m.Write(proof.Proven); err != nil {
+		fmt.Fprintf(std.err, "migrate: %v\n", err)
+		return exitError
 	}
 	return migrateRecord(std, m, proof, false)
 }

@@ -294,7 +294,8 @@ apps:
 
 // migrate says what it leaves: a dry run writes nothing; a construct it cannot translate is named by
 // file and line, its .mako kept and its .tmpl made so it does not validate; a translation that renders
-// otherwise than Mako did is "not proven", with the line; each is exit 1.
+// otherwise than Mako did is "not proven", with the line, and nothing is written, on every run; each is
+// exit 1.
 func TestMigrateReports(t *testing.T) {
 	ctx := context.Background()
 	seedCopy := func(t *testing.T, edit func(redisConf string) string) (repo, assets string) {
@@ -371,10 +372,16 @@ func TestMigrateReports(t *testing.T) {
 		repo, assets := seedCopy(t, func(s string) string {
 			return strings.Replace(s, "protected-mode yes\n", "protected-mode yes\n# persist ${preferences['persist']}\n", 1)
 		})
-		r := migrate(repo, assets)
+		before := tree(t, filepath.Dir(repo))
 		want := `not proven: resource:/project-assets/apps/kv/redis.conf.tmpl: stand local_shop_devback, line 4: Mako wrote "# persist False", the Go template writes "# persist false"`
-		if r.code != exitError || !strings.Contains(r.stderr, want) || !strings.Contains(r.stdout, `"not_proven":1`) {
-			t.Errorf("exit %d, want %q\nstdout %s\nstderr %s", r.code, want, r.stdout, r.stderr)
+		for run := range 2 { // and again: the same .mako, the same failure, never "success"
+			r := migrate(repo, assets)
+			if r.code != exitError || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "nothing written") || !strings.Contains(r.stdout, `"not_proven":1`) {
+				t.Errorf("run %d: exit %d, want %q\nstdout %s\nstderr %s", run+1, r.code, want, r.stdout, r.stderr)
+			}
+			if after := tree(t, filepath.Dir(repo)); !maps.Equal(before, after) {
+				t.Errorf("run %d: a migration whose proof failed changed files", run+1)
+			}
 		}
 	})
 }
