@@ -22,6 +22,7 @@ func runMigrate(ctx context.Context, args []string, std stdio, getenv env) int {
 	roots := localrepo.Roots{}
 	resourceFlag(fs, roots)
 	dry := fs.Bool("dry-run", false, "say what would change; write nothing")
+	outDir := fs.String("out", "", "for a Stands Engine tree (a stand folder, a tree of them, or one manifest): the folder, new or empty, the repository is written to in this project's layout; the tree is not changed")
 	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
@@ -30,9 +31,55 @@ func runMigrate(ctx context.Context, args []string, std stdio, getenv env) int {
 		return exitUsage
 	}
 	root, err := filepath.Abs(fs.Arg(0))
-	if err == nil && !localrepo.IsDir(filepath.Join(root, manifest.StandsDir)) {
-		err = fmt.Errorf("%s has no %s/ folder: give the repository's root", fs.Arg(0), manifest.StandsDir)
+	if err != nil {
+		fmt.Fprintf(std.err, "migrate: %v\n", err)
+		return exitError
 	}
+	var left []string
+	if !ourLayout(root) {
+		// The Stands Engine's layout: moved into ours in a new folder first, resource roots included
+		// (the daemon has none), then translated there.
+		if *outDir == "" {
+			fmt.Fprintf(std.err, "migrate: %s is not a repository of this project's layout (stands/<name>/stand.yml): give --out DIR, a new folder to write it to in that layout\n", fs.Arg(0))
+			return exitUsage
+		}
+		lay, err := migrate.PlanLayout(root, roots)
+		if err != nil {
+			fmt.Fprintf(std.err, "migrate: %v\n", err)
+			return exitError
+		}
+		for _, s := range lay.Steps {
+			fmt.Fprintf(std.err, "migrate: %s\n", s)
+		}
+		left = lay.Left
+		if *dry {
+			for _, s := range left {
+				fmt.Fprintf(std.err, "migrate: left to you: %s\n", s)
+			}
+		} else {
+			if err := lay.Write(*outDir); err != nil {
+				fmt.Fprintf(std.err, "migrate: %v\n", err)
+				return exitError
+			}
+			if root, err = filepath.Abs(*outDir); err != nil {
+				fmt.Fprintf(std.err, "migrate: %v\n", err)
+				return exitError
+			}
+			fmt.Fprintf(std.err, "migrate: written to %s in this project's layout; translating its templates there\n", *outDir)
+			roots = localrepo.Roots{} // folded into resources/
+		}
+	} else if *outDir != "" {
+		fmt.Fprintln(std.err, "migrate: --out is for a Stands Engine tree; this repository is translated where it is")
+		return exitUsage
+	}
+	defer func() {
+		if *dry {
+			return
+		}
+		for _, s := range left {
+			fmt.Fprintf(std.err, "migrate: left to you: %s\n", s)
+		}
+	}()
 	m := &migrate.Migration{}
 	if err == nil {
 		err = m.Scan(root, "")
@@ -124,4 +171,12 @@ func migrateRecord(std stdio, m *migrate.Migration, pr *migrate.Proof, dry bool)
 		return exitError
 	}
 	return exitOK
+}
+
+// ourLayout: a repository of this project's layout, with at least one stands/<name>/stand.yml (a
+// Stands Engine tree may have a stands/ folder of env files).
+func ourLayout(root string) bool {
+	found, _ := filepath.Glob(filepath.Join(root, manifest.StandsDir, "*", manifest.StandFile))
+	deeper, _ := filepath.Glob(filepath.Join(root, manifest.StandsDir, "*", "*", manifest.StandFile))
+	return len(found)+len(deeper) > 0
 }

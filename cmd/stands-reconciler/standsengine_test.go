@@ -479,3 +479,85 @@ func TestDotEnvIsRead(t *testing.T) {
 		t.Errorf("the control: the daemon's configuration does not refuse $HCLOUD__TOKEN in its environment:\n%s%s", r.stdout, r.stderr)
 	}
 }
+
+// TestMigrateStandsEngineLayout: a tree laid out as the Stands Engine's guide has it — the stand in
+// demo/stand/ with its cloud-init Mako template beside stand.yml, the app package in the --resource
+// folder demo/resources, env files at the top and in stands/ — migrated with --out into this
+// project's layout: the stand in stands/shop-devback/, the root folded into resources/project-assets/,
+// its resource:// reference now a relative path, every template translated and proven, no env file
+// copied (each named as left to the user), and the tree itself unchanged. The result validates. The
+// same from the one stand folder, and from the manifest file.
+func TestMigrateStandsEngineLayout(t *testing.T) {
+	ctx := context.Background()
+	build := func(t *testing.T) (tree, stand, assets string) {
+		tree = t.TempDir()
+		stand, assets = filepath.Join(tree, "demo", "stand"), filepath.Join(tree, "demo", "resources")
+		if err := os.CopyFS(stand, os.DirFS("testdata/stands-engine/repo/stands/devback")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.CopyFS(assets, os.DirFS("testdata/stands-engine/resources")); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WriteFile(t, tree, "common.env", "HCLOUD__TOKEN=seed-SENTINEL\n")
+		if err := os.Mkdir(filepath.Join(tree, "stands"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WriteFile(t, filepath.Join(tree, "stands"), "devBack.env", "STAND__USER=alice\n")
+		return tree, stand, assets
+	}
+	for _, c := range []struct{ name, arg string }{{"the whole tree", "."}, {"the stand's folder", "demo/stand"}, {"the manifest", "demo/stand/stand.yml"}} {
+		t.Run(c.name, func(t *testing.T) {
+			tree, _, assets := build(t)
+			before := tree2(t, tree)
+			out := filepath.Join(t.TempDir(), "new")
+			r := runCLI(t, ctx, nil, "--resource", "project-assets="+assets, "migrate", "--out", out, filepath.Join(tree, c.arg))
+			if r.code != 0 || !strings.Contains(r.stdout, `"status":"success"`) || !strings.Contains(r.stdout, `"not_proven":0`) {
+				t.Fatalf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+			}
+			if after := tree2(t, tree); !maps.Equal(before, after) {
+				t.Errorf("the Stands Engine tree changed")
+			}
+			got := tree2(t, out)
+			manifest := got["stands/shop-devback/stand.yml"]
+			for _, want := range []string{"package: ../../resources/project-assets/apps/kv\n", "cloud-init: ./cloud-init.yaml.tmpl\n"} {
+				if !strings.Contains(manifest, want) {
+					t.Errorf("stands/shop-devback/stand.yml lacks %q:\n%s", want, manifest)
+				}
+			}
+			for _, want := range []string{"stands/shop-devback/cloud-init.yaml.tmpl", "resources/project-assets/apps/kv/app.yml", "resources/project-assets/apps/kv/redis.conf.tmpl"} {
+				if _, ok := got[want]; !ok {
+					t.Errorf("no %s in the new repository: %v", want, slices.Sorted(maps.Keys(got)))
+				}
+			}
+			for p, content := range got {
+				if strings.HasSuffix(p, ".mako") || strings.HasSuffix(p, ".env") || strings.Contains(content, "SENTINEL") || strings.Contains(content, "resource://") {
+					t.Errorf("the new repository has %s (a .mako, an env file, a secret or a resource:// reference)", p)
+				}
+			}
+			if c.arg == "." && (!strings.Contains(r.stderr, "common.env: the launcher's settings") || !strings.Contains(r.stderr, "devBack.env: the launcher's settings")) {
+				t.Errorf("the env files are not named as left to the user:\n%s", r.stderr)
+			}
+			if v := runCLI(t, ctx, nil, "validate", filepath.Join(out, "stands", "shop-devback")); v.code != 0 {
+				t.Errorf("the migrated stand does not validate: exit %d\n%s", v.code, v.stderr)
+			}
+		})
+	}
+	t.Run("without --out", func(t *testing.T) {
+		tree, _, assets := build(t)
+		r := runCLI(t, ctx, nil, "--resource", "project-assets="+assets, "migrate", tree)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "give --out DIR") {
+			t.Errorf("exit %d\n%s", r.code, r.stderr)
+		}
+	})
+}
+
+// tree2 maps each file under dir to its content, by its slash-separated path under dir.
+func tree2(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for p, content := range tree(t, dir) {
+		r, _ := filepath.Rel(dir, p)
+		out[filepath.ToSlash(r)] = content
+	}
+	return out
+}
