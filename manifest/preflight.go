@@ -190,7 +190,7 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 		}
 	}
 	if !opts.SkipRender {
-		res.Rendered = render(fsys, s, secrets, PreflightAddresses(s), rep, nil)
+		res.Rendered = render(fsys, s, secrets, PreflightAddresses(s), rep, nil, 0)
 		if res.Rendered != nil && rep.err() == nil && hasConnection(res.Rendered) {
 			checkBlindConnections(fsys, s, rep)
 		}

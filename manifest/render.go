@@ -112,8 +112,22 @@ type Observer func(path string, ctx map[string]any, keys func(map[string]any) []
 // stands-reconciler migrate renders the Stands Engine's template with the same context to prove a
 // translation.
 func RenderObserved(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, observe Observer) (*Rendered, error) {
+	return RenderVariant(fsys, s, secrets, addr, 0, observe)
+}
+
+// Variants is how many variants of a stand's preferences RenderVariant knows besides the stand's own.
+const Variants = 2
+
+// VariantNames say what each variant changes.
+var VariantNames = [Variants + 1]string{"its own preferences", "preferences varied: booleans negated, numbers plus one, strings with <&'\" added",
+	"preferences varied: lists and mappings emptied"}
+
+// RenderVariant is RenderObserved with the stand's preferences varied (variant 1..Variants; 0: as
+// written), so that a proof also sees the branches and loops the stand's own values do not take.
+// Secrets are not varied.
+func RenderVariant(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, variant int, observe Observer) (*Rendered, error) {
 	rep := &Report{}
-	out := render(fsys, s, secrets, addr, rep, observe)
+	out := render(fsys, s, secrets, addr, rep, observe, variant)
 	secrets.redactor().scrubReport(rep)
 	if err := rep.err(); err != nil {
 		return nil, err
@@ -130,10 +144,11 @@ type renderer struct {
 	cache   map[string]*template.Template
 	observe Observer
 	order   keyOrder // of the mappings built from the manifest (order.go)
+	variant int      // preferences varied for a proof (RenderVariant); 0: as written
 }
 
-func render(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, rep *Report, observe Observer) *Rendered {
-	r := &renderer{fsys: fsys, s: s, secrets: secrets, addr: addr, rep: rep, cache: map[string]*template.Template{}, observe: observe, order: keyOrder{}}
+func render(fsys fs.FS, s *Stand, secrets Secrets, addr Addresses, rep *Report, observe Observer, variant int) *Rendered {
+	r := &renderer{fsys: fsys, s: s, secrets: secrets, addr: addr, rep: rep, cache: map[string]*template.Template{}, observe: observe, order: keyOrder{}, variant: variant}
 	out := &Rendered{Stand: s}
 	base := r.baseContext()
 	profiles := map[string]*Profile{}
@@ -384,7 +399,11 @@ func (r *renderer) registryContext(name string) map[string]any {
 
 // prefsValue turns preferences into plain Go values for templates, with secrets resolved. Numbers
 // and booleans keep their YAML type so templates can do arithmetic and conditions.
-func (r *renderer) prefsValue(n *node) any {
+func (r *renderer) prefsValue(n *node) any { return r.value(n, true) }
+
+// value is a preference's value for templates; top is the preferences' own mapping, which a
+// variant never empties (every template names its keys).
+func (r *renderer) value(n *node, top bool) any {
 	if n == nil {
 		return nil
 	}
@@ -392,16 +411,23 @@ func (r *renderer) prefsValue(n *node) any {
 	case kindMap:
 		m := make(map[string]any, len(n.fields))
 		keys := make([]string, 0, len(n.fields))
+		if r.variant == 2 && !top {
+			r.order.remember(m, keys)
+			return m
+		}
 		for _, f := range n.fields {
-			m[f.key] = r.prefsValue(f.value)
+			m[f.key] = r.value(f.value, false)
 			keys = append(keys, f.key)
 		}
 		r.order.remember(m, keys)
 		return m
 	case kindSeq:
+		if r.variant == 2 {
+			return []any{}
+		}
 		l := make([]any, len(n.items))
 		for i, it := range n.items {
-			l[i] = r.prefsValue(it)
+			l[i] = r.value(it, false)
 		}
 		return l
 	case kindSecret:
@@ -411,16 +437,25 @@ func (r *renderer) prefsValue(n *node) any {
 		switch n.tag {
 		case "!!int":
 			if i, err := strconv.ParseInt(strings.ReplaceAll(n.value, "_", ""), 0, 64); err == nil {
+				if r.variant == 1 {
+					i++
+				}
 				return i
 			}
 		case "!!float":
 			if f, err := strconv.ParseFloat(n.value, 64); err == nil {
+				if r.variant == 1 {
+					f++
+				}
 				return f
 			}
 		case "!!bool":
 			if b, err := strconv.ParseBool(strings.ToLower(n.value)); err == nil {
-				return b
+				return b != (r.variant == 1)
 			}
+		}
+		if r.variant == 1 {
+			return n.value + ` <&'">`
 		}
 		return n.value
 	}

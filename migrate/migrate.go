@@ -181,21 +181,32 @@ func (m *Migration) Prove(ctx context.Context, open func() (fs.FS, error), owner
 			pr.Notes = append(pr.Notes, fmt.Sprintf("%s does not load yet, its templates are not proven:\n%v", file, lerr))
 			continue
 		}
-		_, _ = manifest.RenderObserved(fsys, st, manifest.PlaceholderSecrets(st, 0), manifest.PreflightAddresses(st), func(p string, c map[string]any, keys func(map[string]any) []string, out []byte) {
-			t := byPath[p]
-			if t == nil || err != nil || slices.Contains(pr.Differs, p) {
-				return
-			}
-			seen[p] = true
-			old, rerr := mako.Render(ctx, python, t.Src, c, keys)
-			if rerr != nil {
-				pr.Differs = append(pr.Differs, fmt.Sprintf("%s: Mako fails on it (stand %s): %v", p, st.ID, rerr))
-				return
-			}
-			if line, ok := sameOutput(old, out); !ok {
-				pr.Differs = append(pr.Differs, fmt.Sprintf("%s: stand %s, line %d: %s", p, st.ID, line, firstDiff(old, out, line)))
-			}
-		})
+		// The stand's own preferences, then varied ones, so that branches and loops its values do
+		// not take are compared too. Under a variant only a difference counts: Mako failing on
+		// values no stand has is no fault of the translation.
+		for v := range manifest.Variants + 1 {
+			_, _ = manifest.RenderVariant(fsys, st, manifest.PlaceholderSecrets(st, 0), manifest.PreflightAddresses(st), v, func(p string, c map[string]any, keys func(map[string]any) []string, out []byte) {
+				t := byPath[p]
+				if t == nil || err != nil || slices.ContainsFunc(pr.Differs, func(d string) bool { return strings.HasPrefix(d, p+":") }) {
+					return
+				}
+				old, rerr := mako.Render(ctx, python, t.Src, c, keys)
+				if rerr != nil {
+					if v == 0 {
+						pr.Differs = append(pr.Differs, fmt.Sprintf("%s: Mako fails on it (stand %s): %v", p, st.ID, rerr))
+					}
+					return
+				}
+				seen[p] = true
+				if line, ok := sameOutput(old, out); !ok {
+					with := ""
+					if v > 0 {
+						with = " with its " + manifest.VariantNames[v]
+					}
+					pr.Differs = append(pr.Differs, fmt.Sprintf("%s: stand %s%s, line %d: %s", p, st.ID, with, line, firstDiff(old, out, line)))
+				}
+			})
+		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(byPath)) {
 		switch {

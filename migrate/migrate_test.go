@@ -14,8 +14,9 @@ import (
 
 // TestProofCatches: a proof that cannot fail proves nothing. Each case gives a Mako template and a Go
 // translation wrong in one way a converter could be — the order a mapping is iterated in, the
-// whitespace a control line leaves, a filter dropped — and the proof must report the template as
-// differing, naming the first line that does; the right translation (Convert's) is proven.
+// whitespace a control line leaves, a filter dropped, a fault in a branch the stand's own values do
+// not take — and the proof must report the template as differing, naming the first line that does
+// (and the varied preferences that showed it); the right translation (Convert's) is proven.
 func TestProofCatches(t *testing.T) {
 	if _, err := mako.FindPython(); err != nil {
 		testenv.Missing(t, "%v", err)
@@ -28,6 +29,9 @@ func TestProofCatches(t *testing.T) {
 			"port {{ .preferences.port }}\n{{ if gt .preferences.port 1 }}\nbig\n{{ end }}\nend\n", "line 2"},
 		{"a filter", "port ${preferences['port']}\nnote ${preferences['note'] | h}\n",
 			"port {{ .preferences.port }}\nnote {{ .preferences.note }}\n", "line 2"},
+		// Wrong only where the stand's own values do not go: caught with its booleans negated.
+		{"a branch its values do not take", "port ${preferences['port']}\n% if preferences['persist']:\nnote ${preferences['note'] | h}\n% endif\n",
+			"port {{ .preferences.port }}\n{{ if .preferences.persist }}note {{ .preferences.note }}\n{{ end }}", "with its preferences varied: booleans negated, numbers plus one, strings with <&'\" added, line 2"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			right, problems := mako.Convert(c.mako)
@@ -46,7 +50,7 @@ func TestProofCatches(t *testing.T) {
 					}
 					continue
 				}
-				if len(pr.Differs) != 1 || !strings.Contains(pr.Differs[0], file+": stand local_mini_a, "+c.line+":") || len(pr.Proven) != 0 {
+				if len(pr.Differs) != 1 || !strings.Contains(pr.Differs[0], file+": stand local_mini_a") || !strings.Contains(pr.Differs[0], c.line+":") || len(pr.Proven) != 0 {
 					t.Errorf("the wrong translation: differs %v, proven %v, notes %v", pr.Differs, pr.Proven, pr.Notes)
 				}
 			}
@@ -63,7 +67,7 @@ func repo(t *testing.T, out string) fs.FS {
 		t.Fatal(err)
 	}
 	stand := strings.Replace(string(fsys["stands/a/stand.yml"].Data), "  owner: t\n", "", 1)
-	stand = strings.Replace(stand, "          port: 7000\n", "          port: 7000\n          note: \"a <b> & c\"\n          labels:\n            zeta: z\n            alpha: a\n", 1)
+	stand = strings.Replace(stand, "          port: 7000\n", "          port: 7000\n          note: \"a <b> & c\"\n          persist: false\n          labels:\n            zeta: z\n            alpha: a\n", 1)
 	fsys["stands/a/stand.yml"] = &fstest.MapFile{Data: []byte(stand)}
 	fsys["apps/kv/kv.conf.tmpl"] = &fstest.MapFile{Data: []byte(out)}
 	return fsys
