@@ -15,7 +15,7 @@ import (
 )
 
 func runMigrate(ctx context.Context, args []string, std stdio, getenv env) int {
-	fs := newFlags("migrate", "migrate [--dry-run] [--owner NAME] [--resource NAME=PATH]... REPO\n\nTurns a Stands Engine repository into one of ours: *.mako templates become *.tmpl Go templates,\n.mako references and ${...} in YAML files are rewritten, and each translated template is rendered\nboth ways with the same context (python3 with Mako) to prove it. What is not translated is reported\nwith file:line and left for a human; exit 1 then.", std)
+	fs := newFlags("migrate", "migrate [--dry-run] [--owner NAME] [--resource NAME=PATH]... [--out DIR] PATH\n\nTurns a Stands Engine tree (with --out: into a new repository of this project's layout) or repository into one of ours: *.mako templates become *.tmpl Go templates,\n.mako references and ${...} in YAML files are rewritten, and each translated template is rendered\nboth ways with the same context (python3 with Mako) to prove it. What is not translated is reported\nwith file:line and left for a human; exit 1 then.", std)
 	conf := newSettings(fs, getenv)
 	var owner string
 	ownerFlag(conf, &owner, defaultOwner)
@@ -35,42 +35,9 @@ func runMigrate(ctx context.Context, args []string, std stdio, getenv env) int {
 		fmt.Fprintf(std.err, "migrate: %v\n", err)
 		return exitError
 	}
-	var left []string
-	if !ourLayout(root) {
-		// The Stands Engine's layout: moved into ours in a new folder first, resource roots included
-		// (the daemon has none), then translated there.
-		if *outDir == "" {
-			fmt.Fprintf(std.err, "migrate: %s is not a repository of this project's layout (stands/<name>/stand.yml): give --out DIR, a new folder to write it to in that layout\n", fs.Arg(0))
-			return exitUsage
-		}
-		lay, err := migrate.PlanLayout(root, roots)
-		if err != nil {
-			fmt.Fprintf(std.err, "migrate: %v\n", err)
-			return exitError
-		}
-		for _, s := range lay.Steps {
-			fmt.Fprintf(std.err, "migrate: %s\n", s)
-		}
-		left = lay.Left
-		if *dry {
-			for _, s := range left {
-				fmt.Fprintf(std.err, "migrate: left to you: %s\n", s)
-			}
-		} else {
-			if err := lay.Write(*outDir); err != nil {
-				fmt.Fprintf(std.err, "migrate: %v\n", err)
-				return exitError
-			}
-			if root, err = filepath.Abs(*outDir); err != nil {
-				fmt.Fprintf(std.err, "migrate: %v\n", err)
-				return exitError
-			}
-			fmt.Fprintf(std.err, "migrate: written to %s in this project's layout; translating its templates there\n", *outDir)
-			roots = localrepo.Roots{} // folded into resources/
-		}
-	} else if *outDir != "" {
-		fmt.Fprintln(std.err, "migrate: --out is for a Stands Engine tree; this repository is translated where it is")
-		return exitUsage
+	root, roots, left, code := moveLayout(std, fs.Arg(0), root, roots, *outDir, *dry)
+	if code != exitOK {
+		return code
 	}
 	defer func() {
 		if *dry {
@@ -81,9 +48,7 @@ func runMigrate(ctx context.Context, args []string, std stdio, getenv env) int {
 		}
 	}()
 	m := &migrate.Migration{}
-	if err == nil {
-		err = m.Scan(root, "")
-	}
+	err = m.Scan(root, "")
 	for _, n := range slices.Sorted(maps.Keys(roots)) {
 		if err == nil {
 			err = m.Scan(roots[n], "resource:/"+n+"/")
@@ -97,7 +62,54 @@ func runMigrate(ctx context.Context, args []string, std stdio, getenv env) int {
 	if *dry {
 		return migrateRecord(std, m, nil, true)
 	}
-	// Proven before anything is written: on the repository as the migration would leave it.
+	return proveAndWrite(ctx, std, m, root, roots, owner)
+}
+
+// moveLayout moves a tree in the Stands Engine's layout into this project's, in the folder out
+// (nothing with dry), resource roots included (the daemon has none), and returns the repository to
+// translate, its roots, and what is left to the user. A repository of this project's layout is
+// returned as it is.
+func moveLayout(std stdio, arg, root string, roots localrepo.Roots, out string, dry bool) (string, localrepo.Roots, []string, int) {
+	if ourLayout(root) {
+		if out != "" {
+			fmt.Fprintln(std.err, "migrate: --out is for a Stands Engine tree; this repository is translated where it is")
+			return "", nil, nil, exitUsage
+		}
+		return root, roots, nil, exitOK
+	}
+	if out == "" {
+		fmt.Fprintf(std.err, "migrate: %s is not a repository of this project's layout (stands/<name>/stand.yml): give --out DIR, a new folder to write it to in that layout\n", arg)
+		return "", nil, nil, exitUsage
+	}
+	lay, err := migrate.PlanLayout(root, roots)
+	if err != nil {
+		fmt.Fprintf(std.err, "migrate: %v\n", err)
+		return "", nil, nil, exitError
+	}
+	for _, s := range lay.Steps {
+		fmt.Fprintf(std.err, "migrate: %s\n", s)
+	}
+	if dry {
+		for _, s := range lay.Left {
+			fmt.Fprintf(std.err, "migrate: left to you: %s\n", s)
+		}
+		return root, roots, lay.Left, exitOK // the templates as they are, to say what would change
+	}
+	if err := lay.Write(out); err != nil {
+		fmt.Fprintf(std.err, "migrate: %v\n", err)
+		return "", nil, nil, exitError
+	}
+	if root, err = filepath.Abs(out); err != nil {
+		fmt.Fprintf(std.err, "migrate: %v\n", err)
+		return "", nil, nil, exitError
+	}
+	fmt.Fprintf(std.err, "migrate: written to %s in this project's layout; translating its templates there\n", out)
+	return root, localrepo.Roots{}, lay.Left, exitOK // the roots are in resources/ now
+}
+
+// proveAndWrite proves the translations on the repository as the migration would leave it, and
+// writes them only when none renders otherwise than its Mako template.
+func proveAndWrite(ctx context.Context, std stdio, m *migrate.Migration, root string, roots localrepo.Roots, owner string) int {
 	proof := m.Prove(ctx, func() (iofs.FS, error) {
 		rs := map[string]iofs.FS{}
 		for n, dir := range roots {
