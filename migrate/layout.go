@@ -53,7 +53,8 @@ func PlanLayout(src string, roots map[string]string) (*Layout, error) {
 	if err != nil {
 		return nil, err
 	}
-	tree, manifests := src, []string{}
+	tree := src
+	var manifests []string
 	if st.IsDir() {
 		if manifests, err = findManifests(src); err != nil {
 			return nil, err
