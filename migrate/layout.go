@@ -219,6 +219,12 @@ func (l *Layout) rewrite(file, to string, roots map[string]string, out func(stri
 			target = filepath.Join(filepath.Dir(file), filepath.FromSlash(ref))
 		}
 		target, _ = filepath.Abs(target)
+		if _, err := os.Stat(target); err != nil {
+			if strings.HasPrefix(ref, manifest.ResourceScheme) {
+				l.left("%s:%d: %s does not exist in its root: the daemon cannot read resource:// references", file, i+1, ref)
+			}
+			continue // not a file of the tree (a preference named src, say): as written
+		}
 		dest, ok := out(target)
 		if !ok {
 			l.left("%s:%d: %s is outside what is migrated: copy it into the repository and name it from there", file, i+1, ref)
