@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"io/fs"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,9 +16,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
+	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
@@ -490,20 +495,7 @@ func TestDotEnvIsRead(t *testing.T) {
 func TestMigrateStandsEngineLayout(t *testing.T) {
 	ctx := context.Background()
 	build := func(t *testing.T) (tree, stand, assets string) {
-		tree = t.TempDir()
-		stand, assets = filepath.Join(tree, "demo", "stand"), filepath.Join(tree, "demo", "resources")
-		if err := os.CopyFS(stand, os.DirFS("testdata/stands-engine/repo/stands/devback")); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.CopyFS(assets, os.DirFS("testdata/stands-engine/resources")); err != nil {
-			t.Fatal(err)
-		}
-		testenv.WriteFile(t, tree, "common.env", "HCLOUD__TOKEN=seed-SENTINEL\n")
-		if err := os.Mkdir(filepath.Join(tree, "stands"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		testenv.WriteFile(t, filepath.Join(tree, "stands"), "devBack.env", "STAND__USER=alice\n")
-		return tree, stand, assets
+		return guideTree(t, "HCLOUD__TOKEN=seed-SENTINEL\n", "STAND__USER=alice\n")
 	}
 	for _, c := range []struct{ name, arg string }{{"the whole tree", "."}, {"the stand's folder", "demo/stand"}, {"the manifest", "demo/stand/stand.yml"}} {
 		t.Run(c.name, func(t *testing.T) {
@@ -560,4 +552,103 @@ func tree2(t *testing.T, dir string) map[string]string {
 		out[filepath.ToSlash(r)] = content
 	}
 	return out
+}
+
+// guideTree lays a Stands Engine tree out as its guide does: the stand in demo/stand/ (its cloud-init
+// Mako template beside stand.yml), the app package in the --resource folder demo/resources, and the
+// env files common.env and stands/devBack.env holding what is given.
+func guideTree(t *testing.T, common, stand string) (tree, standDir, assets string) {
+	t.Helper()
+	tree = t.TempDir()
+	standDir, assets = filepath.Join(tree, "demo", "stand"), filepath.Join(tree, "demo", "resources")
+	if err := os.CopyFS(standDir, os.DirFS("testdata/stands-engine/repo/stands/devback")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(assets, os.DirFS("testdata/stands-engine/resources")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WriteFile(t, tree, "common.env", common)
+	if err := os.Mkdir(filepath.Join(tree, "stands"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WriteFile(t, filepath.Join(tree, "stands"), "devBack.env", stand)
+	return tree, standDir, assets
+}
+
+// TestStandsEngineGuideToTheDaemon is docs/migrating.md's procedure end to end, with the real Pulumi
+// CLI and hcloudsim: a tree in the guide's layout whose stand already runs under a stack of the Stands
+// Engine's form (hcloud's servers, no ownership mark, the server unlabelled); migrate --out into a new
+// repository; adopt there with the guide's env files; then the daemon's cycle (reconcile --once) on that
+// repository, as a Git repository, finds the stand Ready — the same server id throughout, no delete.
+func TestStandsEngineGuideToTheDaemon(t *testing.T) {
+	pl := testenv.NewPulumi(t)
+	h := testenv.StartHetzner(t, "guide-token-SENTINEL")
+	state := t.TempDir()
+	backend := "file://" + filepath.Join(state, "pulumi", "alice")
+	tree, _, assets := guideTree(t, "HCLOUD__TOKEN="+h.Token+"\nSTAND__PASSPHRASE="+pl.Passphrase+"\n",
+		"STAND__USER=alice\nSECRET_REGISTRY_PASSWORD="+exampleEnv["SECRET_REGISTRY_PASSWORD"]+"\nSECRET_KV_PASSWORD="+exampleEnv["SECRET_KV_PASSWORD"]+"\n")
+	envFiles := []string{"--env-file", filepath.Join(tree, "common.env"), "--env-file", filepath.Join(tree, "stands", "devBack.env")}
+	// Ours only where the Stands Engine's world had no name: the simulator, the CLI, servers only, and
+	// the state in a folder (S3 in production).
+	ours := map[string]string{"HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PULUMI_BIN": pl.Bin, "STANDS_NODES": "skip",
+		"STANDS_STATE_DIR": state, "PULUMI_HOME": pl.Home, "STANDS_BACKEND_URL": backend}
+	ctx := context.Background()
+	cli := func(args ...string) result {
+		t.Helper()
+		return runCLI(t, ctx, newRecorder(ours), append(envFiles, args...)...)
+	}
+
+	// The Stands Engine's stand: made here, then given the old engine's form.
+	repo := filepath.Join(t.TempDir(), "stands-repo")
+	if r := runCLI(t, ctx, nil, "--resource", "project-assets="+assets, "migrate", "--out", repo, tree); r.code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", r.code, r.stderr)
+	}
+	manifest := filepath.Join(repo, "stands", "shop-devback", "stand.yml")
+	if r := cli("apply", manifest); r.code != 0 {
+		t.Fatalf("the stand's first apply: exit %d\n%s", r.code, r.stderr)
+	}
+	stack := filepath.Join(state, "pulumi", "alice", ".pulumi", "stacks", "shop", "devback.json")
+	data, err := os.ReadFile(stack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := strings.NewReplacer("stands:index:Server", "hcloud:index/server:Server", "pulumi:providers:stands", "pulumi:providers:hcloud", `"ownedBy"`, `"madeBy"`).Replace(string(data))
+	if err := os.WriteFile(stack, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := h.Servers(t)["alice-shop-devback-main"]
+	if srv == nil {
+		t.Fatalf("servers: %v", h.Servers(t))
+	}
+	if _, _, err := h.Client.Server.Update(ctx, srv, hcloud.ServerUpdateOpts{Labels: map[string]string{}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The procedure: adopt from the new repository, then the daemon's cycle on it.
+	g, err := git.PlainInitWithOptions(repo, &git.PlainInitOptions{InitOptions: git.InitOptions{DefaultBranch: plumbing.Main}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.CommitAll(t, g, repo, "the Stands Engine's stands, migrated", nil)
+	if r := cli("adopt", manifest); r.code != 0 || !strings.Contains(r.stdout, `"status":"success"`) {
+		t.Fatalf("adopt: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	daemon := merged(ours, map[string]string{"HCLOUD_TOKEN": h.Token, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_OWNER": "alice",
+		"SECRET_REGISTRY_PASSWORD": exampleEnv["SECRET_REGISTRY_PASSWORD"], "SECRET_KV_PASSWORD": exampleEnv["SECRET_KV_PASSWORD"]})
+	r := runCLI(t, ctx, newRecorder(daemon), "reconcile", "--once", "--repo", repo, "--drift-interval", "0")
+	if r.code != 0 || !strings.Contains(r.stdout, `"alice_shop_devback":"Ready"`) {
+		t.Fatalf("the daemon's cycle after adopt: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	lr := &localStandsRepo{t: t, dir: repo, repo: g}
+	if s := lr.status("alice_shop_devback"); s.Phase != reason.Ready || len(s.Nodes) != 1 || s.Nodes[0].ServerID != srv.ID {
+		t.Errorf("status after the procedure: %+v (the server was %d)", s, srv.ID)
+	}
+	if all := h.Servers(t); len(all) != 1 || all["alice-shop-devback-main"].ID != srv.ID {
+		t.Errorf("servers after the procedure: %v (was id %d)", all, srv.ID)
+	}
+	for _, c := range h.Sim.Calls() {
+		if c.Method == http.MethodDelete {
+			t.Errorf("Hetzner got a delete: %s", c.Path)
+		}
+	}
 }
