@@ -7,6 +7,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"github.com/stands-engine/stands-reconciler/localrepo"
@@ -93,7 +94,15 @@ func moveLayout(std stdio, arg, root string, roots localrepo.Roots, out string, 
 		for _, s := range lay.Left {
 			fmt.Fprintf(std.err, "migrate: left to you: %s\n", s)
 		}
-		return root, roots, lay.Left, exitOK // the templates as they are, to say what would change
+		// The templates as they are, to say what would change: each once, a root inside the tree
+		// with the tree.
+		outside := localrepo.Roots{}
+		for n, dir := range roots {
+			if r, err := filepath.Rel(root, dir); err != nil || r == ".." || strings.HasPrefix(r, "../") {
+				outside[n] = dir
+			}
+		}
+		return root, outside, lay.Left, exitOK
 	}
 	if err := lay.Write(out); err != nil {
 		fmt.Fprintf(std.err, "migrate: %v\n", err)

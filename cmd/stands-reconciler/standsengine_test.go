@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"io/fs"
 	"maps"
 	"net/http"
@@ -534,6 +535,54 @@ func TestMigrateStandsEngineLayout(t *testing.T) {
 			}
 		})
 	}
+	t.Run("dry run", func(t *testing.T) {
+		tree, _, assets := build(t)
+		before := tree2(t, tree)
+		out := filepath.Join(t.TempDir(), "new")
+		r := runCLI(t, ctx, nil, "--resource", "project-assets="+assets, "migrate", "--dry-run", "--out", out, tree)
+		// Each of the five templates once, though the root lies inside the tree.
+		if r.code != 0 || !strings.Contains(r.stdout, `"status":"dry-run","templates":5,`) || !strings.Contains(r.stderr, "resource://project-assets/apps/kv → ../../resources/project-assets/apps/kv") {
+			t.Errorf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+		}
+		if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a dry run made %s: %v", out, err)
+		}
+		if after := tree2(t, tree); !maps.Equal(before, after) {
+			t.Errorf("a dry run changed the tree")
+		}
+	})
+	t.Run("two manifests named otherwise in one folder, sharing a base", func(t *testing.T) {
+		// demo/devBack.yml and demo/prod.yml, from_dep_manifest: ./common.yml holding the profiles
+		// and the cloud-init template beside it: each stand gets its own folder, the base and the
+		// template stay, and every path still reaches them.
+		tree, stand, assets := build(t)
+		manifest := readFile(t, filepath.Join(stand, "stand.yml"))
+		from, to := strings.Index(manifest, "node_profiles:"), strings.Index(manifest, "nodes:")
+		testenv.WriteFile(t, stand, "common.yml", manifest[from:to])
+		dev := manifest[:from] + "from_dep_manifest: ./common.yml\n\n" + manifest[to:]
+		testenv.WriteFile(t, stand, "devBack.yml", dev)
+		testenv.WriteFile(t, stand, "prod.yml", strings.Replace(dev, "env: devback", "env: prod", 1))
+		if err := os.Remove(filepath.Join(stand, "stand.yml")); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), "new")
+		r := runCLI(t, ctx, nil, "--resource", "project-assets="+assets, "migrate", "--out", out, tree)
+		if r.code != 0 || !strings.Contains(r.stdout, `"not_proven":0`) {
+			t.Fatalf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+		}
+		got := tree2(t, out)
+		for _, want := range []string{"stands/shop-devback/stand.yml", "stands/shop-prod/stand.yml", "demo/stand/common.yml", "demo/stand/cloud-init.yaml.tmpl"} {
+			if _, ok := got[want]; !ok {
+				t.Errorf("no %s: %v", want, slices.Sorted(maps.Keys(got)))
+			}
+		}
+		if m := got["stands/shop-prod/stand.yml"]; !strings.Contains(m, "from_dep_manifest: ../../demo/stand/common.yml\n") {
+			t.Errorf("the base is not reached from the new place:\n%s", m)
+		}
+		if v := runCLI(t, ctx, nil, "validate", out); v.code != 0 {
+			t.Errorf("the migrated repository does not validate: exit %d\n%s", v.code, v.stderr)
+		}
+	})
 	t.Run("without --out", func(t *testing.T) {
 		tree, _, assets := build(t)
 		r := runCLI(t, ctx, nil, "--resource", "project-assets="+assets, "migrate", tree)
