@@ -44,22 +44,7 @@ func TestAdoptCommand(t *testing.T) {
 	if r := cli("apply", manifest); r.code != 0 {
 		t.Fatalf("apply: exit %d\n%s", r.code, r.stderr)
 	}
-	stack := filepath.Join(state, "pulumi", "local", ".pulumi", "stacks", "a", "dev.json")
-	data, err := os.ReadFile(stack)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := strings.NewReplacer("stands:index:Server", "hcloud:index/server:Server", "pulumi:providers:stands", "pulumi:providers:hcloud", `"ownedBy"`, `"madeBy"`).Replace(string(data))
-	if err := os.WriteFile(stack, []byte(old), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv := h.Servers(t)["local-a-dev-main"]
-	if srv == nil {
-		t.Fatalf("servers: %v", h.Servers(t))
-	}
-	if _, _, err := h.Client.Server.Update(ctx, srv, hcloud.ServerUpdateOpts{Labels: map[string]string{}}); err != nil {
-		t.Fatal(err)
-	}
+	srv := standsEngineForm(t, h, filepath.Join(state, "pulumi", "local", ".pulumi", "stacks", "a", "dev.json"), "local-a-dev-main")
 	if r := once(); !strings.Contains(r.stdout, `"local_a_dev":"Blocked"`) || lr.status("local_a_dev").Reason != reason.Foreign {
 		t.Fatalf("the reconciler over the old engine's stack: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
@@ -86,4 +71,26 @@ func TestAdoptCommand(t *testing.T) {
 	if s := lr.status("local_a_dev"); s.Phase != reason.Ready || len(s.Nodes) != 1 || s.Nodes[0].ServerID != srv.ID {
 		t.Errorf("status after adopt: %+v", s)
 	}
+}
+
+// standsEngineForm gives a stack this engine made the Stands Engine's form: the hcloud provider's
+// servers, no ownership mark, the server unlabelled. It returns the server.
+func standsEngineForm(t *testing.T, h *testenv.Hetzner, stack, server string) *hcloud.Server {
+	t.Helper()
+	data, err := os.ReadFile(stack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := strings.NewReplacer("stands:index:Server", "hcloud:index/server:Server", "pulumi:providers:stands", "pulumi:providers:hcloud", `"ownedBy"`, `"madeBy"`).Replace(string(data))
+	if err := os.WriteFile(stack, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := h.Servers(t)[server]
+	if srv == nil {
+		t.Fatalf("servers: %v", h.Servers(t))
+	}
+	if _, _, err := h.Client.Server.Update(context.Background(), srv, hcloud.ServerUpdateOpts{Labels: map[string]string{}}); err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }

@@ -19,7 +19,6 @@ import (
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
@@ -656,22 +655,7 @@ func TestStandsEngineGuideToTheDaemon(t *testing.T) {
 	if r := cli("apply", manifest); r.code != 0 {
 		t.Fatalf("the stand's first apply: exit %d\n%s", r.code, r.stderr)
 	}
-	stack := filepath.Join(state, "pulumi", "alice", ".pulumi", "stacks", "shop", "devback.json")
-	data, err := os.ReadFile(stack)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := strings.NewReplacer("stands:index:Server", "hcloud:index/server:Server", "pulumi:providers:stands", "pulumi:providers:hcloud", `"ownedBy"`, `"madeBy"`).Replace(string(data))
-	if err := os.WriteFile(stack, []byte(old), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv := h.Servers(t)["alice-shop-devback-main"]
-	if srv == nil {
-		t.Fatalf("servers: %v", h.Servers(t))
-	}
-	if _, _, err := h.Client.Server.Update(ctx, srv, hcloud.ServerUpdateOpts{Labels: map[string]string{}}); err != nil {
-		t.Fatal(err)
-	}
+	srv := standsEngineForm(t, h, filepath.Join(state, "pulumi", "alice", ".pulumi", "stacks", "shop", "devback.json"), "alice-shop-devback-main")
 
 	// The procedure: adopt from the new repository, then the daemon's cycle on it.
 	g, err := git.PlainInitWithOptions(repo, &git.PlainInitOptions{InitOptions: git.InitOptions{DefaultBranch: plumbing.Main}})
