@@ -139,7 +139,7 @@ func (d *Daemon) build(ctx context.Context) error {
 		AllowMassDestroy: s.AllowMassDestroy, DriftInterval: s.Drift, DriftApply: s.DriftApply, Log: log,
 		Branch: s.Branch, StatusBranch: d.src.StatusBranch(), OperationTimeout: s.OperationTimeout, PlanOnly: s.PlanOnly,
 		NodesMode: eng.NodesMode(), StatusDelay: s.StatusDelay, SecretRefresh: s.SecretRefresh,
-		HealthInterval: s.HealthInterval, Heal: s.Heal, HealLimit: s.HealLimit, Metrics: d.metrics}
+		HealthInterval: s.HealthInterval, Heal: s.Heal, HealLimit: s.HealLimit, Metrics: d.metrics, Prices: eng}
 	if eng.NodesMode() == engine.NodesFull {
 		cfg.Checker = eng
 	}

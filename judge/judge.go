@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/diff"
 	"github.com/stands-engine/stands-reconciler/manifest"
@@ -42,6 +43,9 @@ type Evaluation struct {
 	Unreadable []string // manifests whose stand cannot even be named: nothing is destroyed
 	Allow      map[string]bool
 	Warnings   []manifest.Diagnostic // each once, in manifest order
+	// Lifetime is the repository's lifetime policy (manifest.LifetimeFile); the zero policy when it
+	// has none or it cannot be read (then every stand is invalid with its problems).
+	Lifetime manifest.Lifetime
 }
 
 // Options are what a judgement depends on besides the files.
@@ -52,6 +56,9 @@ type Options struct {
 	// SkipRender leaves the templates for the caller to render (the render sandbox of a pull
 	// request's plan).
 	SkipRender bool
+	// Now is when the snapshot is judged: an expiry beyond the repository's maximum from it is
+	// refused (zero: the wall clock).
+	Now time.Time
 }
 
 // Evaluate judges the snapshot files.
@@ -61,12 +68,13 @@ func Evaluate(ctx context.Context, files fs.FS, o Options) (*Evaluation, error) 
 		return nil, fmt.Errorf("list stands: %w", err)
 	}
 	results, err := manifest.PreflightAll(ctx, files, paths, manifest.PreflightOptions{
-		LoadOptions: manifest.LoadOptions{DefaultOwner: o.Owner}, Secrets: o.Secrets, KeepGoing: true, SkipRender: o.SkipRender})
+		LoadOptions: manifest.LoadOptions{DefaultOwner: o.Owner}, Secrets: o.Secrets, KeepGoing: true, SkipRender: o.SkipRender, Now: o.Now})
 	var rep *manifest.Report
 	if err != nil && !errors.As(err, &rep) {
 		return nil, fmt.Errorf("preflight: %w", err)
 	}
 	ev := &Evaluation{Allow: allowDestroy(files), Files: files}
+	ev.Lifetime, _ = manifest.ReadLifetime(files)
 	for _, res := range results {
 		s := res.Stand
 		if s == nil || s.ID == "" || s.Project == "" || s.Env == "" || s.Owner == "" {

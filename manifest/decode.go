@@ -144,7 +144,7 @@ func (d *decoder) stand(root *node, file string, opts LoadOptions) *Stand {
 	} else {
 		s.Pos = meta.pos
 	}
-	d.fields(meta, "stand", "project", "env", "owner", "protect", "suspend", "users", "ssh")
+	d.fields(meta, "stand", "project", "env", "owner", "protect", "suspend", "expires", "users", "ssh")
 	s.Project = d.str(meta.get("project"), "stand.project", true, s.Pos)
 	s.Env = d.str(meta.get("env"), "stand.env", true, s.Pos)
 	s.Owner = d.str(meta.get("owner"), "stand.owner", false, s.Pos)
@@ -157,6 +157,7 @@ func (d *decoder) stand(root *node, file string, opts LoadOptions) *Stand {
 	}
 	s.Protect = d.boolean(meta.get("protect"), "stand.protect")
 	s.Suspend = d.boolean(meta.get("suspend"), "stand.suspend")
+	d.expires(meta.get("expires"), s)
 	d.idPart(s.Owner, ownerPos, "stand.owner")
 	d.idPart(s.Project, posOf(meta.get("project"), s.Pos), "stand.project")
 	d.idPart(s.Env, posOf(meta.get("env"), s.Pos), "stand.env")

@@ -19,7 +19,8 @@ const specHashVersion = "v1"
 // SpecHash is a deterministic digest of everything that defines a stand: the merged manifest (so a
 // base manifest counts), every file of its app packages and templates, and its secret values. Key
 // order and YAML formatting do not change it; the order of apps and instances does (it is the deploy
-// order). stand.protect and stand.suspend are policy, not spec, and are left out.
+// order). stand.protect, stand.suspend and stand.expires are policy, not spec, and are left out: an
+// extended lifetime applies nothing.
 //
 // The digest is an HMAC keyed from the Pulumi passphrase through HKDF, and secret values enter it only
 // as HMACs under a second derived key: a hash in a status file or a stack tag reveals no secret, and a
@@ -95,7 +96,7 @@ func SpecHash(fsys fs.FS, s *Stand, secrets Secrets, passphrase string) (string,
 	return specHashVersion + "-" + hex.EncodeToString(mac.Sum(nil)), nil
 }
 
-// stripPolicy drops stand.protect and stand.suspend from a copy of the merged document.
+// stripPolicy drops stand.protect, stand.suspend and stand.expires from a copy of the merged document.
 //
 // It also lays users and ssh out at the top level, where this project's first manifests had them:
 // the hash is of the stand, not of where its manifest writes them, so neither form re-applies the
@@ -112,7 +113,7 @@ func stripPolicy(root *node) *node {
 			hoisted = append(hoisted, f)
 			return true
 		}
-		return f.key == "protect" || f.key == "suspend"
+		return f.key == "protect" || f.key == "suspend" || f.key == "expires"
 	})
 	r := *root
 	r.fields = slices.Clone(root.fields)

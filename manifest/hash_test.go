@@ -108,6 +108,7 @@ from_dep_manifest: ../../bases/base.yml
 		{name: "nothing changed", same: true},
 		{name: "keys reordered and YAML reformatted", files: map[string]string{stand: reordered}, same: true},
 		{name: "protect is policy, not spec", files: edit(t, repo, stand, "  owner: t\n", "  owner: t\n  protect: true\n"), same: true},
+		{name: "an expiry is policy, not spec", files: edit(t, repo, stand, "  owner: t\n", "  owner: t\n  expires: 2026-12-24T18:00:00Z\n"), same: true},
 		{name: "a field", files: edit(t, repo, stand, "port: 7000", "port: 7002")},
 		{name: "a base manifest", files: edit(t, repo, "bases/base.yml", "type_serv: cx22", "type_serv: cx32")},
 		{name: "an app package descriptor", files: edit(t, repo, "apps/kv/app.yml", `mode: "0600"`, `mode: "0640"`)},

@@ -3,6 +3,7 @@ package manifest
 import (
 	"fmt"
 	"regexp"
+	"time"
 )
 
 // Stand is a validated-shape stand manifest after from_dep_manifest merging. Names keep the order
@@ -17,6 +18,10 @@ type Stand struct {
 	Owner   string
 	Protect bool // destroy is refused
 	Suspend bool // no apply, no destroy, no drift check
+	// Expires is when the stand ends (stand.expires; zero: it declares none), and ExpiresPos where it
+	// says so. Lifetime.ExpiryOf adds the repository's default.
+	Expires    time.Time
+	ExpiresPos Pos
 
 	Users      Users
 	SSH        SSH

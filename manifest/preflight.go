@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path"
 	"strings"
+	"time"
 )
 
 // StandsDir holds the stands of a repository: every stand.yml under it is a stand.
@@ -66,6 +67,9 @@ type PreflightOptions struct {
 	// SkipRender leaves templates alone: a caller that renders elsewhere (a pull request's stands,
 	// in the render sandbox) adds those diagnostics itself.
 	SkipRender bool
+	// Now is when the stands are judged: a stand.expires further from it than the repository's
+	// maximum is refused (zero: the wall clock).
+	Now time.Time
 	// KeepGoing records a secret source's failure (a Vault that is down) in the stand's Result.SourceErr
 	// and goes on with the other stands, instead of stopping the run.
 	KeepGoing bool
@@ -101,6 +105,11 @@ func Preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 func PreflightAll(ctx context.Context, fsys fs.FS, files []string, opts PreflightOptions) ([]*Result, error) {
 	red := &redactor{}
 	var results []*Result
+	policy, prep := ReadLifetime(fsys)
+	now := opts.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
 	ids := map[string]*Result{}
 	for _, file := range files {
 		if err := ctx.Err(); err != nil {
@@ -111,6 +120,7 @@ func PreflightAll(ctx context.Context, fsys fs.FS, files []string, opts Prefligh
 			return results, err
 		}
 		results = append(results, res)
+		lifetime(res, policy, prep, now)
 		s := res.Stand
 		if s == nil || s.Project == "" || s.Env == "" || s.Owner == "" {
 			continue
@@ -196,6 +206,24 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 		}
 	}
 	return res, nil
+}
+
+// lifetime refuses a stand what the repository's lifetime policy forbids; a policy that cannot be
+// read refuses every stand with its own problems: neither applied nor destroyed until it is fixed.
+func lifetime(res *Result, policy Lifetime, prep *Report, now time.Time) {
+	rep := &Report{}
+	if prep != nil {
+		rep.add(prep.Diags...)
+	} else if res.Stand != nil {
+		policy.check(res.Stand, now, rep)
+	}
+	if len(rep.Diags) == 0 {
+		return
+	}
+	if res.Err == nil {
+		res.Err = &Report{}
+	}
+	res.Err.add(rep.Diags...)
 }
 
 // uniqueServerNames refuses two nodes of different stands whose server names are the same (env two

@@ -43,6 +43,7 @@ const (
 	RuleSymlink      = "symlink"       // a file or folder the stand needs is a symbolic link (internal/repofs)
 	RuleSize         = "size"          // a file the stand needs is larger than repofs.MaxFileSize
 	RuleMako         = "mako"          // a referenced file is a Stands Engine Mako template, not converted
+	RuleLifetime     = "lifetime"      // stand.expires or the repository's lifetime policy (LifetimeFile)
 )
 
 // RuleDeprecated marks a warning: the manifest loads, in a form that should change.
@@ -53,7 +54,7 @@ var Rules = []string{
 	RuleSyntax, RuleRequired, RuleType, RuleIDPart, RuleDuplicateID, RuleBase, RuleRefProfile, RuleRefApp,
 	RuleRefRegistry, RulePlacement, RuleFileMissing, RuleSecret, RuleSecretPath, RuleRender, RuleCloudInit,
 	RulePodYAML, RuleConnection, RuleConnName, RuleUploadDest, RuleUploadMode, RulePortConflict, RulePort,
-	RuleImage, RuleManifestName, RuleServerName, RuleNameLength, RuleSymlink, RuleSize, RuleMako,
+	RuleImage, RuleManifestName, RuleServerName, RuleNameLength, RuleSymlink, RuleSize, RuleMako, RuleLifetime,
 }
 
 // Diagnostic is one problem found in a stand, with the place that caused it.

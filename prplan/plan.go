@@ -275,6 +275,9 @@ type prPlan struct {
 	failed    bool
 	// warnings of the head's manifests: they load, in a form that should change.
 	warnings []manifest.Diagnostic
+	// lifetimes and policy: the stands' ends and the lifetime policy's settings the merge changes.
+	lifetimes []lifetimeChange
+	policy    []string
 }
 
 type planRow struct {
@@ -295,6 +298,8 @@ type judgement struct {
 	main      *blindEvaluation
 	actions   []diff.Action
 	conflicts []string
+	lifetimes []lifetimeChange
+	policy    []string
 	// key digests everything the plan is made of but the stacks: equal keys, equal plans.
 	key string
 }
@@ -336,6 +341,8 @@ func (pl *Planner) judgePR(ctx context.Context, pr stands.PullRequest, main *jud
 		}
 	}
 	slices.Sort(j.conflicts)
+	j.lifetimes = lifetimeChanges(blindMain.Evaluation, j.merged.Evaluation, time.Now())
+	j.policy = policyChanges(blindMain.Lifetime, j.merged.Lifetime)
 	j.key = j.digest()
 	return j, nil
 }
@@ -411,7 +418,9 @@ func (j *judgement) digest() string {
 		Prints            map[string][2]*standPrint
 		Unreadable, Confl []string
 		Warnings          []manifest.Diagnostic
-	}{j.actions, prints, j.merged.Unreadable, j.conflicts, j.merged.Warnings})
+		Lifetimes         []lifetimeChange
+		Policy            []string
+	}{j.actions, prints, j.merged.Unreadable, j.conflicts, j.merged.Warnings, j.lifetimes, j.policy})
 }
 
 // planPR previews what a judgement found the merge would change.
@@ -421,7 +430,7 @@ func (pl *Planner) planPR(ctx context.Context, j *judgement) (*prPlan, error) {
 		pl.log.Warn("plan without prices", "err", err)
 	}
 	plan := &prPlan{head: j.pr.HeadSHA, base: j.base, branch: pl.cfg.Branch, priced: prices != nil, cur: "EUR",
-		warnings: j.merged.Warnings, conflicts: j.conflicts}
+		warnings: j.merged.Warnings, conflicts: j.conflicts, lifetimes: j.lifetimes, policy: j.policy}
 	for _, u := range j.merged.Unreadable {
 		plan.add(planRow{id: "?", action: "invalid", note: u})
 	}
@@ -564,10 +573,16 @@ func (p *prPlan) count(action string) int {
 
 // summary is the commit status description.
 func (p *prPlan) summary() string {
-	if len(p.rows) == 0 && len(p.conflicts) == 0 {
+	if len(p.rows) == 0 && len(p.conflicts) == 0 && len(p.lifetimes) == 0 && len(p.policy) == 0 {
 		return "no stand changes"
 	}
 	parts := []string{}
+	if n := len(p.lifetimes); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d lifetime change(s)", n))
+	}
+	if len(p.policy) > 0 {
+		parts = append(parts, "lifetime policy changed")
+	}
 	if n := len(p.conflicts); n > 0 {
 		parts = append(parts, fmt.Sprintf("%d changed on both sides", n))
 	}
@@ -603,6 +618,8 @@ func (p *prPlan) comment(pr stands.PullRequest) mdtext.Markup {
 	switch {
 	case len(p.rows) == 0 && len(p.conflicts) > 0:
 		d.Add("Merging this pull request changes no stand beyond the conflicts below.\n")
+	case len(p.rows) == 0 && (len(p.lifetimes) > 0 || len(p.policy) > 0):
+		d.Add("Merging this pull request changes no server; it changes when stands end.\n")
 	case len(p.rows) == 0:
 		d.Add("This pull request changes no stand.\n")
 	default:
@@ -633,6 +650,7 @@ func (p *prPlan) comment(pr stands.PullRequest) mdtext.Markup {
 			d.Add("\nMonthly cost change: unknown (a server type's price was not available).\n")
 		}
 	}
+	d.Add(p.lifetimeSection())
 	if len(p.conflicts) > 0 {
 		d.F("\n#### Conflicts\n\nThis branch and %s both changed these since the branch was cut. The plan keeps %s's side of them and "+
 			"does not guess the merge: merge %s into the branch (or rebase it) and push.\n\n", p.branch, p.branch, p.branch)

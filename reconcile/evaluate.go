@@ -18,7 +18,7 @@ func (r *Reconciler) evaluate(ctx context.Context, snap *stands.Snapshot) (*judg
 	if c := r.lastEval; c != nil && c.source == snap.Source && now.Sub(c.at) < r.cfg.SecretRefresh {
 		return c.ev, nil
 	}
-	ev, err := judge.Evaluate(ctx, snap.Files, judge.Options{Owner: r.cfg.Owner, Passphrase: r.cfg.Passphrase, Secrets: judge.Once(r.sec)})
+	ev, err := judge.Evaluate(ctx, snap.Files, judge.Options{Owner: r.cfg.Owner, Passphrase: r.cfg.Passphrase, Secrets: judge.Once(r.sec), Now: r.cfg.Now()})
 	if err == nil && ev.SecretsErr == nil {
 		r.lastEval = &keptEvaluation{source: snap.Source, at: now, ev: ev}
 	} else {

@@ -60,6 +60,11 @@ type Forge interface {
 	FileURL(branch, path string) string
 }
 
+// Pricer reads the server types' monthly list prices (the engine's cloud).
+type Pricer interface {
+	Prices(ctx context.Context) (stands.Prices, error)
+}
+
 // Plans plans the open pull requests into the tracked branch (package prplan). Schedule hands it
 // the tracked branch's judgement at commit and the stacks, and returns at once: no pull request
 // delays a cycle. lead is ctx while this reconciler leads, cancelled when that ends (ok false when
@@ -122,6 +127,10 @@ type Config struct {
 	Heal           bool
 	HealLimit      int
 	HealSettle     time.Duration
+	// Prices, when set, prices each stand's servers for its status and STATUS.md, read again every
+	// PricesInterval (an hour).
+	Prices         Pricer
+	PricesInterval time.Duration
 	// Metrics, when set, gets the loop's metrics (metrics.go).
 	Metrics prometheus.Registerer
 	// RequireReview applies a change of a stand only when it was reviewed (review.go); Reviews
@@ -187,7 +196,9 @@ type Reconciler struct {
 	declaredIDs map[string]bool // stands the last evaluated snapshot declares
 	lastEval    *keptEvaluation // used by cycles only, which never overlap
 	warned      map[manifest.Diagnostic]bool
-	secretsDown int // consecutive cycles the secret store did not answer (cycles are sequential)
+	secretsDown int           // consecutive cycles the secret store did not answer (cycles are sequential)
+	prices      stands.Prices // the last read (Config.Prices); under mu
+	pricesAt    time.Time     // when they were last asked for; by cycles only
 
 	rep      Replicas           // cfg.Replicas (replicas.go)
 	shareMu  sync.Mutex         // one share at a time: records are written in the order statuses changed
@@ -206,6 +217,8 @@ type stand struct {
 	heals     map[string][]time.Time // per instance, the heals of the last hour
 	repair    bool                   // a heal asked for an apply that reads the instances back
 	token     int64                  // replicas: the token of the held lease its status continues under (0: not held)
+	declared  *manifest.Stand        // as the tracked branch last declared it, valid; nil when not
+	lifetime  manifest.Lifetime      // the repository's policy when declared was judged
 	shared    []byte                 // replicas: the status last written to its record
 	queued    chan struct{}          // replicas: while its operation waits for a worker; closed, it leaves
 }
@@ -255,6 +268,9 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 	}
 	if cfg.HealLimit <= 0 {
 		cfg.HealLimit = DefaultHealLimit
+	}
+	if cfg.PricesInterval <= 0 {
+		cfg.PricesInterval = time.Hour
 	}
 	if cfg.HealSettle <= 0 {
 		cfg.HealSettle = defaultHealSettle
@@ -340,6 +356,7 @@ func (r *Reconciler) record(id string, o outcome) {
 	}
 	if next.Phase != "" {
 		next.ID = id
+		r.lifetime(st, &next)
 		st.status = &next
 	}
 }
@@ -380,6 +397,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		return fmt.Errorf("fetch stands repository: %w", err)
 	}
 	log := r.log.With("commit", mdtext.Short(snap.Source))
+	r.readPrices(ctx)
 	d, err := r.judge(ctx, snap)
 	if err != nil {
 		return err
@@ -482,8 +500,11 @@ func (r *Reconciler) judge(ctx context.Context, snap *stands.Snapshot) (*desired
 		if d.running[v.ID] {
 			continue
 		}
+		st := r.state(v.ID)
+		st.declared, st.lifetime = nil, ev.Lifetime
 		if v.Input != nil {
 			d.inputs[v.ID] = v.Input
+			st.declared = v.Input.Stand
 		}
 		r.record(v.ID, outcomeOf(v, snap.Source))
 	}

@@ -3,12 +3,14 @@ package reconcile
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"path"
 	"sort"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/mdtext"
+	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -44,6 +46,19 @@ type Status struct {
 	// steps --heal took on it.
 	Health  *HealthFinding `json:"health,omitempty"`
 	Healing []HealStep     `json:"healing,omitempty"`
+	// Expires is when the stand ends (docs/lifetime.md) and ExpiresBy what says so: stand.expires, or
+	// the repository's default, which counts from DeclaredSince, when a reconciler first made the
+	// stand a status. MonthlyCost is its servers' at list prices.
+	Expires       *time.Time `json:"expires,omitempty"`
+	ExpiresBy     string     `json:"expiresBy,omitempty"`
+	DeclaredSince *time.Time `json:"declaredSince,omitempty"`
+	MonthlyCost   *Cost      `json:"monthlyCost,omitempty"`
+}
+
+// Cost is a monthly amount at Hetzner's list prices, gross, as its API states them.
+type Cost struct {
+	Amount   float64 `json:"amount"`
+	Currency string  `json:"currency"`
 }
 
 // Timings of the last operation.
@@ -62,6 +77,55 @@ func (s *Status) encode() []byte {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(s) // every field marshals
 	return buf.Bytes()
+}
+
+// endCell is when a stand ends, absolute: STATUS.md changes only when a status does.
+func endCell(s *Status) mdtext.Markup {
+	if s.Expires == nil {
+		return "never"
+	}
+	at := mdtext.Code(s.Expires.UTC().Format("2006-01-02 15:04 UTC"))
+	if s.ExpiresBy == manifest.ByDefault {
+		return at + " (default)"
+	}
+	return at
+}
+
+// totalCost adds up the stands' monthly costs for STATUS.md; a stand of unknown cost is counted
+// as such.
+type totalCost struct {
+	amount   float64
+	currency string
+	unknown  int
+	mixed    bool
+}
+
+func (t *totalCost) add(s *Status) mdtext.Markup {
+	if s.MonthlyCost == nil {
+		if s.Phase != reason.Destroyed {
+			t.unknown++
+		}
+		return ""
+	}
+	if t.currency != "" && t.currency != s.MonthlyCost.Currency {
+		t.mixed = true
+	}
+	t.currency = s.MonthlyCost.Currency
+	t.amount += s.MonthlyCost.Amount
+	return mdtext.Code(fmt.Sprintf("%.2f %s", s.MonthlyCost.Amount, s.MonthlyCost.Currency))
+}
+
+func (t *totalCost) line() mdtext.Markup {
+	switch {
+	case t.mixed:
+		return "\nTotal monthly cost: not added up (the prices are in several currencies).\n"
+	case t.currency == "":
+		return ""
+	case t.unknown > 0:
+		return mdtext.F("\n**Total monthly cost: %s**, and %d stand(s) of unknown cost (Hetzner's list prices, gross).\n",
+			fmt.Sprintf("%.2f %s", t.amount, t.currency), t.unknown)
+	}
+	return mdtext.F("\n**Total monthly cost: %s** (Hetzner's list prices, gross).\n", fmt.Sprintf("%.2f %s", t.amount, t.currency))
 }
 
 // loadStatuses reads the status files a snapshot carries, so a restarted reconciler continues from
@@ -101,7 +165,8 @@ func statusTable(all map[string]*Status, unreadable []string, banner mdtext.Mark
 	var d mdtext.Doc
 	d.Add("# Stands\n\nWritten by stands-reconciler; do not edit. Details and connection info (secrets masked) are in `status/<stand-id>.json`.\n\n")
 	d.Add(banner)
-	d.Add("| Stand | Phase | Reason | Nodes | Last successful commit | Message |\n|---|---|---|---|---|---|\n")
+	d.Add("| Stand | Phase | Reason | Nodes | Ends | Monthly cost | Last successful commit | Message |\n|---|---|---|---|---|---|---|---|\n")
+	var total totalCost
 	for _, id := range ids {
 		s := all[id]
 		var nodes []mdtext.Markup
@@ -109,8 +174,9 @@ func statusTable(all map[string]*Status, unreadable []string, banner mdtext.Mark
 			nodes = append(nodes, mdtext.F("%s %s", n.Name, n.PublicIPv4))
 		}
 		d.Add(mdtext.Row(mdtext.Link(mdtext.Code(id), stands.StatusPath(id)), s.Phase, s.Reason,
-			mdtext.Join(nodes, ", "), mdtext.Short(s.LastSuccessfulCommit), mdtext.FirstLine(s.Message)))
+			mdtext.Join(nodes, ", "), endCell(s), total.add(s), mdtext.Short(s.LastSuccessfulCommit), mdtext.FirstLine(s.Message)))
 	}
+	d.Add(total.line())
 	if len(unreadable) > 0 {
 		d.Add("\n## Manifests that could not be read\n\nWhile any is listed, no stand is destroyed: a stand whose id cannot be read might be one of them.\n\n")
 		for _, u := range unreadable {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/engine/configset"
 	"github.com/stands-engine/stands-reconciler/manifest"
@@ -390,5 +391,37 @@ func TestEnvironmentLayer(t *testing.T) {
 	}
 	if r := runCLI(t, ctx, newRecorder(env), "validate", dir); r.code != 1 || !strings.Contains(r.stderr, "Env_Owner") {
 		t.Errorf("with $STANDS_OWNER alone: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// TestValidateSaysWhenStandsEnd: where the repository has a lifetime policy, validate says when each
+// stand ends; past the maximum it fails with the line.
+func TestValidateSaysWhenStandsEnd(t *testing.T) {
+	seed, err := os.ReadFile("../../manifest/testdata/minirepo/stands/a/stand.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(50 * time.Hour).UTC().Truncate(time.Hour)
+	secrets := map[string]string{"SECRET_KV_PASS": "kv-value", "SECRET_REG_PASS": "reg-value"}
+	for _, c := range []struct {
+		name, policy, expires string
+		code                  int
+		want                  string
+	}{
+		{"declared", "maximum: 7d\n", end.Format(time.RFC3339), 0, "stand t_mini_a expires at " + end.Format(time.RFC3339) + ", in 2d"},
+		{"the default", "default: 3d\n", "", 0, "stand t_mini_a expires 3d after the reconciler first sees it on the tracked branch"},
+		{"beyond the maximum", "maximum: 1d\n", end.Format(time.RFC3339), 1, "stand.yml:5:12: stand.expires " + end.Format(time.RFC3339) + " is more than 1d from now"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stand := string(seed)
+			if c.expires != "" {
+				stand = strings.Replace(stand, "  owner: t\n", "  owner: t\n  expires: "+c.expires+"\n", 1)
+			}
+			dir := repoFromArchive(t, "-- stands/a/stand.yml --\n"+stand+"-- .stands/lifetime.yml --\n"+c.policy)
+			r := runCLI(t, context.Background(), newRecorder(secrets), "validate", dir)
+			if r.code != c.code || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("exit %d (want %d); stderr lacks %q:\n%s", r.code, c.code, c.want, r.stderr)
+			}
+		})
 	}
 }

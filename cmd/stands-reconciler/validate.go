@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/localrepo"
 	"github.com/stands-engine/stands-reconciler/manifest"
@@ -79,6 +80,7 @@ func preflightPaths(ctx context.Context, paths []string, owner string, roots loc
 			all = append(all, &resultAt{root: t.Root, fsys: fsys, Result: r})
 		}
 		printWarnings(std, roots, t.Root, results)
+		printLifetimes(std, roots, t.Root, fsys, results)
 	}
 	if ctx.Err() != nil {
 		return nil, exitInterrupted
@@ -105,6 +107,20 @@ func printWarnings(std stdio, roots localrepo.Roots, root string, results []*man
 				fmt.Fprintf(std.err, "%s: warning: %s [%s]\n", w.Pos, w.Msg, w.Rule)
 			}
 		}
+	}
+}
+
+// printLifetimes says when each stand ends, where the repository has a lifetime policy or the stand
+// declares an expiry: an author sees the date a reviewer will.
+func printLifetimes(std stdio, roots localrepo.Roots, root string, fsys fs.FS, results []*manifest.Result) {
+	policy, rep := manifest.ReadLifetime(fsys)
+	_, err := fs.Stat(fsys, manifest.LifetimeFile)
+	now := time.Now()
+	for _, r := range results {
+		if r.Stand == nil || r.Stand.ID == "" || rep != nil || (err != nil && r.Stand.Expires.IsZero()) {
+			continue
+		}
+		fmt.Fprintf(std.err, "%s: stand %s %s\n", roots.Display(root, r.File), r.Stand.ID, policy.Describe(r.Stand, now))
 	}
 }
 

@@ -1,0 +1,61 @@
+package reconcile
+
+import (
+	"context"
+	"math"
+	"time"
+)
+
+// lifetime sets a new status's end and cost from the stand as the tracked branch declares it
+// (docs/lifetime.md). A stand judged invalid keeps what its last valid judgement said. Called with
+// r.mu held.
+func (r *Reconciler) lifetime(st *stand, next *Status) {
+	if next.DeclaredSince == nil {
+		since := r.cfg.Now().UTC().Truncate(time.Second)
+		next.DeclaredSince = &since
+	}
+	if st.declared == nil {
+		return
+	}
+	next.Expires, next.ExpiresBy = nil, ""
+	if e := st.lifetime.ExpiryOf(st.declared, *next.DeclaredSince); !e.IsZero() {
+		at := e.At.UTC()
+		next.Expires, next.ExpiresBy = &at, e.By
+	}
+	next.MonthlyCost = nil
+	if r.prices == nil {
+		return
+	}
+	var c Cost
+	for _, n := range st.declared.Nodes {
+		for _, p := range st.declared.Profiles {
+			if p.Name != n.Profile {
+				continue
+			}
+			price, ok := r.prices.Of(p.ServerType, p.Location)
+			if !ok {
+				return
+			}
+			c.Amount, c.Currency = c.Amount+price.Monthly, price.Currency
+		}
+	}
+	c.Amount = math.Round(c.Amount*100) / 100
+	next.MonthlyCost = &c
+}
+
+// readPrices reads the server types' prices when the last read is older than PricesInterval; a
+// failed read keeps the last prices and is tried again at the next cycle.
+func (r *Reconciler) readPrices(ctx context.Context) {
+	if r.cfg.Prices == nil || (!r.pricesAt.IsZero() && r.cfg.Now().Sub(r.pricesAt) < r.cfg.PricesInterval) {
+		return
+	}
+	p, err := r.cfg.Prices.Prices(ctx)
+	if err != nil {
+		r.log.Warn("server prices not read: monthly costs stay as they were", "err", err)
+		return
+	}
+	r.pricesAt = r.cfg.Now()
+	r.mu.Lock()
+	r.prices = p
+	r.mu.Unlock()
+}
