@@ -51,10 +51,16 @@ const (
 	Destroyed Phase = "Destroyed"
 	Suspended Phase = "Suspended"
 	Blocked   Phase = "Blocked"
+	// Expired: applied and past its end (docs/lifetime.md), kept until a commit removes it.
+	Expired Phase = "Expired"
 )
 
 // Phases lists every phase, for tests that must cover them all.
-var Phases = []Phase{Ready, Progressing, Failed, Stalled, Drifted, Degraded, Destroyed, Suspended, Blocked}
+var Phases = []Phase{Ready, Progressing, Failed, Stalled, Drifted, Degraded, Destroyed, Suspended, Blocked, Expired}
+
+// Applied reports whether a stand in the phase is as its spec says: its last apply succeeded and
+// nothing is under way.
+func (p Phase) Applied() bool { return p == Ready || p == Drifted || p == Degraded || p == Expired }
 
 // Reason is a status reason: its string is what status files, STATUS.md, commit statuses and logs
 // show, and never changes once published.
@@ -70,6 +76,7 @@ const (
 	InstanceUnhealthy Reason = "InstanceUnhealthy"
 	NodeUnreachable   Reason = "NodeUnreachable"
 	Recovered         Reason = "Recovered"
+	Ended             Reason = "Expired" // past its end, not removed yet
 	Invalid           Reason = "InvalidManifest"
 	VaultUnavailable  Reason = "VaultUnavailable"
 	OtherOwner        Reason = "OtherOwner"
@@ -132,6 +139,7 @@ var catalogue = map[Reason]entry{
 	InstanceUnhealthy: {Generic, Degraded, "%s"},
 	NodeUnreachable:   {Waiting, Degraded, "%s"},
 	Recovered:         {Generic, Ready, "the live health check passes again"},
+	Ended:             {Generic, Expired, "%s"},
 	Invalid:           {Stalling, Failed, "%s"},
 	VaultUnavailable:  {Waiting, Progressing, "the secrets cannot be resolved: vault is unavailable; nothing is applied or destroyed until it answers"},
 	OtherOwner:        {Stalling, Blocked, "%s"},

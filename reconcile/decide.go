@@ -144,7 +144,7 @@ func (r *Reconciler) upToDate(st *stand, in *stands.Input, stack stands.StackInf
 	}
 	s := st.status
 	switch {
-	case s == nil || s.SpecHash != in.SpecHash || (s.Phase != reason.Ready && s.Phase != reason.Drifted && s.Phase != reason.Degraded):
+	case s == nil || s.SpecHash != in.SpecHash || !s.Phase.Applied():
 		return opObserve
 	case s.StateDigest == "" || s.StateDigest != stack.StateDigest:
 		return opObserve // changed outside this reconciler's view: a run it did not see end, a hand edit

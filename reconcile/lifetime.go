@@ -1,9 +1,13 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"time"
+
+	"github.com/stands-engine/stands-reconciler/manifest"
 )
 
 // lifetime sets a new status's end and cost from the stand as the tracked branch declares it
@@ -58,4 +62,24 @@ func (r *Reconciler) readPrices(ctx context.Context) {
 	r.mu.Lock()
 	r.prices = p
 	r.mu.Unlock()
+}
+
+// ended says why a declared stand is past its end now; "" when it is not. The text holds no
+// relative time: a status changes only when the stand does.
+func (r *Reconciler) ended(st *stand) string {
+	now := r.cfg.Now()
+	since := now
+	if st.status != nil && st.status.DeclaredSince != nil {
+		since = *st.status.DeclaredSince
+	}
+	e := st.lifetime.ExpiryOf(st.declared, since)
+	if e.IsZero() || now.Before(e.At) {
+		return ""
+	}
+	by := "stand.expires"
+	if e.By == manifest.ByDefault {
+		by = "the repository's default lifetime"
+	}
+	return fmt.Sprintf("ended at %s (%s, %s); it stays until a commit on %s removes it: merge its removal pull request, or extend stand.expires",
+		e.At.UTC().Format("2006-01-02 15:04 UTC"), by, e.Pos, cmp.Or(r.cfg.Branch, "the tracked branch"))
 }

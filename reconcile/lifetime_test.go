@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -84,4 +86,54 @@ type failingPricer struct{}
 
 func (failingPricer) Prices(context.Context) (stands.Prices, error) {
 	return nil, errors.New("hetzner: 503 Service Unavailable")
+}
+
+// TestPastItsEndNothingIsDestroyed: a stand past its end is Expired in its status, STATUS.md and
+// the phase gauge, cycle after cycle, and neither destroyed nor applied again; an extension makes it
+// Ready, and only a commit removing it destroys it.
+func TestPastItsEndNothingIsDestroyed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	files := repoWith("a", "b")
+	files[fakes.StandFile("a")] = fakes.StandYML("a", "  expires: 2026-11-30T09:00:00Z")
+	files[manifest.LifetimeFile] = "default: 2h\n"
+	h := newHarness(t, files, func(c *Config) { c.Metrics = reg; c.Branch = "main" })
+	h.mustCycle()
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready {
+		t.Fatalf("before its end: %s", st.Phase)
+	}
+	ups := h.eng.TotalUps()
+	for range 5 { // hours past both ends: a's declared one and b's default
+		h.now = h.now.Add(time.Hour)
+		h.mustCycle()
+	}
+	for id, want := range map[string]string{
+		"local_a_dev": "ended at 2026-11-30 09:00 UTC (stand.expires, stands/a/stand.yml:5:12); it stays until a commit on main removes it",
+		"local_b_dev": "ended at 2026-11-30 10:00 UTC (the repository's default lifetime, .stands/lifetime.yml:1:10)",
+	} {
+		if st := h.src.statusOf(t, id); st.Phase != reason.Expired || st.Reason != reason.Ended || !strings.Contains(st.Message, want) {
+			t.Errorf("%s: %s %s %q; want Expired, %q", id, st.Phase, st.Reason, st.Message, want)
+		}
+	}
+	if len(h.eng.Destroys) != 0 || h.eng.TotalUps() != ups {
+		t.Errorf("past their ends: destroys %v, %d ups", h.eng.Destroys, h.eng.TotalUps()-ups)
+	}
+	if got := gauge(t, reg, "stands_stands", map[string]string{"phase": "Expired"}); got != 2 {
+		t.Errorf("stands_stands{phase=Expired} = %v, want 2", got)
+	}
+	if md := h.statusMD(); !strings.Contains(md, "| `Expired` | `Expired` |") || !strings.Contains(md, "`2026-11-30 10:00 UTC` (default)") {
+		t.Errorf("STATUS.md:\n%s", md)
+	}
+
+	// An extension: Ready again, nothing applied.
+	h.src.Commit(map[string]string{fakes.StandFile("a"): fakes.StandYML("a", "  expires: 2026-12-30T09:00:00Z")})
+	h.mustCycle()
+	if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready || st.Reason != reason.UpToDate || h.eng.TotalUps() != ups {
+		t.Errorf("extended: %s %s, %d ups", st.Phase, st.Reason, h.eng.TotalUps()-ups)
+	}
+	// A commit removing b: destroyed.
+	h.src.Commit(map[string]string{fakes.StandFile("b"): ""})
+	h.mustCycle()
+	if len(h.eng.Destroys) != 1 || h.eng.Destroys[0] != "local_b_dev" {
+		t.Errorf("destroys %v, want b's after the commit removing it", h.eng.Destroys)
+	}
 }

@@ -502,11 +502,13 @@ func (r *Reconciler) judge(ctx context.Context, snap *stands.Snapshot) (*desired
 		}
 		st := r.state(v.ID)
 		st.declared, st.lifetime = nil, ev.Lifetime
+		o := outcomeOf(v, snap.Source)
 		if v.Input != nil {
 			d.inputs[v.ID] = v.Input
 			st.declared = v.Input.Stand
+			o.ended = r.ended(st)
 		}
-		r.record(v.ID, outcomeOf(v, snap.Source))
+		r.record(v.ID, o)
 	}
 	return d, nil
 }

@@ -15,7 +15,8 @@ import (
 type outcomeKind int
 
 const (
-	// outDeclared: the repository declares the stand with a valid manifest; only its file may move.
+	// outDeclared: the repository declares the stand with a valid manifest; only its file may move,
+	// and its phase between Ready and Expired (ended: why it is past its end; "" when it is not).
 	outDeclared outcomeKind = iota
 	// outInvalid: its manifest was refused (detail: the report, with file:line).
 	outInvalid
@@ -64,6 +65,7 @@ type outcome struct {
 	started time.Time
 	health  *stands.Health // outHealth
 	heal    *HealStep      // outHealed
+	ended   string         // outDeclared: the stand is past its end, and why ("" when not)
 }
 
 // retries is a stand's retry bookkeeping: what decides the next attempt and the stall.
@@ -101,7 +103,7 @@ func summarise(o outcome, prev Status, rt retries, now time.Time, p policy) (Sta
 		if prev.Phase != "" && o.file != "" {
 			x.File = o.file
 		}
-		return x, rt
+		return expired(o, x), rt
 	case outUnsaved:
 		x.StateDigest = "" // the record is not stored: the stand must be read again
 		rt.waits++
@@ -154,6 +156,18 @@ func summarise(o outcome, prev Status, rt retries, now time.Time, p policy) (Sta
 		x.SchemaVersion = SchemaVersion
 	}
 	return x, rt
+}
+
+// expired is summarise's part for a declared stand's end (docs/lifetime.md): a Ready stand past it
+// is Expired, and Ready again once its end moves beyond now. Any other phase says more, and stays.
+func expired(o outcome, x Status) Status {
+	switch {
+	case o.ended != "" && (x.Phase == reason.Ready || x.Phase == reason.Expired):
+		x.Phase, x.Reason, x.Message = reason.Expired, reason.Ended, reason.Ended.Message(o.ended)
+	case o.ended == "" && x.Phase == reason.Expired:
+		x.Phase, x.Reason, x.Message = reason.Ready, reason.UpToDate, ""
+	}
+	return x
 }
 
 func failed(o outcome, x Status, rt retries, now time.Time, p policy) (Status, retries) {
@@ -224,7 +238,7 @@ func observedCommit(o outcome, prev Status, res *stands.Result) string {
 	switch {
 	case prev.SpecHash != res.SpecHash || prev.LastAttemptedCommit == "":
 		return o.commit
-	case prev.LastSuccessfulCommit != "" && (prev.Phase == reason.Ready || prev.Phase == reason.Drifted || prev.Phase == reason.Degraded):
+	case prev.LastSuccessfulCommit != "" && prev.Phase.Applied():
 		return prev.LastSuccessfulCommit
 	}
 	return prev.LastAttemptedCommit
@@ -260,13 +274,14 @@ func summary(changes map[string]int, fallback string) string {
 }
 
 // healthStatus is summarise's part for a health check: a Ready stand found unhealthy becomes
-// Degraded, a Degraded one found healthy Ready again. Any other phase is an operation's to set.
+// Degraded, a Degraded one found healthy Ready again (an Expired one is Degraded while unhealthy).
+// Any other phase is an operation's to set.
 func healthStatus(h *stands.Health, x Status) Status {
-	if x.Phase != reason.Ready && x.Phase != reason.Degraded {
+	if x.Phase != reason.Ready && x.Phase != reason.Degraded && x.Phase != reason.Expired {
 		return x
 	}
 	if h.Healthy() {
-		if x.Phase == reason.Degraded {
+		if x.Phase == reason.Degraded { // an expired stand is Expired again at the next cycle
 			x.Phase, x.Reason, x.Message, x.Health = reason.Ready, reason.Recovered, reason.Recovered.Message(""), nil
 		}
 		return x

@@ -49,10 +49,27 @@ func TestSummarise(t *testing.T) {
 		check func(t *testing.T, prev, got Status, rt retries)
 	}{
 		{name: "declared moves the file only", o: outcome{kind: outDeclared, file: "stands/new/stand.yml"},
-			want: func(reason.Phase) want { return want{keep, keep} },
+			want: func(prev reason.Phase) want {
+				if prev == reason.Expired { // its end moved beyond now
+					return want{reason.Ready, reason.UpToDate}
+				}
+				return want{keep, keep}
+			},
 			check: func(t *testing.T, prev, got Status, _ retries) {
 				if prev.Phase != "" && got.File != "stands/new/stand.yml" {
 					t.Errorf("file %q", got.File)
+				}
+			}},
+		{name: "declared past its end", o: outcome{kind: outDeclared, file: "stands/old/stand.yml", ended: "ended at 2026-12-01 07:00 UTC"},
+			want: func(prev reason.Phase) want {
+				if prev == reason.Ready || prev == reason.Expired {
+					return want{reason.Expired, reason.Ended}
+				}
+				return want{keep, keep} // an operation's or a check's phase says more
+			},
+			check: func(t *testing.T, prev, got Status, _ retries) {
+				if got.Phase == reason.Expired && (got.Message != "ended at 2026-12-01 07:00 UTC" || got.LastSuccessfulCommit != prev.LastSuccessfulCommit || got.Nodes == nil) {
+					t.Errorf("%+v", got)
 				}
 			}},
 		{name: "invalid", o: outcome{kind: outInvalid, detail: "stands/x/stand.yml:3:5: bad", commit: "c-2", file: "stands/x/stand.yml"},
@@ -194,7 +211,7 @@ func TestSummarise(t *testing.T) {
 		{name: "a health check finds an instance down", o: outcome{kind: outHealth, health: &stands.Health{Instances: []stands.InstanceHealth{
 			{Instance: "web--front", Server: "s-web", Problems: []string{"unit inactive", "port 8080/tcp not listening in the pod"}}, {Instance: "kv--cache", Server: "s-db"}}}},
 			want: func(prev reason.Phase) want {
-				if prev == reason.Ready || prev == reason.Degraded {
+				if prev == reason.Ready || prev == reason.Degraded || prev == reason.Expired {
 					return want{reason.Degraded, reason.InstanceUnhealthy}
 				}
 				return want{keep, keep} // an operation's phase: not the check's to change
@@ -207,7 +224,7 @@ func TestSummarise(t *testing.T) {
 			}},
 		{name: "a health check finds a server unreachable", o: outcome{kind: outHealth, health: &stands.Health{Unreachable: []stands.UnreachableNode{{Server: "s-web", Error: "i/o timeout"}}}},
 			want: func(prev reason.Phase) want {
-				if prev == reason.Ready || prev == reason.Degraded {
+				if prev == reason.Ready || prev == reason.Degraded || prev == reason.Expired {
 					return want{reason.Degraded, reason.NodeUnreachable}
 				}
 				return want{keep, keep}
