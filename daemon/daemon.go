@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/stands-engine/stands-reconciler/engine"
+	"github.com/stands-engine/stands-reconciler/expiry"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
@@ -177,6 +178,8 @@ func (d *Daemon) forgeParts(cfg *reconcile.Config, forge *gitsource.Gitea, eng *
 			}
 			cfg.Plans, cfg.Reviews = planner, planner
 		}
+		cfg.Expiries = expiry.New(expiry.Config{Branch: s.Branch, Log: log,
+			Merged: func(id, by string) { d.rec.ApproveRemoval(id, by) }}, forge, d.src)
 	}
 	switch {
 	case !s.RequireReview:

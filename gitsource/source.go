@@ -338,6 +338,32 @@ func (s *Source) Publish(ctx context.Context, files map[string][]byte, message s
 
 var errRace = errors.New("the branch moved")
 
+// commit stores a commit of tree on parents as the reconciler's identity.
+func (s *Source) commit(tree plumbing.Hash, parents []plumbing.Hash, message string) (plumbing.Hash, error) {
+	repo := s.store.repo()
+	sig := object.Signature{Name: s.identity.Name, Email: s.identity.Email, When: time.Now()}
+	c := &object.Commit{Author: sig, Committer: sig, Message: message, TreeHash: tree, ParentHashes: parents}
+	obj := repo.Storer.NewEncodedObject()
+	if err := c.Encode(obj); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return repo.Storer.SetEncodedObject(obj)
+}
+
+// locked takes the source's lock, bounds ctx by its timeout and reads the credentials, for one
+// exchange with the remote; done ends both.
+func (s *Source) locked(ctx context.Context) (_ context.Context, _ transport.AuthMethod, done func(), _ error) {
+	s.mu.Lock()
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	done = func() { cancel(); s.mu.Unlock() }
+	auth, err := s.auth()
+	if err != nil {
+		done()
+		return nil, nil, nil, fmt.Errorf("credentials: %w", err)
+	}
+	return ctx, auth, done, nil
+}
+
 func (s *Source) publish(ctx context.Context, files map[string][]byte, message string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -369,13 +395,7 @@ func (s *Source) publish(ctx context.Context, files map[string][]byte, message s
 	if baseTree != nil && tree == baseTree.Hash {
 		return "", nil
 	}
-	sig := object.Signature{Name: s.identity.Name, Email: s.identity.Email, When: time.Now()}
-	c := &object.Commit{Author: sig, Committer: sig, Message: message, TreeHash: tree, ParentHashes: parents}
-	obj := repo.Storer.NewEncodedObject()
-	if err := c.Encode(obj); err != nil {
-		return "", err
-	}
-	hash, err := repo.Storer.SetEncodedObject(obj)
+	hash, err := s.commit(tree, parents, message)
 	if err != nil {
 		return "", fmt.Errorf("store status commit: %w", err)
 	}

@@ -242,3 +242,19 @@ func (l Lifetime) Describe(s *Stand, now time.Time) string {
 	}
 	return "never expires"
 }
+
+// ExpiresKey is what a manifest's text says of stand.expires, as written ("" when nothing): what
+// changes where a commit set a stand's end.
+func ExpiresKey(file string, data []byte) string {
+	if data == nil {
+		return ""
+	}
+	root, diags := parseYAML(file, data, true)
+	if root == nil || len(diags) > 0 {
+		return "\x00unreadable"
+	}
+	if n := root.get("stand").get("expires"); n != nil {
+		return n.value
+	}
+	return ""
+}

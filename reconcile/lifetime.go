@@ -7,7 +7,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/manifest"
+	"github.com/stands-engine/stands-reconciler/stands"
 )
 
 // lifetime sets a new status's end and cost from the stand as the tracked branch declares it
@@ -82,4 +84,46 @@ func (r *Reconciler) ended(st *stand) string {
 	}
 	return fmt.Sprintf("ended at %s (%s, %s); it stays until a commit on %s removes it: merge its removal pull request, or extend stand.expires",
 		e.At.UTC().Format("2006-01-02 15:04 UTC"), by, e.Pos, cmp.Or(r.cfg.Branch, "the tracked branch"))
+}
+
+// endings are the ends of the stands the judgement declares, for their removal pull requests.
+func (r *Reconciler) endings(commit string, ev *judge.Evaluation) stands.Endings {
+	l := ev.Lifetime
+	e := stands.Endings{Commit: commit, Declared: map[string]bool{}, WarnBefore: l.Warn(), MergeAtEnd: l.MergeAtExpiry,
+		PolicyAt: l.At["merge_at_expiry"].String()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range ev.Verdicts {
+		e.Declared[v.ID] = v.Input != nil
+		st := r.stands[v.ID]
+		if v.Input == nil || st == nil || st.status == nil || st.status.DeclaredSince == nil {
+			continue
+		}
+		x := l.ExpiryOf(v.Input.Stand, *st.status.DeclaredSince)
+		if x.IsZero() {
+			continue
+		}
+		end := stands.Ending{ID: v.ID, File: v.File, End: x.At, SetIn: x.Pos.File, At: x.Pos.String(), ByDefault: x.By == manifest.ByDefault}
+		if end.ByDefault {
+			end.SetIn = v.File
+		}
+		if c := st.status.MonthlyCost; c != nil {
+			end.Cost = fmt.Sprintf("%.2f %s", c.Amount, c.Currency)
+		}
+		e.Ends = append(e.Ends, end)
+	}
+	return e
+}
+
+// ApproveRemoval lets the destroy of a stand through the review gate: its removal pull request was
+// merged by the reconciler at its end, as the repository's lifetime policy allows (by says so).
+func (r *Reconciler) ApproveRemoval(id, by string) {
+	if !r.cfg.RequireReview {
+		return
+	}
+	r.revMu.Lock()
+	defer r.revMu.Unlock()
+	r.loadReviews()
+	r.approveLocked(id, "", by)
+	r.saveReviews()
 }

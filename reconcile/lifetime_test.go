@@ -137,3 +137,22 @@ func TestPastItsEndNothingIsDestroyed(t *testing.T) {
 		t.Errorf("destroys %v, want b's after the commit removing it", h.eng.Destroys)
 	}
 }
+
+// TestARemovalMergedAtTheEndPassesTheGate: with the review gate on, the destroy of a stand whose
+// removal pull request the reconciler merged under merge_at_expiry is let through; another stand's
+// removal in the same commit is not.
+func TestARemovalMergedAtTheEndPassesTheGate(t *testing.T) {
+	h := newHarness(t, repoWith("a", "b", "c", "d"), func(c *Config) {
+		c.RequireReview, c.ReviewState = true, t.TempDir()+"/reviews.json"
+	})
+	h.mustCycle() // the first import
+	h.r.ApproveRemoval("local_a_dev", "merge_at_expiry (.stands/lifetime.yml:3:18): #7")
+	h.src.Commit(map[string]string{fakes.StandFile("a"): "", fakes.StandFile("b"): ""})
+	h.mustCycle()
+	if len(h.eng.Destroys) != 1 || h.eng.Destroys[0] != "local_a_dev" {
+		t.Errorf("destroys %v, want a's alone", h.eng.Destroys)
+	}
+	if st := h.src.statusOf(t, "local_b_dev"); st.Phase != reason.Blocked || st.Reason != reason.Unreviewed {
+		t.Errorf("b, removed without a review: %s %s", st.Phase, st.Reason)
+	}
+}

@@ -88,6 +88,9 @@ func (r *Reconciler) Wait() {
 	if r.cfg.Plans != nil {
 		r.cfg.Plans.Wait()
 	}
+	if r.cfg.Expiries != nil {
+		r.cfg.Expiries.Wait()
+	}
 }
 
 // Abort cancels the running operations now, as the drain timeout would (a second signal during a
@@ -105,6 +108,9 @@ func (r *Reconciler) Drain(timeout time.Duration) error {
 	r.flush()
 	if r.cfg.Plans != nil {
 		r.cfg.Plans.Stop() // plans only read: nothing is lost
+	}
+	if r.cfg.Expiries != nil {
+		r.cfg.Expiries.Stop() // the next leader's first cycle does what is left
 	}
 	done := make(chan struct{})
 	go func() { r.ops.Wait(); close(done) }()

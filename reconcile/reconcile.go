@@ -75,6 +75,14 @@ type Plans interface {
 	Stop()
 }
 
+// Expiries warns of the stands nearing their end and removes them through pull requests (package
+// expiry): only the leader hands it each cycle's endings; it returns at once.
+type Expiries interface {
+	Schedule(e stands.Endings)
+	Wait()
+	Stop()
+}
+
 // Config tunes the loop. Zero values take the defaults shown.
 type Config struct {
 	Owner      string // the reconciler's owner: stands of another owner are not its to apply
@@ -127,6 +135,9 @@ type Config struct {
 	Heal           bool
 	HealLimit      int
 	HealSettle     time.Duration
+	// Expiries, when set, gets each cycle's endings (leader only; not while a manifest cannot be
+	// read or the secret store is down: a stand that seems gone may not be).
+	Expiries Expiries
 	// Prices, when set, prices each stand's servers for its status and STATUS.md, read again every
 	// PricesInterval (an hour).
 	Prices         Pricer
@@ -453,6 +464,9 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 	}
 	if r.cfg.Plans != nil && (r.rep == nil || r.rep.Leader()) {
 		r.cfg.Plans.Schedule(d.ev, snap.Source, actual, r.leading)
+	}
+	if r.cfg.Expiries != nil && (r.rep == nil || r.rep.Leader()) && len(d.ev.Unreadable) == 0 && d.secretsErr == nil {
+		r.cfg.Expiries.Schedule(r.endings(snap.Source, d.ev))
 	}
 	return nil
 }

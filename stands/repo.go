@@ -101,3 +101,42 @@ type ChangeReview struct {
 	By       string // who approved it
 	Why      string // why it does not count as reviewed
 }
+
+// Author is who made a commit: its git author, and the forge's user of that address ("" when the
+// forge knows none).
+type Author struct {
+	Commit      string
+	Name, Email string
+	Login       string
+}
+
+// The forge's refusals a removal pull request expects (package expiry): its branch is there, or a
+// pull request from it is open, already.
+var (
+	ErrBranchExists = errors.New("the branch exists")
+	ErrPullExists   = errors.New("a pull request from the branch is open")
+)
+
+// Ending is a declared stand's end, as its removal pull request needs it (package expiry).
+type Ending struct {
+	ID   string // the stand
+	File string // its stand.yml: its folder is what the removal takes away
+	End  time.Time
+	// SetIn is the manifest that set the end and At its place (file:line:col); ByDefault: the
+	// repository's default lifetime set it, counted from when the stand was first seen.
+	SetIn, At string
+	ByDefault bool
+	Cost      string // monthly, "8.09 EUR"; "" when unknown
+}
+
+// Endings are the ends of a cycle's stands, with the lifetime policy that governs them.
+type Endings struct {
+	Commit   string          // the tracked branch's commit the stands were declared at
+	Declared map[string]bool // every stand it declares: true where its manifest is valid
+	Ends     []Ending        // the valid stands that end
+	// WarnBefore: a removal pull request opens this long before an end; MergeAtEnd: the
+	// reconciler merges it at the end (the policy's merge_at_expiry, set at PolicyAt).
+	WarnBefore time.Duration
+	MergeAtEnd bool
+	PolicyAt   string
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
@@ -190,4 +191,17 @@ func longestRun(s string, c byte) int {
 		}
 	}
 	return longest
+}
+
+// giteaUser is what Gitea accepts as a user name: letters, digits, dash, underscore and dot, not
+// starting or ending with a dot or dash.
+var giteaUser = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_.-]{0,38}[A-Za-z0-9_])?$`)
+
+// Mention is @login, which Gitea links to the user and notifies, when login is a user name Gitea
+// could have given; anything else is Code (shown, never linked or notified).
+func Mention(login string) Markup {
+	if inert && !giteaUser.MatchString(login) {
+		return Code(login)
+	}
+	return Markup("@" + login)
 }

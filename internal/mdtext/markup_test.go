@@ -98,3 +98,21 @@ func TestPlain(t *testing.T) {
 		t.Errorf("Plain is %d bytes", len(got))
 	}
 }
+
+func TestMention(t *testing.T) {
+	for login, want := range map[string]Markup{
+		"alice":                 "@alice",
+		"bob.smith-2":           "@bob.smith-2",
+		"x":                     "@x",
+		"":                      "",
+		"alice bob":             "`alice bob`",
+		"<img src=x>":           "`<img src=x>`",
+		"-dash":                 "`-dash`",
+		"alice\n| injected |":   "`alice\\n| injected |`",
+		"[a](http://evil.test)": "`[a](http://evil.test)`",
+	} {
+		if got := Mention(login); got != want {
+			t.Errorf("Mention(%q) = %q, want %q", login, got, want)
+		}
+	}
+}

@@ -34,7 +34,7 @@ var forbidden = []string{
 const module = "github.com/stands-engine/stands-reconciler"
 
 // pure are the packages that decide, each free of the forbidden libraries.
-var pure = []string{"./reconcile", "./prplan", "./judge", "./diff", "./stands", "./reason", "./manifest", "./safeguard"}
+var pure = []string{"./reconcile", "./prplan", "./expiry", "./judge", "./diff", "./stands", "./reason", "./manifest", "./safeguard"}
 
 // TestDecidersLinkNoInfrastructure: what decides links no infrastructure library; with its tests
 // (-test), still no Pulumi and no engine: their fakes stand in.
@@ -171,7 +171,7 @@ const maxLines = 80
 func TestFunctionsStayShort(t *testing.T) {
 	root := testenv.RepoRoot()
 	funcs := 0
-	for _, dir := range []string{"reconcile", "prplan", "judge", "daemon", "cmd/stands-reconciler", "cmd/hcloudsim"} {
+	for _, dir := range []string{"reconcile", "prplan", "expiry", "judge", "daemon", "cmd/stands-reconciler", "cmd/hcloudsim"} {
 		for p, f := range sources(t, filepath.Join(root, dir)) {
 			for _, d := range f.file.Decls {
 				fd, ok := d.(*ast.FuncDecl)

@@ -80,6 +80,8 @@ type Repo struct {
 	t     testing.TB
 	local *git.Repository
 	auth  *githttp.BasicAuth
+	// author of the next commits: a user's name ("" for dev@example.test, whom Gitea does not know)
+	author string
 }
 
 // CreateRepo creates a private repository with default branch main through the SDK.
@@ -110,6 +112,14 @@ func (r *Repo) Commit(path, content, msg string) string {
 func (r *Repo) Change(msg string, write map[string]string, remove ...string) string {
 	r.t.Helper()
 	return r.ChangeOn("main", msg, write, remove...)
+}
+
+// ChangeBy is Change authored by a user CreateUser made, whose address Gitea knows.
+func (r *Repo) ChangeBy(user, msg string, write map[string]string, remove ...string) string {
+	r.t.Helper()
+	r.author = user
+	defer func() { r.author = "" }()
+	return r.Change(msg, write, remove...)
 }
 
 // ChangeOn is Change pushed to branch (created from main), e.g. a pull request's head.
@@ -152,7 +162,11 @@ func (r *Repo) ChangeOn(branch, msg string, write map[string]string, remove ...s
 	for path, content := range write {
 		writeFile(t, wt, path, content)
 	}
-	h, err := wt.Commit(msg, &git.CommitOptions{AllowEmptyCommits: true, Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}})
+	author := &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}
+	if r.author != "" {
+		author.Name, author.Email = r.author, r.author+"@example.test" // as CreateUser made them
+	}
+	h, err := wt.Commit(msg, &git.CommitOptions{AllowEmptyCommits: true, Author: author})
 	if err != nil {
 		t.Fatal(err)
 	}
