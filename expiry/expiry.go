@@ -59,6 +59,7 @@ type Forge interface {
 	Me(ctx context.Context) (string, error)
 	PullRequests(ctx context.Context, base string) ([]stands.PullRequest, error)
 	PullState(ctx context.Context, base, head string) (int64, string, error)
+	BranchTip(ctx context.Context, branch string) (string, error)
 	OpenPullRequest(ctx context.Context, head, base, title string, body mdtext.Markup) (stands.PullRequest, error)
 	ClosePullRequest(ctx context.Context, index int64, branch string, why mdtext.Markup) error
 	MergePullRequest(ctx context.Context, index int64, head, message string) error
@@ -100,6 +101,9 @@ type Warner struct {
 	idle    *sync.Cond
 	// declined are the branches found with a closed pull request: not asked again in this process.
 	declined map[string]bool
+	// quiet: the last run found no stand ending and no removal pull request open, so a cycle without
+	// an end asks Gitea nothing.
+	quiet bool
 }
 
 // New returns a Warner; Stop ends it.
@@ -166,6 +170,9 @@ func (w *Warner) Stop() {
 // run handles one cycle's endings: its pull requests closed where the end moved or the stand went,
 // opened where an end is near, merged at the end where the policy says so.
 func (w *Warner) run(ctx context.Context, e stands.Endings) error {
+	if w.quiet && len(e.Ends) == 0 {
+		return nil
+	}
 	me, err := w.forge.Me(ctx)
 	if err != nil {
 		return err
@@ -181,6 +188,7 @@ func (w *Warner) run(ctx context.Context, e stands.Endings) error {
 			open[pr.HeadRef] = pr
 		}
 	}
+	w.quiet = len(open) == 0 && len(e.Ends) == 0
 	ends := map[string]stands.Ending{}
 	for _, end := range e.Ends {
 		ends[end.ID] = end
@@ -253,6 +261,21 @@ func (w *Warner) open(ctx context.Context, ref string, end stands.Ending, e stan
 				w.declined[ref] = true
 				w.log.Info("removal pull request was "+state+"; no other is opened for this end", "stand", end.ID, "pull_request", index, "branch", ref)
 			}
+			return nil
+		}
+		// A branch without a pull request: the reconciler's, whose pull request failed to open, or
+		// someone's under its name. Only its own removal gets a pull request of the reconciler's.
+		tip, err := w.forge.BranchTip(ctx, ref)
+		if err != nil {
+			return err
+		}
+		why, err := w.repo.CheckRemoval(ctx, ref, tip, Folder(end.File))
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			w.declined[ref] = true
+			w.log.Warn("a branch with a removal's name is not the reconciler's removal: no pull request is opened for this end", "stand", end.ID, "branch", ref, "why", why)
 			return nil
 		}
 	} else if err != nil {

@@ -36,9 +36,12 @@ func TestStandsExpireThroughGit(t *testing.T) {
 		standPath("x"):        endingStand("x", start.Add(20*time.Minute)),
 		standPath("y"):        endingStand("y", yEnd),
 		standPath("keep"):     plainStand("keep"),
+		standPath("w"):        endingStand("w", start.Add(20*time.Minute)),
 	})
+	// Someone squats w's removal branch with a change of their own before the reconciler gets to it.
+	e.repo.ChangeOn(expiry.Branch("local_w_dev", start.Add(20*time.Minute)), "not a removal", map[string]string{standPath("keep"): plainStand("other")})
 	e.start()
-	for _, id := range []string{"local_x_dev", "local_y_dev", "local_keep_dev"} {
+	for _, id := range []string{"local_x_dev", "local_y_dev", "local_keep_dev", "local_w_dev"} {
 		e.waitStatus(id, 3*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Ready })
 	}
 
@@ -81,6 +84,10 @@ func TestStandsExpireThroughGit(t *testing.T) {
 		}
 		if yPull.Head.Ref != expiry.Branch("local_y_dev", yEnd) {
 			t.Errorf("y's branch %s", yPull.Head.Ref)
+		}
+		e.waitLog("a branch with a removal's name is not the reconciler's removal", 1, time.Minute)
+		if pulls("local_w_dev") != nil {
+			t.Error("a squatted removal branch got the reconciler's pull request")
 		}
 		if pulls("local_keep_dev") != nil {
 			t.Error("a stand without an end got a removal pull request")
