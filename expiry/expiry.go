@@ -59,7 +59,7 @@ type Forge interface {
 	Me(ctx context.Context) (string, error)
 	PullRequests(ctx context.Context, base string) ([]stands.PullRequest, error)
 	PullState(ctx context.Context, base, head string) (int64, string, error)
-	BranchTip(ctx context.Context, branch string) (string, error)
+	BranchCommit(ctx context.Context, branch string) (string, time.Time, error)
 	OpenPullRequest(ctx context.Context, head, base, title string, body mdtext.Markup) (stands.PullRequest, error)
 	ClosePullRequest(ctx context.Context, index int64, branch string, why mdtext.Markup) error
 	MergePullRequest(ctx context.Context, index int64, head, message string) error
@@ -265,9 +265,12 @@ func (w *Warner) open(ctx context.Context, ref string, end stands.Ending, e stan
 		}
 		// A branch without a pull request: the reconciler's, whose pull request failed to open, or
 		// someone's under its name. Only its own removal gets a pull request of the reconciler's.
-		tip, err := w.forge.BranchTip(ctx, ref)
+		tip, pushed, err := w.forge.BranchCommit(ctx, ref)
 		if err != nil {
 			return err
+		}
+		if w.cfg.Now().Sub(pushed) < orphanAfter {
+			return nil // another replica pushed it just now, and is opening its pull request
 		}
 		why, err := w.repo.CheckRemoval(ctx, ref, tip, Folder(end.File))
 		if err != nil {
@@ -366,6 +369,11 @@ func body(end stands.Ending, e stands.Endings, by stands.Author, branch string) 
 }
 
 const dateFormat = "2006-01-02 15:04 UTC"
+
+// orphanAfter is how old a removal branch without a pull request must be before another run opens
+// its pull request: Gitea's one pull request per branch is checked racily, so a replica that lost the
+// push leaves the opening to the one that won it, unless that one died in between.
+const orphanAfter = 2 * time.Minute
 
 // Folder is the stand's folder: what its removal takes away.
 func Folder(file string) string { return path.Dir(file) }

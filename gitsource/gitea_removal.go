@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"code.gitea.io/sdk/gitea"
 	"github.com/stands-engine/stands-reconciler/internal/mdtext"
@@ -49,6 +50,11 @@ func (g *Gitea) ClosePullRequest(ctx context.Context, index int64, branch string
 	c, err := g.client(ctx)
 	if err != nil {
 		return err
+	}
+	if pr, _, err := c.GetPullRequest(g.owner, g.repo, index); err != nil {
+		return fmt.Errorf("%w: read #%d: %w", ErrUnavailable, index, err)
+	} else if pr.State != gitea.StateOpen {
+		return nil // closed already (by another replica): said once
 	}
 	if _, _, err := c.CreateIssueComment(g.owner, g.repo, index, gitea.CreateIssueCommentOption{Body: string(why)}); err != nil {
 		return fmt.Errorf("%w: comment on #%d: %w", ErrUnavailable, index, err)
@@ -123,4 +129,24 @@ func (g *Gitea) PullState(ctx context.Context, base, head string) (int64, string
 		return pr.Index, "closed", nil
 	}
 	return pr.Index, "open", nil
+}
+
+// BranchCommit is the commit a branch points at and when it was committed ("" when there is no such
+// branch).
+func (g *Gitea) BranchCommit(ctx context.Context, branch string) (string, time.Time, error) {
+	c, err := g.client(ctx)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	b, resp, err := c.GetRepoBranch(g.owner, g.repo, branch)
+	if resp != nil && resp.StatusCode == http.StatusNotFound {
+		return "", time.Time{}, nil
+	}
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("%w: read branch %s: %w", ErrUnavailable, branch, err)
+	}
+	if b == nil || b.Commit == nil {
+		return "", time.Time{}, nil
+	}
+	return b.Commit.ID, b.Commit.Timestamp, nil
 }
