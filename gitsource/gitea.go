@@ -115,21 +115,8 @@ func (g *Gitea) Reviews(ctx context.Context, index int64) ([]stands.Review, erro
 
 // BranchTip is the commit a branch of the repository points at, "" when there is no such branch.
 func (g *Gitea) BranchTip(ctx context.Context, branch string) (string, error) {
-	c, err := g.client(ctx)
-	if err != nil {
-		return "", err
-	}
-	b, resp, err := c.GetRepoBranch(g.owner, g.repo, branch)
-	if resp != nil && resp.StatusCode == http.StatusNotFound {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("%w: read branch %s: %w", ErrUnavailable, branch, err)
-	}
-	if b == nil || b.Commit == nil {
-		return "", nil
-	}
-	return b.Commit.ID, nil
+	tip, _, err := g.BranchCommit(ctx, branch)
+	return tip, err
 }
 
 // UpsertComment keeps one comment per pull request: the one containing marker is edited in place

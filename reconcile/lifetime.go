@@ -24,7 +24,7 @@ func (r *Reconciler) lifetime(st *stand, next *Status) {
 		return
 	}
 	next.Expires, next.ExpiresBy = nil, ""
-	if e := st.lifetime.ExpiryOf(st.declared, *next.DeclaredSince); !e.IsZero() {
+	if e := endOf(st.lifetime, st.declared, next, r.cfg.Now()); !e.IsZero() {
 		at := e.At.UTC()
 		next.Expires, next.ExpiresBy = &at, e.By
 	}
@@ -66,15 +66,21 @@ func (r *Reconciler) readPrices(ctx context.Context) {
 	r.mu.Unlock()
 }
 
+// endOf is a declared stand's end under the policy: the default counts from its status's
+// declaredSince, or from now when it has none yet.
+func endOf(l manifest.Lifetime, s *manifest.Stand, status *Status, now time.Time) manifest.Expiry {
+	since := now
+	if status != nil && status.DeclaredSince != nil {
+		since = *status.DeclaredSince
+	}
+	return l.ExpiryOf(s, since)
+}
+
 // ended says why a declared stand is past its end now; "" when it is not. The text holds no
 // relative time: a status changes only when the stand does.
 func (r *Reconciler) ended(st *stand) string {
 	now := r.cfg.Now()
-	since := now
-	if st.status != nil && st.status.DeclaredSince != nil {
-		since = *st.status.DeclaredSince
-	}
-	e := st.lifetime.ExpiryOf(st.declared, since)
+	e := endOf(st.lifetime, st.declared, st.status, now)
 	if e.IsZero() || now.Before(e.At) {
 		return ""
 	}
@@ -96,10 +102,10 @@ func (r *Reconciler) endings(commit string, ev *judge.Evaluation) stands.Endings
 	for _, v := range ev.Verdicts {
 		e.Declared[v.ID] = v.Input != nil
 		st := r.stands[v.ID]
-		if v.Input == nil || st == nil || st.status == nil || st.status.DeclaredSince == nil {
+		if v.Input == nil || st == nil || st.status == nil {
 			continue
 		}
-		x := l.ExpiryOf(v.Input.Stand, *st.status.DeclaredSince)
+		x := endOf(l, v.Input.Stand, st.status, r.cfg.Now())
 		if x.IsZero() {
 			continue
 		}
