@@ -25,6 +25,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // TestBench runs every measurement and writes the results (bench/results.md, docs/performance.md).
@@ -470,8 +471,7 @@ func (w *world) allReady(n int) bool {
 // planStatus waits for the final stands/plan status of a commit.
 func (w *world) planStatus(t *testing.T, sha string, timeout time.Duration) *gitea.Status {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	return wait.Value(t, "a final stands/plan on "+sha[:12], timeout, func() (*gitea.Status, bool) {
 		statuses, _, err := w.gitea.API(t).ListStatuses(w.repo.Info.Owner.UserName, w.repo.Info.Name, sha, gitea.ListStatusesOption{})
 		var newest *gitea.Status
 		for _, s := range statuses {
@@ -479,14 +479,8 @@ func (w *world) planStatus(t *testing.T, sha string, timeout time.Duration) *git
 				newest = s
 			}
 		}
-		if err == nil && newest != nil && newest.State != gitea.StatusPending {
-			return newest
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no final stands/plan on %s within %s", sha[:12], timeout)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return newest, err == nil && newest != nil && newest.State != gitea.StatusPending
+	}, wait.Every(500*time.Millisecond))
 }
 
 // leaves names the differing values by their last path element, each once.

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -36,6 +37,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // TestFaults is the fault suite (make faults; FAULTS=short runs the subset .ci/run runs,
@@ -263,19 +265,19 @@ func (c *caseRun) fail(s *suite, format string, args ...any) {
 
 // wait polls cond until it holds or timeout passes; false (and the case failed) then.
 func (s *suite) wait(c *caseRun, what string, timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		select {
-		case err := <-s.d.exited:
-			s.d.cmd = nil
-			s.t.Fatalf("%s: the daemon exited (%v) while waiting for %s", c.name, err, what)
-		default:
+	var exited error
+	err := wait.Until(context.Background(), timeout, func() error {
+		if cond() {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			c.fail(s, "timed out after %s waiting for %s", timeout, what)
-			return false
-		}
-		time.Sleep(250 * time.Millisecond)
+		return errors.New("not yet")
+	}, wait.Every(250*time.Millisecond), wait.Unless(func() error { exited = s.d.gone(); return exited }))
+	switch {
+	case exited != nil:
+		s.t.Fatalf("%s: %v while waiting for %s", c.name, exited, what)
+	case err != nil:
+		c.fail(s, "timed out after %s waiting for %s", timeout, what)
+		return false
 	}
 	return true
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 	"github.com/stands-engine/stands-reconciler/test/testfs"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // counter is a reverse proxy that counts the requests it passes on: the daemon reaches Gitea and
@@ -238,18 +239,17 @@ func (d *daemon) cycleSeconds() (sum float64, n float64) {
 func (d *daemon) waitFor(what string, timeout time.Duration, cond func() bool) {
 	t := d.w.t
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		select {
-		case err := <-d.exited:
-			d.cmd = nil
-			t.Fatalf("the daemon exited (%v) while waiting for %s", err, what)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
+	wait.For(t, what, timeout, cond, wait.Every(50*time.Millisecond), wait.Unless(d.gone))
+}
+
+// gone says how the daemon ended, once it has (nil while it runs).
+func (d *daemon) gone() error {
+	select {
+	case err := <-d.exited:
+		d.cmd = nil
+		return fmt.Errorf("the daemon exited (%v)", err)
+	default:
+		return nil
 	}
 }
 

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/test/providertest"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // TestMain serves the provider: the daemon's engine runs this test binary as it.
@@ -71,13 +73,12 @@ func TestOpenRunClose(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- d.Run(ctx) }()
-	deadline := time.Now().Add(2 * time.Minute)
-	for st := d.Reconciler().Status("local_p_dev"); st == nil || st.Phase != reason.Ready; st = d.Reconciler().Status("local_p_dev") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the stand is not Ready: %+v", st)
+	wait.NoError(t, "the stand Ready", 2*time.Minute, func() error {
+		if st := d.Reconciler().Status("local_p_dev"); st == nil || st.Phase != reason.Ready {
+			return fmt.Errorf("the stand is not Ready: %+v", st)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	resp, err := http.Get("http://" + s.Listen + "/healthz")
 	if err != nil {
 		t.Fatal(err)

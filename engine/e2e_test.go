@@ -32,6 +32,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 	"github.com/stands-engine/stands-reconciler/test/testfs"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // TestNodesE2E is issue 10's story on two real VMs behind hcloudsim, with the real Pulumi CLI and a
@@ -502,18 +503,13 @@ func sshTo(t *testing.T, s *hcloud.Server, signer ssh.Signer) (*ssh.Client, ssh.
 // sshWait is sshTo once the server answers again (after a power cycle), within d.
 func sshWait(t *testing.T, s *hcloud.Server, signer ssh.Signer, d time.Duration) *ssh.Client {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		c, err := ssh.Dial("tcp", s.PublicNet.IPv4.IP.String()+":22", &ssh.ClientConfig{User: "admin", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+	var c *ssh.Client
+	wait.NoError(t, "ssh "+s.Name, d, func() (err error) {
+		c, err = ssh.Dial("tcp", s.PublicNet.IPv4.IP.String()+":22", &ssh.ClientConfig{User: "admin", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
 			Timeout: 30 * time.Second, HostKeyCallback: ssh.InsecureIgnoreHostKey()})
-		if err == nil {
-			return c
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ssh %s after %s: %v", s.Name, d, err)
-		}
-		time.Sleep(5 * time.Second)
-	}
+		return err
+	}, wait.Every(5*time.Second))
+	return c
 }
 
 func appCmd(script string) string { return node.AsApp("app", appUID, script) }
@@ -549,19 +545,20 @@ func activeSince(t *testing.T, c *ssh.Client, unit string) string {
 func get(t *testing.T, url string) string {
 	t.Helper()
 	client := &http.Client{Timeout: 20 * time.Second}
-	var last error
-	for range 30 {
+	var body []byte
+	err := wait.Until(context.Background(), time.Minute, func() error {
 		resp, err := client.Get(url)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			return string(body)
+		if err != nil {
+			return err
 		}
-		last = err
-		time.Sleep(2 * time.Second)
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return nil
+	}, wait.Every(2*time.Second))
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
 	}
-	t.Errorf("GET %s: %v", url, last)
-	return ""
+	return string(body)
 }
 
 // kvPing speaks to the kv instance through an SSH tunnel: AUTH, then PING.
@@ -627,17 +624,12 @@ func checkConfigset(t *testing.T, dir, file, holds string) {
 // listenWhenFree listens on addr once the powered-off VM's forwarder has let go of it.
 func listenWhenFree(t *testing.T, addr string) net.Listener {
 	t.Helper()
-	var last error
-	for range 100 {
-		ln, err := net.Listen("tcp", addr)
-		if err == nil {
-			return ln
-		}
-		last = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("listen %s: %v", addr, last)
-	return nil
+	var ln net.Listener
+	wait.NoError(t, "listen "+addr, 10*time.Second, func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	return ln
 }
 
 // sameSteps reports whether a plan has exactly the given steps ("<op> <kind> <instance or node>"),

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // stubbornCLI is a "Pulumi CLI" that ignores the interrupt and starts a child that does too (a
@@ -34,21 +36,16 @@ func stubbornCLI(t *testing.T) (bin, pids string) {
 
 func readPids(t *testing.T, file string) []int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if data, err := os.ReadFile(file); err == nil {
-			var out []int
-			for _, f := range strings.Fields(string(data)) {
-				pid, _ := strconv.Atoi(f)
-				out = append(out, pid)
-			}
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the CLI did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
+	data := wait.Value(t, "the CLI to start", 10*time.Second, func() ([]byte, bool) {
+		data, err := os.ReadFile(file)
+		return data, err == nil
+	}, wait.Every(20*time.Millisecond))
+	var out []int
+	for _, f := range strings.Fields(string(data)) {
+		pid, _ := strconv.Atoi(f)
+		out = append(out, pid)
 	}
+	return out
 }
 
 // TestFenceKillsTheProcessGroup: when an operation's fence closes, its CLI and what the CLI started
@@ -112,17 +109,15 @@ func TestFenceEndsTheProvider(t *testing.T) {
 		_, err := f.eng.Apply(stands.WithFence(context.Background(), stands.Fence{Token: 7, Stop: stop}), stand, false)
 		done <- err
 	}()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !created(f.Sim.Calls()) {
-		select {
-		case err := <-done:
-			t.Fatalf("the apply ended before any server create: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no server create within 2 minutes")
-		}
-	}
+	wait.For(t, "a server create", 2*time.Minute, func() bool { return created(f.Sim.Calls()) }, wait.Every(20*time.Millisecond),
+		wait.Unless(func() error {
+			select {
+			case err := <-done:
+				return fmt.Errorf("the apply ended before any server create: %v", err)
+			default:
+				return nil
+			}
+		}))
 	procs := testenv.ProcessesWithEnv(f.eng.cfg.WorkDir) // the CLI and the provider it started
 	if !slices.ContainsFunc(procs, func(pid int) bool {
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
@@ -141,7 +136,16 @@ func TestFenceEndsTheProvider(t *testing.T) {
 		t.Fatal("the apply still runs 10 s after its fence closed")
 	}
 	testenv.WaitGone(t, procs, 5*time.Second)
-	calls := len(f.Sim.Calls())
+	// A call the simulator read before the kill is logged once it has answered: counted from when
+	// the log has been still for a moment.
+	last := -1
+	wait.For(t, "the simulator's call log to settle", 10*time.Second, func() bool {
+		n := len(f.Sim.Calls())
+		settled := n == last
+		last = n
+		return settled
+	}, wait.Every(500*time.Millisecond))
+	calls := last
 	time.Sleep(3 * time.Second) // hcloud-go polls a running action every few hundred milliseconds
 	if after := f.Sim.Calls()[calls:]; len(after) > 0 {
 		t.Errorf("Hetzner got %d calls after the fence closed, the first %s %s", len(after), after[0].Method, after[0].Path)

@@ -4,7 +4,9 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // healthOnNodes is issue 24's story on the applied two-node stand, on the VMs TestNodesE2E boots:
@@ -112,14 +115,17 @@ func healthOnNodes(t *testing.T, ctx context.Context, f *fixture, stand stands.I
 func waitHealthy(t *testing.T, ctx context.Context, f *fixture, ref stands.StackRef, opts HealthOptions) *stands.Health {
 	t.Helper()
 	var h *stands.Health
-	var err error
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(3 * time.Second) {
-		if h, err = f.eng.HealthWith(ctx, ref, opts); err == nil && h.Healthy() {
-			return h
+	wait.NoError(t, "the stand healthy", 2*time.Minute, func() error {
+		var err error
+		if h, err = f.eng.HealthWith(ctx, ref, opts); err != nil {
+			return err
 		}
-	}
-	t.Fatalf("not healthy after 2 minutes: %+v, %v", h, err)
-	return nil
+		if !h.Healthy() {
+			return fmt.Errorf("not healthy: %+v", h)
+		}
+		return nil
+	}, wait.Every(3*time.Second))
+	return h
 }
 
 // notActive is a problem saying a unit stopped by hand is not running. After a stop systemd calls
@@ -196,21 +202,18 @@ func healthLoopOnNodes(t *testing.T, ctx context.Context, f *fixture, repo edita
 	waitFor := func(r *reconcile.Reconciler, what string, within time.Duration, ok func(*reconcile.Status) bool) (reconcile.Status, time.Duration) {
 		t.Helper()
 		t0, seen := time.Now(), ""
-		for time.Since(t0) < within {
+		st := wait.Value(t, id+" "+what, within, func() (*reconcile.Status, bool) {
 			st := r.Status(id)
-			if st != nil && ok(st) {
-				return *st, time.Since(t0)
+			if st == nil {
+				return nil, false
 			}
-			if st != nil {
-				if now := fmt.Sprintf("%s/%s %q", st.Phase, st.Reason, st.Message); now != seen {
-					t.Logf("waiting for %s, %v: %s", what, time.Since(t0).Round(time.Second), now)
-					seen = now
-				}
+			if now := fmt.Sprintf("%s/%s %q", st.Phase, st.Reason, st.Message); now != seen && !ok(st) {
+				t.Logf("waiting for %s, %v: %s", what, time.Since(t0).Round(time.Second), now)
+				seen = now
 			}
-			time.Sleep(time.Second)
-		}
-		t.Fatalf("%s not %s within %v: %+v", id, what, within, r.Status(id))
-		return reconcile.Status{}, 0
+			return st, ok(st)
+		}, wait.Every(time.Second))
+		return *st, time.Since(t0)
 	}
 	waitPhase := func(r *reconcile.Reconciler, phase reason.Phase, within time.Duration) (reconcile.Status, time.Duration) {
 		t.Helper()
@@ -242,7 +245,16 @@ func healthLoopOnNodes(t *testing.T, ctx context.Context, f *fixture, repo edita
 	if st.Reason != reason.InstanceUnhealthy {
 		t.Errorf("degraded status: %s %q", st.Reason, st.Message)
 	}
-	time.Sleep(10 * time.Second) // the check's status commit follows its status
+	// The check's status commit follows its status: counted from once it is there.
+	wait.For(t, "the Degraded status committed", 2*time.Minute, func() bool {
+		snap, err := gitsource.New(dir, "stands-status").Fetch(ctx)
+		if err != nil {
+			return false
+		}
+		data, err := fs.ReadFile(snap.Files, stands.StatusPath(id))
+		var committed reconcile.Status
+		return err == nil && json.Unmarshal(data, &committed) == nil && committed.Phase == reason.Degraded
+	}, wait.Every(time.Second))
 	commits := branchCommits(t, dir, "stands-status")
 	time.Sleep(2*interval + 10*time.Second) // two more checks find the same
 	if n := branchCommits(t, dir, "stands-status") - commits; n != 0 {

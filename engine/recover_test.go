@@ -13,6 +13,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // deadPID is the pid of a process of this host that has ended.
@@ -54,11 +55,7 @@ func TestClearStaleLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = killed.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); !zombie(killed.Process.Pid); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the killed process never became a zombie")
-		}
-	}
+	wait.For(t, "the killed process to become a zombie", 10*time.Second, func() bool { return zombie(killed.Process.Pid) }, wait.Every(10*time.Millisecond))
 	recent, old := time.Now().Add(-time.Minute), time.Now().Add(-3*time.Hour)
 	cases := []struct {
 		name    string

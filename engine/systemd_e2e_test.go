@@ -5,7 +5,9 @@ package engine
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim/vm"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // The reconciler as its Debian package installs it, under the VM's systemd (PID 1): `make deb`'s package
@@ -161,6 +164,8 @@ sudo mkdir -p %s && sudo tar -C %s -xf %s/repo.tar && sudo chown -R stands:stand
 	t2 := time.Now()
 	mustRun(t, c, "sudo systemctl stop stands-reconciler")
 	t.Logf("systemd: systemctl stop during the apply returned after %s", time.Since(t2).Round(time.Second))
+	// journald reads the daemon's output as a stream of its own: its last lines may follow the stop.
+	waitFor(t, c, time.Minute, "the daemon's last line in the journal", journalHas("reconciler stopped", 1))
 	j := journal(t, c)
 	show := mustRun(t, c, "systemctl show stands-reconciler -p Result -p ExecMainStatus")
 	if !strings.Contains(show, "Result=success") || !strings.Contains(show, "ExecMainStatus=0") {
@@ -203,6 +208,7 @@ sudo mkdir -p %s && sudo tar -C %s -xf %s/repo.tar && sudo chown -R stands:stand
 	if now := unitShow(t, c, "MainPID")["MainPID"]; now == frozen {
 		t.Errorf("the unit's main process is still %s after the restart", frozen)
 	}
+	waitFor(t, c, time.Minute, "the frozen daemon's stacks in the journal", "sudo journalctl -u stands-reconciler -o cat | grep -q '^goroutine '")
 	whole := mustRun(t, c, "sudo journalctl -u stands-reconciler --no-pager -o cat")
 	for _, want := range []string{"Watchdog timeout", "SIGABRT", "goroutine "} {
 		if !strings.Contains(whole, want) {
@@ -240,11 +246,12 @@ sudo mkdir -p %s && sudo tar -C %s -xf %s/repo.tar && sudo chown -R stands:stand
 			t.Errorf("the unit after dpkg -i %s: %v (its main process was %s)", v, show, pid)
 		}
 		waitCtl(t, c, 5*time.Minute, "p Ready after dpkg -i "+v, func(v ctlView) bool { return v.Stands["Ready"] == 1 })
+		count := func(s, what string) int { return strings.Count(s, `"msg":"`+what+`"`) }
+		waitFor(t, c, time.Minute, "the drained daemon's last line in the journal", journalHas("reconciler stopped", count(before, "reconciler stopped")+1))
 		if now := vmServers(t, c); !maps.Equal(now, servers) {
 			t.Errorf("servers after dpkg -i %s: %v, before %v", v, now, servers)
 		}
 		j := mustRun(t, c, "sudo journalctl -u stands-reconciler --no-pager -o cat")
-		count := func(s, what string) int { return strings.Count(s, `"msg":"`+what+`"`) }
 		if n := count(j, "stand applied") - count(before, "stand applied"); n != 0 {
 			t.Errorf("dpkg -i %s: %d applies after it, want none", v, n)
 		}
@@ -324,17 +331,18 @@ func exposure(t *testing.T, c *ssh.Client) {
 	}
 }
 
+// journalHas is a check on the node: the unit's journal holds at least n records of msg.
+func journalHas(msg string, n int) string {
+	return fmt.Sprintf(`test "$(sudo journalctl -u stands-reconciler -o cat | grep -c '"msg":"%s"')" -ge %d`, msg, n)
+}
+
 // waitFor runs check on the node until it succeeds.
 func waitFor(t *testing.T, c *ssh.Client, d time.Duration, what, check string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if _, err := runErr(c, check); err == nil {
-			return
-		}
-		time.Sleep(5 * time.Second)
+	err := wait.Until(context.Background(), d, func() error { _, err := runErr(c, check); return err }, wait.Every(5*time.Second))
+	if err != nil {
+		t.Fatalf("waiting for %s: %v\n%s", what, err, journal(t, c))
 	}
-	t.Fatalf("waited %s for %s\n%s", d, what, journal(t, c))
 }
 
 // samplerScript records, for every process of the unit's cgroup and of the control's, its command
@@ -401,20 +409,22 @@ type ctlView struct {
 // waitCtl asks the daemon for its controls' view through `ctl status` until cond holds.
 func waitCtl(t *testing.T, c *ssh.Client, d time.Duration, what string, cond func(ctlView) bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
 	var last string
-	for time.Now().Before(deadline) {
+	// Every 10 s: each ctl is a process on a TCG guest's one CPU.
+	err := wait.Until(context.Background(), d, func() error {
 		out, err := runErr(c, "sudo "+ctlStatus)
 		last = out
 		var rec struct {
 			Controls ctlView `json:"controls"`
 		}
 		if err == nil && json.Unmarshal([]byte(out), &rec) == nil && cond(rec.Controls) {
-			return
+			return nil
 		}
-		time.Sleep(10 * time.Second) // each ctl is a process on a TCG guest's one CPU
+		return errors.New("not yet")
+	}, wait.Every(10*time.Second))
+	if err != nil {
+		t.Fatalf("waiting for %s: %v; last ctl status: %s\n%s", what, err, last, journal(t, c))
 	}
-	t.Fatalf("waited %s for %s; last ctl status: %s\n%s", d, what, last, journal(t, c))
 }
 
 func journal(t *testing.T, c *ssh.Client) string {

@@ -24,6 +24,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 func TestPublishToGitea(t *testing.T) {
@@ -189,13 +190,7 @@ func TestLocalRepository(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // let the watcher settle the publish's own events
 	before := woken.Load()
 	second := commit("stands/b/stand.yml")
-	deadline := time.Now().Add(5 * time.Second)
-	for woken.Load() == before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if woken.Load() == before {
-		t.Fatal("a commit did not wake the watcher")
-	}
+	wait.For(t, "a commit to wake the watcher", 5*time.Second, func() bool { return woken.Load() != before }, wait.Every(20*time.Millisecond))
 	if snap, _ := src.Fetch(ctx); snap.Commit != second {
 		t.Errorf("fetch after commit: %s, want %s", snap.Commit, second)
 	}

@@ -2,6 +2,7 @@ package prplan
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/test/fakes"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // bombStands is a pull request's change adding n stands whose template never ends: each render
@@ -110,14 +112,17 @@ func TestPlansInterleave(t *testing.T) {
 			start := time.Now()
 			ordinary := make(chan time.Duration, 1)
 			go func() {
-				for time.Since(start) < time.Minute {
+				err := wait.Until(context.Background(), time.Minute, func() error {
 					if strings.HasPrefix(f.Status("ordinary", PlanContext), "success") {
-						ordinary <- time.Since(start)
-						return
+						return nil
 					}
-					time.Sleep(20 * time.Millisecond)
+					return errors.New("not planned")
+				}, wait.Every(20*time.Millisecond))
+				if err != nil {
+					ordinary <- -1
+					return
 				}
-				ordinary <- -1
+				ordinary <- time.Since(start)
 			}()
 			h.mustCycle()
 			hostile := time.Since(start)

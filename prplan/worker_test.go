@@ -9,6 +9,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/reconcile"
 	"github.com/stands-engine/stands-reconciler/test/fakes"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // TestPlansRunOffThePollPath: while a pull request's plan hangs in its preview, cycles go on and a
@@ -39,7 +40,7 @@ func TestPlansRunOffThePollPath(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a cycle waited for a pull request's plan")
 	}
-	fakes.WaitUntil(t, "b applied again while a plan hangs", func() bool { return h.eng.UpsOf("local_b_dev") == 2 })
+	wait.For(t, "b applied again while a plan hangs", 10*time.Second, func() bool { return h.eng.UpsOf("local_b_dev") == 2 })
 	close(h.eng.PreviewGate)
 	h.r.Wait()
 	if !strings.Contains(f.Comment(1), "local_a_dev") {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // gauge is the value of one series of a gathered metric; -1 when it is not there.
@@ -46,10 +48,7 @@ func TestMetrics(t *testing.T) {
 	if err := h.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for gauge(t, reg, "stands_operations_running", nil) != 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, "one operation running", 10*time.Second, func() bool { return gauge(t, reg, "stands_operations_running", nil) == 1 }, wait.Every(10*time.Millisecond))
 	if r, q := gauge(t, reg, "stands_operations_running", nil), gauge(t, reg, "stands_operations_queued", nil); r != 1 || q != 2 {
 		t.Errorf("with one worker and three operations: %v running, %v queued", r, q)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/fakes"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 type harness struct {
@@ -465,7 +466,7 @@ func TestQueuedDestroyOfARestoredStand(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Only once it does: a destroy started next could otherwise take the worker first.
-	fakes.WaitUntil(t, "a's apply holds the worker", func() bool {
+	wait.For(t, "a's apply holds the worker", 10*time.Second, func() bool {
 		h.eng.Mu.Lock()
 		defer h.eng.Mu.Unlock()
 		return h.eng.Running == 1
@@ -551,7 +552,7 @@ func TestNoCycleStartsOnAStandBeforeItsOutcome(t *testing.T) {
 	if err := h.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	fakes.WaitUntil(t, "the apply of h002 stores its connection record", func() bool {
+	wait.For(t, "the apply of h002 stores its connection record", 10*time.Second, func() bool {
 		h.sec.Mu.Lock()
 		blocked := h.sec.Blocked
 		h.sec.Mu.Unlock()

@@ -18,6 +18,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/fakes"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // The replicas' loops against real leases on a real PostgreSQL; the engine is the fake one, shared
@@ -163,7 +164,8 @@ func startReplica(t *testing.T, pg *testenv.Postgres, src *fakeSource, eng *fake
 func (rp *replica) cutOff(t *testing.T, name string) stands.Lease {
 	t.Helper()
 	rp.db.Close()
-	time.Sleep(100 * time.Millisecond)
+	// Rounds run one after another: once one has failed, a renewal that was on its way has landed.
+	wait.For(t, rp.name+"'s renewals to fail", 15*time.Second, func() bool { return !rp.m.Renewing() }, wait.Every(10*time.Millisecond))
 	held, _, ok := rp.m.Held(name)
 	if !ok {
 		t.Fatalf("%s lost the lease %s at once", rp.name, name)
@@ -174,14 +176,14 @@ func (rp *replica) cutOff(t *testing.T, name string) stands.Lease {
 // waitLive waits until every replica given sees them all live.
 func waitLive(t *testing.T, rs ...*replica) {
 	t.Helper()
-	fakes.WaitWithin(t, 15*time.Second, 50*time.Millisecond, "every replica to see the others", func() bool {
+	wait.For(t, "every replica to see the others", 15*time.Second, func() bool {
 		for _, rp := range rs {
 			if len(rp.m.Live()) != len(rs) {
 				return false
 			}
 		}
 		return true
-	})
+	}, wait.Every(50*time.Millisecond))
 }
 
 // standOf is the first stand (its id and folder: prefix0, prefix1, …) that is owner's by rendezvous
@@ -238,7 +240,7 @@ func TestReplicasSplitTheStands(t *testing.T) {
 	if leader == nil {
 		t.Fatal("no leader")
 	}
-	fakes.WaitWithin(t, 10*time.Second, 50*time.Millisecond, "the leader to commit every stand Ready", func() bool {
+	wait.For(t, "the leader to commit every stand Ready", 10*time.Second, func() bool {
 		_ = leader.r.publish(context.Background())
 		for _, id := range ids {
 			if !src.has(stands.StatusPath(id)) || src.statusOf(t, id).Phase != reason.Ready {
@@ -246,7 +248,7 @@ func TestReplicasSplitTheStands(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}, wait.Every(50*time.Millisecond))
 	live := []string{"r0", "r1", "r2"}
 	per := map[string]int{}
 	for _, id := range ids {
@@ -289,11 +291,11 @@ func TestReplicaCutOffStopsBeforeTakeover(t *testing.T) {
 	if err := a.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	fakes.WaitWithin(t, 10*time.Second, 50*time.Millisecond, "a's apply to start", func() bool {
+	wait.For(t, "a's apply to start", 10*time.Second, func() bool {
 		eng.Mu.Lock()
 		defer eng.Mu.Unlock()
 		return eng.Running == 1
-	})
+	}, wait.Every(50*time.Millisecond))
 	if _, _, ok := a.m.Held(id); !ok {
 		t.Fatal("a applies without holding the stand's lease")
 	}
@@ -303,7 +305,7 @@ func TestReplicaCutOffStopsBeforeTakeover(t *testing.T) {
 	eng.Hang = nil
 	eng.Mu.Unlock()
 	// b cycles until it has applied the stand.
-	fakes.WaitWithin(t, 30*time.Second, 50*time.Millisecond, "b to take the stand over and apply it", func() bool {
+	wait.For(t, "b to take the stand over and apply it", 30*time.Second, func() bool {
 		cycleAll(t, b)
 		for _, s := range log.of(id) {
 			if s.by == "b" && s.err == nil {
@@ -311,8 +313,8 @@ func TestReplicaCutOffStopsBeforeTakeover(t *testing.T) {
 			}
 		}
 		return false
-	})
-	fakes.WaitWithin(t, 10*time.Second, 50*time.Millisecond, "a's apply to end", func() bool { return len(log.of(id)) == 2 })
+	}, wait.Every(50*time.Millisecond))
+	wait.For(t, "a's apply to end", 10*time.Second, func() bool { return len(log.of(id)) == 2 }, wait.Every(50*time.Millisecond))
 	spans := log.of(id)
 	if len(spans) != 2 || spans[0].by != "a" || spans[1].by != "b" {
 		t.Fatalf("applies of %s: %+v", id, spans)
@@ -332,10 +334,10 @@ func TestReplicaCutOffStopsBeforeTakeover(t *testing.T) {
 	if eng.UpsOf(id) != 1 {
 		t.Errorf("%d ups, want 1", eng.UpsOf(id))
 	}
-	fakes.WaitWithin(t, 20*time.Second, 50*time.Millisecond, "b to lead and commit the stand Ready", func() bool {
+	wait.For(t, "b to lead and commit the stand Ready", 20*time.Second, func() bool {
 		_ = b.r.publish(context.Background())
 		return b.m.Leader() && src.has(stands.StatusPath(id)) && src.statusOf(t, id).Phase == reason.Ready
-	})
+	}, wait.Every(50*time.Millisecond))
 	for _, files := range src.publishedFiles() {
 		if data, ok := files[stands.StatusPath(id)]; ok && slices.Contains([]string{string(reason.LeaseLost)}, string(decodeOrEmpty(id, data).Reason)) {
 			t.Errorf("a status commit carried the cut-off replica's failure: %s", data)
@@ -385,12 +387,12 @@ func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 	// a's one worker is inside an apply before b joins: the others wait in a's queue. Which stand it
 	// took is the scheduler's choice; if that stand is b's, it stays with a until the apply ends.
 	var busy string
-	fakes.WaitWithin(t, 10*time.Second, 10*time.Millisecond, "a's worker to begin an apply", func() bool {
+	wait.For(t, "a's worker to begin an apply", 10*time.Second, func() bool {
 		for id := range log.applying() {
 			busy = id
 		}
 		return busy != ""
-	})
+	}, wait.Every(10*time.Millisecond))
 	b := startReplica(t, pg, src, eng, log, "b", 1)
 	waitLive(t, a, b)
 	joined := time.Now()
@@ -405,7 +407,7 @@ func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 	if len(bs) == 0 {
 		t.Fatalf("no stand queued at a is b's by rendezvous: %v, a applies %s", ids, busy)
 	}
-	fakes.WaitWithin(t, 20*time.Second, 50*time.Millisecond, "b to hold its stands while a's worker is busy", func() bool {
+	wait.For(t, "b to hold its stands while a's worker is busy", 20*time.Second, func() bool {
 		for _, rp := range []*replica{a, b} {
 			if err := rp.r.Cycle(context.Background()); err != nil {
 				t.Logf("%s: %v", rp.name, err)
@@ -417,10 +419,10 @@ func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}, wait.Every(50*time.Millisecond))
 	close(eng.Gate) // a's one running apply ends
 	a.r.Wait()
-	fakes.WaitWithin(t, 20*time.Second, 50*time.Millisecond, "every stand applied", func() bool {
+	wait.For(t, "every stand applied", 20*time.Second, func() bool {
 		cycleAll(t, a, b)
 		for _, id := range ids {
 			if eng.UpsOf(id) == 0 {
@@ -428,7 +430,7 @@ func TestQueuedStandsMoveToANewReplica(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}, wait.Every(50*time.Millisecond))
 	started, byB := 0, 0
 	for _, id := range ids {
 		spans := log.of(id)
@@ -474,11 +476,11 @@ func TestHealOfACutOffReplicaStops(t *testing.T) {
 	}
 	healed := make(chan struct{})
 	go func() { defer close(healed); a.r.HealthCycle(context.Background()) }()
-	fakes.WaitWithin(t, 10*time.Second, 10*time.Millisecond, "a's restart to begin", func() bool {
+	wait.For(t, "a's restart to begin", 10*time.Second, func() bool {
 		chk.mu.Lock()
 		defer chk.mu.Unlock()
 		return len(chk.restarts) == 1
-	})
+	}, wait.Every(10*time.Millisecond))
 	held := a.cutOff(t, id)
 	select {
 	case <-healed:
@@ -509,7 +511,7 @@ func TestPlanOfALeaderCutOffStops(t *testing.T) {
 	a := startReplica(t, pg, src, eng, &opLog{}, "a", 1, func(c *Config) {
 		c.Branch, c.StatusBranch, c.Forge, c.Plans = "main", "main", f, plans
 	})
-	fakes.WaitWithin(t, 10*time.Second, 50*time.Millisecond, "a to lead", a.m.Leader)
+	wait.For(t, "a to lead", 10*time.Second, a.m.Leader, wait.Every(50*time.Millisecond))
 	cycleAll(t, a)
 	eng.Mu.Lock()
 	gate := make(chan struct{})
@@ -531,22 +533,22 @@ func TestPlanOfALeaderCutOffStops(t *testing.T) {
 	statuses := maps.Clone(f.Statuses)
 	f.Mu.Unlock()
 	held := a.cutOff(t, stands.LeaderLease)
-	fakes.WaitWithin(t, time.Until(held.Deadline)+replicaGrace, 20*time.Millisecond, "a's plan to end", func() bool {
+	wait.For(t, "a's plan to end", time.Until(held.Deadline)+replicaGrace, func() bool {
 		eng.Mu.Lock()
 		defer eng.Mu.Unlock()
 		return len(eng.PreviewsEnded) == 1
-	})
+	}, wait.Every(20*time.Millisecond))
 	close(gate) // a plan still running would go on to its comment now
 	stopped := make(chan struct{})
 	go func() { plans.Wait(); close(stopped) }()
-	fakes.WaitWithin(t, 10*time.Second, 20*time.Millisecond, "a's plan worker to stop", func() bool {
+	wait.For(t, "a's plan worker to stop", 10*time.Second, func() bool {
 		select {
 		case <-stopped:
 			return true
 		default:
 			return false
 		}
-	})
+	}, wait.Every(20*time.Millisecond))
 	eng.Mu.Lock()
 	ended := eng.PreviewsEnded[0]
 	eng.Mu.Unlock()

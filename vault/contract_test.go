@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	vaultapi "github.com/hashicorp/vault/api"
 
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // The contract suite: what this package relies on in Vault's HTTP API, driven through the real
@@ -296,16 +298,12 @@ func runContract(t *testing.T, addr, rootToken, unsealKey string) {
 		if s, err := root.Sys().UnsealWithContext(ctx, unsealKey); err != nil || s.Sealed {
 			t.Fatalf("unseal: %+v %v", s, err)
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		wait.NoError(t, "a read after the unseal", 30*time.Second, func() error {
 			got, err := kv.Get(ctx, "stands/a/connection") // the root token outlives the seal
-			if err == nil && got.Data["value"] == "two" {
-				break
+			if err == nil && got.Data["value"] != "two" {
+				err = fmt.Errorf("read %+v", got.Data)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("read after unseal: %+v %v", got, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return err
+		})
 	})
 }

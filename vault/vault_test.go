@@ -14,6 +14,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 func ref(t *testing.T, s string) manifest.SecretRef {
@@ -91,17 +92,7 @@ func readsAgain(t *testing.T, c *Client, what string, timeout time.Duration) {
 // eventually retries cond every 200 ms until it holds or timeout passes.
 func eventually(t *testing.T, what string, timeout time.Duration, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	wait.NoError(t, what, timeout, cond, wait.Every(200*time.Millisecond))
 }
 
 func TestSecretsAndConnection(t *testing.T) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // runMainEnv makes the test binary behave as the real command (see TestMain), so a test can run the
@@ -56,23 +58,18 @@ func TestCrashDuringApply(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		created := 0
+	err = wait.Until(context.Background(), 90*time.Second, func() error {
 		for _, c := range h.Sim.Calls() {
 			if c.Method == http.MethodPost && c.Path == "/servers" {
-				created++
+				return nil
 			}
 		}
-		if created > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			testenv.KillTree(cmd.Process.Pid)
-			log, _ := os.ReadFile(logf.Name())
-			t.Fatalf("no server create within 90s:\n%s", log)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return errors.New("no server create")
+	}, wait.Every(20*time.Millisecond))
+	if err != nil {
+		testenv.KillTree(cmd.Process.Pid)
+		log, _ := os.ReadFile(logf.Name())
+		t.Fatalf("waiting for a server create: %v\n%s", err, log)
 	}
 	time.Sleep(300 * time.Millisecond) // let the second node's create go out too, if it will
 	testenv.KillTree(cmd.Process.Pid)  // our binary, the Pulumi CLI (a process group of its own) and the provider

@@ -34,6 +34,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 	"github.com/stands-engine/stands-reconciler/test/testfs"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // daemonStand is a one-node stand of project p on the example base; port varies its spec.
@@ -478,19 +479,15 @@ func (e *daemonEnv) waitFor(what string, timeout time.Duration, cond func() bool
 // reports on exited ends first, or timeout passes.
 func waitWhileRunning(t *testing.T, exited chan error, what string, timeout, poll time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
+	wait.For(t, what, timeout, cond, wait.Every(poll), wait.Unless(func() error {
 		select {
 		case err := <-exited:
 			exited <- err
-			t.Fatalf("the daemon exited (%v) while waiting for %s", err, what)
+			return fmt.Errorf("the daemon exited (%v)", err)
 		default:
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(poll)
-	}
+	}))
 }
 
 // waitStatus polls the repository until the stand's committed status satisfies cond.

@@ -28,6 +28,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/safeguard"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 	"github.com/stands-engine/stands-reconciler/test/testfs"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // TestPullRequestPlans: the daemon, as a bot user with write access, plans pull requests against
@@ -85,6 +86,10 @@ func TestPullRequestPlans(t *testing.T) {
 			return strings.Contains(s, "**The protection of `main` lacks** `required-approvals`:") && strings.Contains(s, "is not fully known")
 		})
 		t.Logf("STATUS.md:\n%s", status[:min(len(status), 700)])
+		// The watch logs each safeguard after handing them to the loop, whose cycle wrote STATUS.md.
+		e.waitFor("the log to name 1 missing and 4 unknown safeguards", time.Minute, func() bool {
+			return e.logCount("branch protection lacks a safeguard") >= 1 && e.logCount("branch protection safeguard not known") >= 4
+		})
 		if e.logCount("branch protection lacks a safeguard") != 1 || e.logCount("branch protection safeguard not known") != 4 {
 			t.Errorf("the log names %d missing and %d unknown safeguards, want 1 and 4", e.logCount("branch protection lacks a safeguard"),
 				e.logCount("branch protection safeguard not known"))
@@ -313,10 +318,10 @@ func TestPullRequestPlans(t *testing.T) {
 		}
 		// The comment comes first, stands/plan right after it.
 		var pending, final *gitea.Status
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && (pending == nil || final == nil || final.ID < pending.ID); time.Sleep(200 * time.Millisecond) {
+		wait.NoError(t, "stands/plan of the hostile head to go pending before its new plan", 30*time.Second, func() error {
 			statuses, _, err := admin.ListStatuses(owner, repo, hostileHead, gitea.ListStatusesOption{})
 			if err != nil {
-				t.Fatal(err)
+				return err
 			}
 			for _, s := range statuses {
 				switch {
@@ -327,12 +332,12 @@ func TestPullRequestPlans(t *testing.T) {
 					final = s
 				}
 			}
-		}
-		if pending == nil || final == nil || final.ID < pending.ID {
-			t.Errorf("stands/plan of the hostile head did not go pending before its new plan: pending %+v, final %+v", pending, final)
-		} else {
-			t.Logf("main merged at %s; the hostile plan pending at %s, planned again at %s", pr.Merged, pending.Created, final.Created)
-		}
+			if pending == nil || final == nil || final.ID < pending.ID {
+				return fmt.Errorf("pending %+v, final %+v", pending, final)
+			}
+			return nil
+		}, wait.Every(200*time.Millisecond))
+		t.Logf("main merged at %s; the hostile plan pending at %s, planned again at %s", pr.Merged, pending.Created, final.Created)
 		if c := e.waitComment(addPR, addHead); strings.Contains(c, merge[:12]) {
 			t.Errorf("a pull request the move does not touch was planned again:\n%s", c)
 		}
@@ -377,18 +382,18 @@ func TestPullRequestPlans(t *testing.T) {
 		if st.Phase != reason.Blocked || !strings.Contains(st.Message, "another head") || !strings.Contains(st.Message, "ctl approve local_a_dev "+commit[:12]) {
 			t.Errorf("the held change's status: %s %q", st.Phase, st.Message)
 		}
-		statuses, _, err := admin.ListStatuses(owner, repo, commit, gitea.ListStatusesOption{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		said := false
-		for _, s := range statuses {
-			said = said || s.Context == "stands/local_a_dev" && s.State == gitea.StatusFailure && strings.HasPrefix(s.Description, "not applied: unreviewed change")
-		}
-		if !said {
-			t.Errorf("the merge commit's stands/local_a_dev does not say the change is unreviewed: %+v", statuses)
-		}
-		time.Sleep(3 * time.Second) // three more cycles
+		// The commit status is set after the status is recorded, by a call of its own.
+		var statuses []*gitea.Status
+		e.waitFor("the merge commit's stands/local_a_dev to say the change is unreviewed", time.Minute, func() bool {
+			statuses, _, _ = admin.ListStatuses(owner, repo, commit, gitea.ListStatusesOption{})
+			for _, s := range statuses {
+				if s.Context == "stands/local_a_dev" && s.State == gitea.StatusFailure && strings.HasPrefix(s.Description, "not applied: unreviewed change") {
+					return true
+				}
+			}
+			return false
+		})
+		e.waitLog("cycle planned", e.logCount("cycle planned")+3, time.Minute) // three more cycles
 		if n := e.ups() - ups; n != 0 {
 			t.Fatalf("%d pulumi up for an unreviewed change", n)
 		}
@@ -523,27 +528,26 @@ func (e *daemonEnv) planComments(n int64) int {
 // planStatus is the final stands/plan status of a commit (waiting while it is pending).
 func (e *daemonEnv) planStatus(sha string) *gitea.Status {
 	e.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	var newest *gitea.Status
+	wait.NoError(e.t, "a final stands/plan on "+sha[:12], time.Minute, func() error {
 		statuses, _, err := e.gitea.API(e.t).ListStatuses(e.repo.Info.Owner.UserName, e.repo.Info.Name, sha, gitea.ListStatusesOption{})
-		var newest *gitea.Status
+		if err != nil {
+			return err
+		}
+		newest = nil
+		var seen []string
 		for _, s := range statuses {
+			seen = append(seen, fmt.Sprintf("%d %s %s %q", s.ID, s.Context, s.State, s.Description))
 			if s.Context == prplan.PlanContext && (newest == nil || s.ID > newest.ID) {
 				newest = s
 			}
 		}
-		if err == nil && newest != nil && newest.State != gitea.StatusPending {
-			return newest
+		if newest == nil || newest.State == gitea.StatusPending {
+			return fmt.Errorf("statuses %v", seen)
 		}
-		if time.Now().After(deadline) {
-			var seen []string
-			for _, s := range statuses {
-				seen = append(seen, fmt.Sprintf("%d %s %s %q", s.ID, s.Context, s.State, s.Description))
-			}
-			e.t.Fatalf("no final stands/plan on %s (%v): %v", sha[:12], err, seen)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return nil
+	}, wait.Every(250*time.Millisecond))
+	return newest
 }
 
 // allCommits lists every commit of every branch.

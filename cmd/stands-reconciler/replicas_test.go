@@ -119,10 +119,9 @@ func TestReplicas(t *testing.T) {
 		if per[n] == 0 {
 			t.Errorf("%s holds no stand", n)
 		}
-		metrics := ds[n].get("/metrics")
-		if want := fmt.Sprintf(`stands_leases_held{replica=%q} %d`, n, per[n]); !strings.Contains(metrics, want) {
-			t.Errorf("%s's /metrics lacks %s", n, want)
-		}
+		// The gauge follows the lease's row in the database: a renewal later.
+		want := fmt.Sprintf(`stands_leases_held{replica=%q} %d`, n, per[n])
+		ds[n].waitFor(n+"'s /metrics saying "+want, time.Minute, func() bool { return strings.Contains(ds[n].get("/metrics"), want) })
 	}
 	alertMetricsServed(t, ds["r0"].get("/metrics"), replicaMetric)
 

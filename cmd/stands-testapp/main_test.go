@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 func TestAppAndPeer(t *testing.T) {
@@ -32,17 +33,15 @@ func TestAppAndPeer(t *testing.T) {
 	start(map[string]string{"LISTEN": fmt.Sprintf("127.0.0.1:%d", b), "ECHO_LISTEN": "off", "GREETING": "B", "PEER": fmt.Sprintf("http://127.0.0.1:%d", a)})
 	get := func(port int, path string) string {
 		t.Helper()
-		for range 100 {
+		return wait.Value(t, fmt.Sprintf("an answer on %d", port), 10*time.Second, func() (string, bool) {
 			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
-			if err == nil {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				return string(body)
+			if err != nil {
+				return "", false
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Fatalf("no answer on %d", port)
-		return ""
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return string(body), true
+		}, wait.Every(20*time.Millisecond))
 	}
 	if got := get(a, "/"); !strings.HasPrefix(got, "hello from A from ") {
 		t.Errorf("A: %q", got)
@@ -50,10 +49,11 @@ func TestAppAndPeer(t *testing.T) {
 	if got := get(b, "/peer"); !strings.HasPrefix(got, "peer said: hello from A") {
 		t.Errorf("B's peer call: %q", got)
 	}
-	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", aEcho))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The echo port is bound after the HTTP server starts: dialled until it answers too.
+	c := wait.Value(t, "the echo port", 10*time.Second, func() (net.Conn, bool) {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", aEcho))
+		return c, err == nil
+	}, wait.Every(20*time.Millisecond))
 	defer c.Close()
 	fmt.Fprintln(c, "ping 42")
 	if line, _ := bufio.NewReader(c).ReadString('\n'); line != "ping 42\n" {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 func TestRead(t *testing.T) {
@@ -80,13 +82,7 @@ func TestWatchRotatesAndCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	write("two")
-	deadline := time.Now().Add(10 * time.Second)
-	for v, _ := c.Value(); v != "two"; v, _ = c.Value() {
-		if time.Now().After(deadline) {
-			t.Fatalf("rotated value not picked up: %q", v)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, "the rotated value picked up", 10*time.Second, func() bool { v, _ := c.Value(); return v == "two" }, wait.Every(20*time.Millisecond))
 	c.Close()
 	write("three")
 	time.Sleep(300 * time.Millisecond) // three debounce periods

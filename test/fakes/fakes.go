@@ -23,6 +23,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 	"github.com/stands-engine/stands-reconciler/test/testfs"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // Package fakes holds the fakes the loop's and the pull request plans' unit tests drive them with:
@@ -601,30 +602,14 @@ func (f *Forge) Comment(n int64) string {
 	return f.Comments[n]
 }
 
-// waitRunning waits until n operations are inside the engine.
+// WaitRunning waits until n operations are inside the engine.
 func (e *Engine) WaitRunning(t *testing.T, n int) {
 	t.Helper()
-	WaitUntil(t, fmt.Sprintf("%d operations in the engine", n), func() bool {
+	wait.For(t, fmt.Sprintf("%d operations in the engine", n), 10*time.Second, func() bool {
 		e.Mu.Lock()
 		defer e.Mu.Unlock()
 		return e.Running == n
-	})
-}
-
-// WaitUntil checks cond every millisecond until it holds, failing the test after 10 s.
-func WaitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	WaitWithin(t, 10*time.Second, time.Millisecond, what, cond)
-}
-
-// WaitWithin checks cond every poll until it holds, failing the test after within.
-func WaitWithin(t *testing.T, within, poll time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(within); !cond(); time.Sleep(poll) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-	}
+	}, wait.Every(time.Millisecond))
 }
 
 // digest is what the fake engine compares an instance's configuration by.

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // API is a Gitea SDK client authenticated as the admin user.
@@ -180,14 +181,10 @@ func (r *Repo) ChangeOn(branch, msg string, write map[string]string, remove ...s
 // for a branch of a repository it still thinks empty with an error (500, a panic in 1.26).
 func (r *Repo) WaitBranch(api *gitea.Client, branch string) {
 	r.t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, _, err := api.GetRepoBranch(r.Info.Owner.UserName, r.Info.Name, branch); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("Gitea does not know the pushed branch %s after 30s", branch)
-		}
-	}
+	wait.NoError(r.t, "Gitea to know the pushed branch "+branch, 30*time.Second, func() error {
+		_, _, err := api.GetRepoBranch(r.Info.Owner.UserName, r.Info.Name, branch)
+		return err
+	})
 }
 
 // Open opens a pull request from branch into main as the API client's user; it returns its index.
@@ -225,20 +222,13 @@ func (r *Repo) mergeOnce(api *gitea.Client, index int64) error {
 	r.t.Helper()
 	owner, name := r.Info.Owner.UserName, r.Info.Name
 	// Gitea checks mergeability in the background right after the PR opens or moves.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	wait.For(r.t, fmt.Sprintf("pull request %d to be mergeable", index), time.Minute, func() bool {
 		pr, _, err := api.GetPullRequest(owner, name, index)
 		if err != nil {
 			r.t.Fatalf("pull request %d: %v", index, err)
 		}
-		if pr.Mergeable {
-			break
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("pull request %d is not mergeable after 60s", index)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return pr.Mergeable
+	}, wait.Every(300*time.Millisecond))
 	ok, resp, err := api.MergePullRequest(owner, name, index, gitea.MergePullRequestOption{Style: gitea.MergeStyleMerge})
 	if err == nil && !ok {
 		code := 0

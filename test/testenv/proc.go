@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // ProcStatus is a size field of /proc/<pid>/status (VmHWM, VmRSS, …) in bytes.
@@ -74,14 +75,13 @@ func Running(pid int) bool {
 // WaitGone fails the test unless every pid has ended within the time given.
 func WaitGone(t testing.TB, pids []int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for _, pid := range pids {
-		for Running(pid) {
-			if time.Now().After(deadline) {
+	wait.NoError(t, fmt.Sprintf("%d processes to end", len(pids)), within, func() error {
+		for _, pid := range pids {
+			if Running(pid) {
 				cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-				t.Fatalf("pid %d (%s) still runs %s later", pid, strings.ReplaceAll(string(cmdline), "\x00", " "), within)
+				return fmt.Errorf("pid %d (%s) still runs", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
-	}
+		return nil
+	}, wait.Every(20*time.Millisecond))
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // The S3 servers' credentials: the engine and the CLI take them from AWS_ACCESS_KEY_ID and
@@ -163,16 +164,20 @@ func (g *versityGW) start(t testing.TB) {
 		t.Fatal(err)
 	}
 	g.proc = p
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if resp, err := http.Get("http://" + g.addr + "/"); err == nil {
+	err = wait.Until(context.Background(), 30*time.Second, func() error {
+		resp, err := http.Get("http://" + g.addr + "/")
+		if err == nil {
 			resp.Body.Close()
-			return
 		}
-		if done, err := p.Exited(); done || time.Now().After(deadline) {
-			t.Fatalf("versitygw did not answer on %s (exited %v: %v):\n%s", g.addr, done, err, tail(g.log))
+		return err
+	}, wait.Every(50*time.Millisecond), wait.Unless(func() error {
+		if done, err := p.Exited(); done {
+			return fmt.Errorf("exited: %v", err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}))
+	if err != nil {
+		t.Fatalf("versitygw did not answer on %s: %v\n%s", g.addr, err, tail(g.log))
 	}
 }
 

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"github.com/go-git/go-git/v5/config"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/go-git/go-git/v5/storage/memory"
+
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // TestGitea starts Gitea, creates a repository through the Gitea SDK, pushes a commit with go-git over
@@ -44,17 +47,13 @@ func TestGitea(t *testing.T) {
 
 	// Both read back: through the API, and by a fresh clone over HTTP. Gitea updates its view of a
 	// repository from a queue after each push, so the API may lag the push by a moment.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	wait.NoError(t, "the API to show both commits", 30*time.Second, func() error {
 		commits, _, err := api.ListRepoCommits(g.User, "stands", gitea.ListCommitOptions{SHA: "main"})
-		if err == nil && len(commits) == 2 {
-			break
+		if err == nil && len(commits) != 2 {
+			err = fmt.Errorf("%d commits", len(commits))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the API never showed both commits: %d, %v", len(commits), err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err
+	}, wait.Every(200*time.Millisecond))
 	for path, want := range map[string]string{"stands/a/stand.yml": "project: a", "stands/b/stand.yml": "project: b"} {
 		data, _, err := api.GetFile(g.User, "stands", "main", path)
 		if err != nil || !strings.Contains(string(data), want) {
