@@ -50,6 +50,7 @@ func TestCrashDuringApply(t *testing.T) {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	testenv.EndsWithTest(cmd)
 	logf, err := os.Create(filepath.Join(t.TempDir(), "child.log"))
 	if err != nil {
 		t.Fatal(err)

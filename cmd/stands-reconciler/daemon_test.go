@@ -420,6 +420,7 @@ func (e *daemonEnv) start(extra ...string) {
 		t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
+	testenv.EndsWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -90,6 +90,7 @@ func (d *localDaemon) start(extra ...string) {
 		t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
+	testenv.EndsWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,9 @@ import (
 )
 
 // Process is a server that can be stopped and started again: run in a process group of its own (so a stop
-// reaches whatever it forks) with its output appended to a log file.
+// reaches whatever it forks) with its output appended to a log file. It ends with the process that
+// started it, however that one ends (EndWithThisProcess): a test or demo that is killed leaves no
+// server behind.
 type Process struct {
 	cmd     *exec.Cmd
 	logFile *os.File
@@ -27,6 +29,7 @@ func StartProcess(cmd *exec.Cmd, logPath string) (*Process, error) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true // the caller's other attributes (a Credential) stay
+	EndWithThisProcess(cmd)
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
@@ -68,4 +71,15 @@ func (p *Process) StopWith(sig syscall.Signal, grace time.Duration) {
 		p.exited <- <-p.exited
 	}
 	p.logFile.Close()
+}
+
+// EndWithThisProcess has the kernel send cmd SIGKILL when this process ends, a kill -9 or a test
+// binary's timeout panic included, when no cleanup of ours runs (Pdeathsig). The kernel sends it
+// when the thread that started cmd ends, and Go ends a thread only under a goroutine that locked it
+// (runtime.LockOSThread), which no caller does.
+func EndWithThisProcess(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }

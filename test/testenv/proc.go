@@ -11,6 +11,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
 	"github.com/stands-engine/stands-reconciler/test/wait"
+	"os/exec"
 )
 
 // ProcStatus is a size field of /proc/<pid>/status (VmHWM, VmRSS, …) in bytes.
@@ -85,3 +86,7 @@ func WaitGone(t testing.TB, pids []int, within time.Duration) {
 		return nil
 	}, wait.Every(20*time.Millisecond))
 }
+
+// EndsWithTest has cmd killed when the test binary ends, however it ends: a daemon a test started
+// must not outlive a timed-out or killed run (localserver.EndWithThisProcess).
+func EndsWithTest(cmd *exec.Cmd) { localserver.EndWithThisProcess(cmd) }

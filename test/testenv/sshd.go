@@ -108,6 +108,7 @@ func (s *SSHD) Start() {
 	s.cmd = exec.Command(Binary(s.t, "sshd", "STANDS_SSHD_BIN"), "-D", "-e", "-f", filepath.Join(s.dir, "sshd_config"))
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	EndsWithTest(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start sshd: %v", err)
 	}
