@@ -93,7 +93,7 @@ vm-image:
 
 E2E_TIMEOUT ?= 60m
 e2e: vm-image
-	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -run 'E2E' -v ./engine/
+	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -run 'E2E' -v ./hcloudsim/vm/ ./engine/
 
 # Measurements at 1,000 stands (bench/, tag bench): writes bench/results.md and docs/performance.md.
 # Not part of test: it runs about half an hour.

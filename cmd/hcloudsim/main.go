@@ -112,7 +112,7 @@ func machineBackend(kind, dir, state, registry, accel string, log *slog.Logger) 
 		}
 	}
 	// VMs keep running after the simulator stops; a restart with the same state reattaches them.
-	vms, err := vm.New(vm.Config{Dir: dir, Registry: registry, Accel: accel, Log: log})
+	vms, err := vm.New(vm.Config{Dir: dir, Registry: registry, Accel: accel, Detach: true, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("vm backend: %w", err)
 	}

@@ -37,10 +37,11 @@ func qmp(sock, command string, args map[string]any) (any, error) {
 	if _, err := read(); err != nil { // greeting
 		return nil, err
 	}
-	for _, cmd := range []map[string]any{{"execute": "qmp_capabilities"}, {"execute": command, "arguments": args}} {
-		if cmd["arguments"] == nil {
-			delete(cmd, "arguments")
-		}
+	run := map[string]any{"execute": command}
+	if len(args) > 0 { // a nil map held in an interface is not nil: "arguments": null is refused
+		run["arguments"] = args
+	}
+	for _, cmd := range []map[string]any{{"execute": "qmp_capabilities"}, run} {
 		if err := enc.Encode(cmd); err != nil {
 			return nil, fmt.Errorf("vm: qmp: %w", err)
 		}

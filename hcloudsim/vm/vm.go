@@ -45,7 +45,11 @@ type Config struct {
 	// image of it, made when the first VM starts): a guest under TCG reads a disk many times faster
 	// than it takes a file over SSH.
 	Share string
-	Log   *slog.Logger
+	// Detach lets the VMs and switches outlive the process that started them: a simulator started
+	// again on the same Dir reattaches them (cmd/hcloudsim). Unset, each ends with this process,
+	// however it ends, a kill included: a test stopped or timed out leaves no QEMU behind.
+	Detach bool
+	Log    *slog.Logger
 }
 
 // ShareLabel is the label of Config.Share's disk in the guests (/dev/disk/by-label/STANDS_SHARE).
@@ -70,6 +74,9 @@ type Machines struct {
 	mu      sync.Mutex
 	servers map[int64]*server
 	used    map[netip.Addr]bool
+	// holds are the write ends of the switches' consoles (Detach unset): a switch ends when its
+	// console does, so with this process at the latest.
+	holds []*os.File
 }
 
 var _ hcloudsim.Machine = (*Machines)(nil)
@@ -268,9 +275,55 @@ func (m *Machines) start(ctx context.Context, s *server) error {
 		args = append(args, "-drive", "file="+iso+",if=virtio,format=raw,readonly=on")
 	}
 	args = append(args, "-display", "none", "-serial", "file:"+filepath.Join(s.dir, "console.log"),
-		"-qmp", "unix:"+filepath.Join(s.dir, "qmp.sock")+",server=on,wait=off",
-		"-daemonize", "-pidfile", filepath.Join(s.dir, "qemu.pid"))
-	return run(ctx, "qemu-system-x86_64", args...)
+		"-qmp", "unix:"+filepath.Join(s.dir, "qmp.sock")+",server=on,wait=off", "-pidfile", filepath.Join(s.dir, "qemu.pid"))
+	if m.cfg.Detach {
+		return run(ctx, "qemu-system-x86_64", append(args, "-daemonize")...)
+	}
+	cmd := exec.Command("qemu-system-x86_64", args...)
+	logPath := filepath.Join(s.dir, "qemu.log")
+	exited, err := spawn(cmd, logPath)
+	if err != nil {
+		return err
+	}
+	// Up once its monitor answers, as -daemonize returns once QEMU has set the machine up.
+	for range 600 {
+		select {
+		case <-exited:
+			out, _ := os.ReadFile(logPath)
+			return fmt.Errorf("vm: qemu-system-x86_64 exited at its start: %s", strings.TrimSpace(string(out)))
+		case <-ctx.Done():
+			_ = cmd.Process.Kill()
+			return ctx.Err()
+		default:
+		}
+		if _, err := qmp(filepath.Join(s.dir, "qmp.sock"), "query-status", nil); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	return fmt.Errorf("vm: qemu %d: its monitor did not answer within a minute", cmd.Process.Pid)
+}
+
+// spawn starts a program of the VMs bound to this process (Config.Detach unset): in its process
+// group, so a kill of the group reaches it, and sent SIGKILL by the kernel when this process ends
+// (Pdeathsig; the kernel sends it when the thread that started it ends, and Go ends a thread only
+// under a goroutine that locked it, which nothing here does). Its output goes to logPath; it is
+// reaped when it exits, which closes the channel returned.
+func spawn(cmd *exec.Cmd, logPath string) (<-chan struct{}, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("vm: start %s: %w", filepath.Base(cmd.Path), err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	return exited, nil
 }
 
 // hub is the vde_switch of a private network, started on first use as a daemon of its own, so a
@@ -282,7 +335,11 @@ func (m *Machines) hub(ctx context.Context, network int64) (string, error) {
 		return sock, nil
 	}
 	_ = os.RemoveAll(sock)
-	if err := run(ctx, "vde_switch", "-s", sock, "-x", "-d", "-p", pidFile); err != nil {
+	if m.cfg.Detach {
+		if err := run(ctx, "vde_switch", "-s", sock, "-x", "-d", "-p", pidFile); err != nil {
+			return "", err
+		}
+	} else if err := m.spawnHub(sock, pidFile); err != nil {
 		return "", err
 	}
 	for range 100 {
@@ -292,6 +349,24 @@ func (m *Machines) hub(ctx context.Context, network int64) (string, error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return "", fmt.Errorf("vm: vde_switch for network %d did not come up", network)
+}
+
+// spawnHub starts a switch bound to this process: its console is a pipe whose write end only this
+// process holds, and it ends at the console's end.
+func (m *Machines) spawnHub(sock, pidFile string) error {
+	console, hold, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer console.Close()
+	cmd := exec.Command("vde_switch", "-s", sock, "-x")
+	cmd.Stdin = console
+	if _, err := spawn(cmd, sock+".log"); err != nil {
+		hold.Close()
+		return err
+	}
+	m.holds = append(m.holds, hold)
+	return os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600)
 }
 
 // Delete kills the server's VM by pid and removes its disk.
@@ -390,6 +465,10 @@ func (m *Machines) Close() error {
 		}
 		_ = os.Remove(f)
 	}
+	for _, h := range m.holds {
+		h.Close()
+	}
+	m.holds = nil
 	return errors.Join(errs...)
 }
 
