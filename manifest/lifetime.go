@@ -33,7 +33,7 @@ type Lifetime struct {
 	// WarnBefore: the warning pull request opens this long before the expiry (DefaultWarnBefore).
 	WarnBefore time.Duration
 	// MergeAtExpiry: at expiry the reconciler merges its own warning pull request, a change the
-	// repository approved by this setting (docs/lifetime.md#removal).
+	// repository approved by this setting (docs/lifetime.md#removal-at-the-end).
 	MergeAtExpiry bool
 	// At names each setting's place, for messages ("maximum" → .stands/lifetime.yml:2).
 	At map[string]Pos
@@ -189,7 +189,7 @@ func FormatLifetime(v time.Duration) string {
 	return b.String()
 }
 
-// expires decodes stand.expires: an RFC 3339 date-time with its zone (docs/lifetime.md#declaring-an-expiry
+// expires decodes stand.expires: an RFC 3339 date-time with its zone (docs/lifetime.md#declaring-an-end
 // says why a date-time and not a duration).
 func (d *decoder) expires(n *node, s *Stand) {
 	if n == nil {

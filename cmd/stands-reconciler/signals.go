@@ -15,7 +15,7 @@ import (
 
 // stopGrace is how long a command has, after SIGINT or SIGTERM cancelled its context, to end by
 // itself before it is stopped: work that cannot be cancelled (a template that never ends) must not
-// keep a CI job from stopping it (docs/cli.md#stopping-a-command).
+// keep a CI job from stopping it (docs/operations.md#stopping-a-command).
 const stopGrace = 1500 * time.Millisecond
 
 // drains are the daemon's commands: a signal starts their drain, and a second one aborts their
