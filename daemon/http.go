@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/stands-engine/stands-reconciler/gitsource"
@@ -35,12 +36,13 @@ func httpHandler(l loop, secret func() []byte, log *slog.Logger, metrics *promet
 
 // addWebhook serves POST /webhook on mux.
 func addWebhook(mux *http.ServeMux, l loop, secret func() []byte, log *slog.Logger, metrics *prometheus.Registry) {
-	deliveries := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stands_webhook_deliveries_total",
+	var reg prometheus.Registerer // none without a registry: a nil *Registry is not a nil Registerer
+	if metrics != nil {
+		reg = metrics
+	}
+	deliveries := promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "stands_webhook_deliveries_total",
 		Help: "Webhook requests by what became of them: triggered (a cycle asked for), duplicate, coalesced, refused, limited, too_large, bad_method."},
 		[]string{"result"})
-	if metrics != nil {
-		metrics.MustRegister(deliveries)
-	}
 	refused := &refusals{log: log, every: time.Minute, msg: "webhook refused: bad or missing signature, no poll started"}
 	limited := &refusals{log: log, every: time.Minute, msg: "webhooks over the rate refused (429), no poll started"}
 	hook := gitsource.NewWebhook(secret, l.Trigger, func(d gitsource.Delivery, r *http.Request) {

@@ -2,6 +2,7 @@ package archtest
 
 import (
 	"fmt"
+	"go/ast"
 	"os"
 	"os/exec"
 	"path"
@@ -226,4 +227,41 @@ func slugOf(heading string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestArchitectureNamesTheLoopsInterfaces: the reconcile row of docs/architecture.md names every
+// interface the loop declares, each one a seam a reader looks for there.
+func TestArchitectureNamesTheLoopsInterfaces(t *testing.T) {
+	root := testenv.RepoRoot()
+	data, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, row, _ := strings.Cut(string(data), "\n| `reconcile` |")
+	row, _, _ = strings.Cut(row, "\n")
+	n := 0
+	for _, src := range sources(t, filepath.Join(root, "reconcile")) {
+		for _, d := range src.file.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok {
+				continue
+			}
+			for _, spec := range g.Specs {
+				ts, ok := spec.(*ast.TypeSpec)
+				if !ok || !ts.Name.IsExported() {
+					continue
+				}
+				if _, iface := ts.Type.(*ast.InterfaceType); !iface {
+					continue
+				}
+				n++
+				if !strings.Contains(row, "`"+ts.Name.Name+"`") {
+					t.Errorf("docs/architecture.md's reconcile row does not name the interface %s", ts.Name.Name)
+				}
+			}
+		}
+	}
+	if n < 5 {
+		t.Fatalf("found %d interfaces in reconcile", n)
+	}
 }
