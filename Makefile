@@ -1,5 +1,6 @@
 # stands-reconciler — build, test and lint. `make demo` runs the reconciler's whole loop on the example
-# repository (local Gitea, Vault, hcloudsim); `make test` is what CI runs (.ci/run).
+# repository (local Gitea, Vault, hcloudsim). CI runs .ci/run: `make tools`, `lint`, `test`, `demo-check`
+# and `faults-short`, with `make e2e` beside them (docs/development.md#how-ci-runs).
 GO           ?= go
 BIN          := bin
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -10,7 +11,7 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -X main.version=$(VERSION)
 DEMO_OUT     ?= _render
 
-.PHONY: deb check deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools screenshots render demo-apply clean tools deps vm-image e2e bench faults faults-short alerts
+.PHONY: deb check deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools browser-check screenshots render demo-apply clean tools deps vm-image e2e bench faults faults-short alerts
 
 # Tools the tests run for real, each built from the Go module proxy in a module of its own under
 # tools/ (their dependency graphs never mix with ours). File targets: `make -q tools` is true once built.
@@ -75,7 +76,7 @@ test: fuzz unit soak
 # UNIT_TIMEOUT is per package: engine and cmd/stands-reconciler each take 7-8 min alone under -race on
 # 2 cores, and over 10 min (go test's default) when they run side by side on a slower day.
 UNIT_TIMEOUT ?= 30m
-unit: browser-tools
+unit:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -v -run '^TestVaultContract$$' ./vault/
 	$(GO) test -race -count=1 -timeout $(UNIT_TIMEOUT) -skip '^(TestVaultContract|TestSoak)$$' ./...
@@ -190,7 +191,9 @@ demo-tools:
 # What renders the pages reviewers read: playwright-core (npm, locked) driving Debian's chromium, and
 # Gitea's web front end, which a Gitea built from the Go module proxy lacks (scripts/gitea-frontend.sh).
 GITEA_WEB := $(BIN)/gitea-web/.built
-browser-tools: tools/browser/node_modules/playwright-core/package.json $(GITEA_WEB)
+# The browser tests install the first part themselves (testenv.Browse, browser-check), on first need.
+browser-tools: browser-check $(GITEA_WEB)
+browser-check: tools/browser/node_modules/playwright-core/package.json
 
 tools/browser/node_modules/playwright-core/package.json: tools/browser/package.json tools/browser/package-lock.json
 	cd tools/browser && npm ci --no-audit --no-fund

@@ -425,3 +425,33 @@ func TestValidateSaysWhenStandsEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestREADMEListsEveryCommand: the README's command list names every command the binary has, and
+// ctl's actions; a command added without its line there fails here.
+func TestREADMEListsEveryCommand(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, list, _ := strings.Cut(string(data), "## Commands\n")
+	list, _, _ = strings.Cut(list, "\n## ")
+	listed := map[string]bool{}
+	for line := range strings.SplitSeq(list, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") {
+			listed[f[0]] = true
+		}
+	}
+	for _, c := range commands() {
+		if !listed[c.name] {
+			t.Errorf("README.md's Commands do not list %q", c.name)
+		}
+	}
+	for _, action := range []string{"status", "pause", "resume", "plan-only", "retry", "approve"} {
+		if !strings.Contains(list, action) {
+			t.Errorf("README.md's Commands do not name ctl %s", action)
+		}
+	}
+	if len(listed) < 10 {
+		t.Fatalf("read %d commands from README.md", len(listed))
+	}
+}

@@ -5,10 +5,12 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -24,16 +26,19 @@ type BrowserPage struct {
 // Browse opens path under base in the headless chromium `make demo-check` uses, as an anonymous
 // reader, and returns the part of it Gitea rendered from Markdown whose text holds marker. The
 // browser runs Gitea's own scripts on the page, so this is the page a reviewer is shown, not only
-// the HTML Gitea served. Without the browser (chromium, `make browser-tools`) the test fails under
-// CI and is skipped elsewhere.
+// the HTML Gitea served. The check's packages are installed on first need (make browser-check);
+// without chromium or npm the test fails under CI and is skipped elsewhere.
 func Browse(t testing.TB, base, path, marker string) BrowserPage {
 	t.Helper()
 	NeedsServer(t, "a headless browser")
 	dir := filepath.Join(RepoRoot(), "tools", "browser")
+	if err := browserCheck(dir); err != nil {
+		Missing(t, "the browser check's packages: %v", err)
+	}
 	chromium := cmp.Or(os.Getenv("CHROMIUM"), "/usr/bin/chromium")
 	for _, need := range []string{filepath.Join(dir, "node_modules", "playwright-core"), chromium} {
 		if _, err := os.Stat(need); err != nil {
-			Missing(t, "%s is missing: make browser-tools installs it, chromium comes from scripts/install-deps.sh", need)
+			Missing(t, "%s is missing: make browser-check installs it, chromium comes from scripts/install-deps.sh", need)
 		}
 	}
 	node, err := exec.LookPath("node")
@@ -99,4 +104,23 @@ func BrowserShowsEveryValue(t *testing.T, base, marker string, show func(name st
 	if !t.Failed() {
 		t.Logf("browser: %d elements, %d table rows, the same with hostile values and plain ones", len(plain.Elements), rows)
 	}
+}
+
+// browserCheck installs the browser check's locked packages on first need (make browser-check, a
+// no-op once installed), one installer at a time across the test binaries running side by side.
+func browserCheck(dir string) error {
+	lock, err := os.OpenFile(filepath.Join(dir, ".install.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+	cmd := exec.Command("make", "-s", "browser-check")
+	cmd.Dir = RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("make browser-check: %w\n%s", err, lastBytes(out))
+	}
+	return nil
 }
