@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 
@@ -65,33 +66,9 @@ type programInputs struct {
 
 func (p *programInputs) program(ctx *pulumi.Context) error {
 	s := p.in.Stand
-	profiles := map[string]*manifest.Profile{}
-	for _, pr := range s.Profiles {
-		profiles[pr.Name] = pr
-	}
-	var nodes []stackNode
-	for _, n := range p.rendered.Nodes {
-		pr := profiles[s.Nodes[indexNode(s, n.Name)].Profile]
-		args := pulumi.Map{
-			"name":       pulumi.String(n.ServerName),
-			"serverType": pulumi.String(pr.ServerType),
-			"image":      pulumi.String(pr.Image),
-			"location":   pulumi.String(pr.Location),
-			"network":    pulumi.String(pr.Network),
-			"sshKeyName": pulumi.String(s.SSH.KeyNameAdmin),
-			"labels": pulumi.StringMap{
-				provider.LabelManagedBy: pulumi.String(provider.ManagedByValue),
-				provider.LabelStand:     pulumi.String(s.ID),
-				"stands.dev/owner":      pulumi.String(s.Owner),
-				"stands.dev/node":       pulumi.String(n.Name),
-			},
-			"userData": pulumi.ToSecret(pulumi.String(userData(p.hostKeys[n.Name], n.CloudInit))),
-		}
-		res := &serverRes{}
-		if err := ctx.RegisterResource(provider.ServerType, n.Name, args, res); err != nil {
-			return err
-		}
-		nodes = append(nodes, stackNode{n, res})
+	nodes, err := p.servers(ctx)
+	if err != nil {
+		return err
 	}
 	out := pulumi.Map{}
 	var addrs []any
@@ -134,6 +111,65 @@ func (p *programInputs) program(ctx *pulumi.Context) error {
 		done = append(done, ids...)
 	}
 	ctx.Export(OutNodes, out)
+	p.export(ctx, done, rendered)
+	// What a status file may show of it: rendered under placeholders only (PublicConnection).
+	public := pulumi.All(addrs...).ApplyT(func(vals []any) (string, error) {
+		rec, err := PublicConnection(p.in.FS, s, addresses(vals))
+		return string(rec), err
+	}).(pulumi.StringOutput)
+	ctx.Export(OutConnectionPublic, public)
+	return nil
+}
+
+// servers registers a server for each node, its inputs the provider's own ServerArgs.
+func (p *programInputs) servers(ctx *pulumi.Context) ([]stackNode, error) {
+	s := p.in.Stand
+	profiles := map[string]*manifest.Profile{}
+	for _, pr := range s.Profiles {
+		profiles[pr.Name] = pr
+	}
+	var nodes []stackNode
+	for _, n := range p.rendered.Nodes {
+		pr := profiles[s.Nodes[indexNode(s, n.Name)].Profile]
+		args := provider.ServerArgs{Name: n.ServerName, ServerType: pr.ServerType, Image: pr.Image, Location: pr.Location,
+			Network: pr.Network, SSHKeyName: s.SSH.KeyNameAdmin, UserData: userData(p.hostKeys[n.Name], n.CloudInit),
+			Labels: map[string]string{
+				provider.LabelManagedBy: provider.ManagedByValue, provider.LabelStand: s.ID,
+				"stands.dev/owner": s.Owner, "stands.dev/node": n.Name,
+			}}
+		res := &serverRes{}
+		if err := ctx.RegisterResource(provider.ServerType, n.Name, serverInputs(args), res); err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, stackNode{n, res})
+	}
+	return nodes, nil
+}
+
+// serverInputs declares a server's args to Pulumi, its secret inputs as secrets.
+func serverInputs(args provider.ServerArgs) pulumi.Map {
+	m := pulumi.Map{}
+	for name, v := range args.Inputs() {
+		var in pulumi.Input
+		switch v := v.(type) {
+		case string:
+			in = pulumi.String(v)
+		case map[string]string:
+			in = pulumi.ToStringMap(v)
+		default:
+			panic(fmt.Sprintf("server input %s: %T", name, v)) // ServerArgs.Inputs holds strings and maps of them
+		}
+		if slices.Contains(provider.SecretServerInputs, name) {
+			in = pulumi.ToSecret(in)
+		}
+		m[name] = in
+	}
+	return m
+}
+
+// export records the stack's outputs: the spec hash (and print) only once every resource is done.
+func (p *programInputs) export(ctx *pulumi.Context, done []any, rendered pulumi.AnyOutput) {
+	s := p.in.Stand
 	ctx.Export(OutOwnedBy, pulumi.String(provider.ManagedByValue))
 	ctx.Export(OutStandID, pulumi.String(s.ID))
 	// The spec hash is what tells the next cycle there is nothing to do: it is recorded only once every
@@ -156,13 +192,6 @@ func (p *programInputs) program(ctx *pulumi.Context) error {
 		return string(rec), err
 	}).(pulumi.StringOutput)
 	ctx.Export(OutConnection, pulumi.ToSecret(conn))
-	// What a status file may show of it: rendered under placeholders only (PublicConnection).
-	public := pulumi.All(addrs...).ApplyT(func(vals []any) (string, error) {
-		rec, err := PublicConnection(p.in.FS, s, addresses(vals))
-		return string(rec), err
-	}).(pulumi.StringOutput)
-	ctx.Export(OutConnectionPublic, public)
-	return nil
 }
 
 type stackNode struct {

@@ -46,6 +46,19 @@ const (
 // server, its disk and its addresses (update).
 var replaceKeys = []string{pName, pImage, pLocation, pNetwork, pSSHKey}
 
+// Inputs are the args as a program declares them, by the property names the provider reads back
+// (decodeServerArgs): a string or a map of strings each. Secret names those a program must declare
+// as Pulumi secrets.
+func (a ServerArgs) Inputs() map[string]any {
+	return map[string]any{
+		pName: a.Name, pServerType: a.ServerType, pImage: a.Image, pLocation: a.Location, pNetwork: a.Network,
+		pSSHKey: a.SSHKeyName, pLabels: a.Labels, pUserData: a.UserData,
+	}
+}
+
+// SecretServerInputs are the server inputs kept secret in the state: user data may hold anything.
+var SecretServerInputs = []string{pUserData}
+
 func decodeServerArgs(m resource.PropertyMap) ServerArgs {
 	return ServerArgs{
 		Name: stringProp(m, pName), ServerType: stringProp(m, pServerType), Image: stringProp(m, pImage),

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"reflect"
 	"testing"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
@@ -72,5 +73,34 @@ func TestServerCheck(t *testing.T) {
 	}
 	if !out[pUserData].IsSecret() {
 		t.Error("user data not made secret")
+	}
+}
+
+// TestServerArgsRoundTrip: what a program declares from ServerArgs.Inputs is what the provider
+// reads back, field for field: the property names live in one place.
+func TestServerArgsRoundTrip(t *testing.T) {
+	args := ServerArgs{Name: "o-p-e-web", ServerType: "cx22", Image: "debian-12", Location: "fsn1", Network: "net",
+		SSHKeyName: "admin", Labels: map[string]string{LabelStand: "o_p_e", "stands.dev/node": "web"}, UserData: "#cloud-config\n"}
+	in := args.Inputs()
+	m := resource.PropertyMap{}
+	for k, v := range in {
+		if labels, ok := v.(map[string]string); ok {
+			obj := resource.PropertyMap{}
+			for lk, lv := range labels {
+				obj[resource.PropertyKey(lk)] = resource.NewStringProperty(lv)
+			}
+			m[resource.PropertyKey(k)] = resource.NewObjectProperty(obj)
+			continue
+		}
+		m[resource.PropertyKey(k)] = resource.NewStringProperty(v.(string))
+	}
+	for _, secret := range SecretServerInputs {
+		m[resource.PropertyKey(secret)] = resource.MakeSecret(m[resource.PropertyKey(secret)])
+	}
+	if got := decodeServerArgs(m); !reflect.DeepEqual(got, args) {
+		t.Errorf("read back %+v, declared %+v", got, args)
+	}
+	if len(in) != reflect.TypeOf(args).NumField() {
+		t.Errorf("Inputs has %d properties for %d fields", len(in), reflect.TypeOf(args).NumField())
 	}
 }
