@@ -79,10 +79,6 @@ var kindOrder = map[Kind]int{Create: 0, Update: 1, Destroy: 2, Noop: 3, Blocked:
 
 // Decide computes the actions for one cycle.
 func Decide(in Input) []Action {
-	share := in.MaxDestroyShare
-	if share <= 0 {
-		share = 0.5
-	}
 	actual := map[string]Actual{}
 	owned := 0
 	for _, a := range in.Actual {
@@ -91,10 +87,37 @@ func Decide(in Input) []Action {
 			owned++
 		}
 	}
+	out, desired, validDesired := declared(in.Desired, actual)
+	var candidates []Actual
+	for _, a := range in.Actual {
+		switch {
+		case desired[a.ID]:
+		case !a.Owned:
+			out = append(out, Action{Kind: Noop, ID: a.ID, Reason: reason.Foreign})
+		case !in.SourceOK:
+			out = append(out, Action{Kind: Blocked, ID: a.ID, Reason: reason.SourceUnavailable})
+		case in.Hold != "":
+			out = append(out, Action{Kind: Blocked, ID: a.ID, Reason: in.Hold})
+		case a.Protected:
+			out = append(out, Action{Kind: Blocked, ID: a.ID, Reason: reason.Protected})
+		default:
+			candidates = append(candidates, a)
+		}
+	}
+	out = append(out, destroys(in, candidates, owned, validDesired)...)
+	slices.SortFunc(out, func(x, y Action) int {
+		return cmp.Or(cmp.Compare(kindOrder[x.Kind], kindOrder[y.Kind]), cmp.Compare(x.ID, y.ID))
+	})
+	return out
+}
+
+// declared decides each declared stand against its stack; it returns the actions, the ids declared
+// and how many of them are valid.
+func declared(stands []Desired, actual map[string]Actual) ([]Action, map[string]bool, int) {
 	var out []Action
 	desired := map[string]bool{}
-	validDesired := 0
-	for _, d := range in.Desired {
+	valid := 0
+	for _, d := range stands {
 		desired[d.ID] = true
 		a, exists := actual[d.ID]
 		switch {
@@ -114,25 +137,20 @@ func Decide(in Input) []Action {
 		default:
 			out = append(out, Action{Kind: Update, ID: d.ID, SpecHash: d.SpecHash, Detail: "spec changed"})
 		}
-		validDesired++
+		valid++
 	}
+	return out, desired, valid
+}
 
-	var candidates []Actual
-	for _, a := range in.Actual {
-		switch {
-		case desired[a.ID]:
-		case !a.Owned:
-			out = append(out, Action{Kind: Noop, ID: a.ID, Reason: reason.Foreign})
-		case !in.SourceOK:
-			out = append(out, Action{Kind: Blocked, ID: a.ID, Reason: reason.SourceUnavailable})
-		case in.Hold != "":
-			out = append(out, Action{Kind: Blocked, ID: a.ID, Reason: in.Hold})
-		case a.Protected:
-			out = append(out, Action{Kind: Blocked, ID: a.ID, Reason: reason.Protected})
-		default:
-			candidates = append(candidates, a)
-		}
+// destroys puts the stacks no stand declares behind the guards: those approved are destroyed; of
+// the rest, none when the repository would have no stand left, none when more than the share of
+// the owned stacks would go at once (one always may).
+func destroys(in Input, candidates []Actual, owned, validDesired int) []Action {
+	share := in.MaxDestroyShare
+	if share <= 0 {
+		share = 0.5
 	}
+	var out []Action
 	// The guards count only destroys nobody approved.
 	var guarded []Actual
 	for _, a := range candidates {
@@ -155,8 +173,5 @@ func Decide(in Input) []Action {
 			out = append(out, Action{Kind: Destroy, ID: a.ID, Detail: "removed from the repository"})
 		}
 	}
-	slices.SortFunc(out, func(x, y Action) int {
-		return cmp.Or(cmp.Compare(kindOrder[x.Kind], kindOrder[y.Kind]), cmp.Compare(x.ID, y.ID))
-	})
 	return out
 }

@@ -134,53 +134,11 @@ func (s *Sim) createServer(body []byte) (any, *Error) {
 	if e := decode(body, &req); e != nil {
 		return nil, e
 	}
-	if req.Name == "" || !hostname.MatchString(req.Name) {
-		return nil, invalidInput("name", "must be a valid hostname")
+	srv, e := s.checkCreate(req)
+	if e != nil {
+		return nil, e
 	}
-	for _, srv := range s.st.Servers {
-		if srv.Name == req.Name {
-			return nil, uniqueness("name", "server name is already used")
-		}
-	}
-	st, ok := lookupServerType(req.ServerType)
-	if !ok {
-		return nil, invalidInput("server_type", "server type not found")
-	}
-	loc := req.Location
-	if loc == "" {
-		loc = "fsn1"
-	}
-	// The location is sent by name or, as hcloud-go does when it knows it, by id.
-	li := slices.IndexFunc(locations, func(l locationInfo) bool { return l.name == loc || strconv.FormatInt(l.id, 10) == loc })
-	if li < 0 {
-		return nil, invalidInput("location", "location not found")
-	}
-	loc = locations[li].name
-	if !st.availableIn(loc) {
-		return nil, apiErr(http.StatusPreconditionFailed, "unsupported_location_for_server_type", fmt.Sprintf("server type %s is not available in %s", st.name, loc))
-	}
-	img, ok := lookupImage(req.Image, st.arch)
-	if !ok {
-		return nil, invalidInput("image", "image not found")
-	}
-	if len(req.UserData) > maxUserData {
-		return nil, invalidInput("user_data", "user data is limited to 32 KiB")
-	}
-	labels := map[string]string{}
-	if req.Labels != nil {
-		labels = *req.Labels
-		if err := validLabels(labels); err != nil {
-			return nil, invalidInput("labels", err.Error())
-		}
-	}
-	for _, k := range req.SSHKeys {
-		if s.st.SSHKeys[k] == nil {
-			return nil, invalidInput("ssh_keys", fmt.Sprintf("ssh key %d not found", k))
-		}
-	}
-	srv := &server{ID: s.st.id(), Name: req.Name, Status: "initializing", Created: s.now(), ServerType: st.name,
-		Image: img.id, Location: loc, UserData: req.UserData, Labels: labels, SSHKeys: req.SSHKeys}
-	zone := zoneOf(loc)
+	zone := zoneOf(srv.Location)
 	for _, nid := range req.Networks {
 		n := s.st.Networks[nid]
 		if n == nil {
@@ -221,6 +179,54 @@ func (s *Sim) createServer(body []byte) (any, *Error) {
 		resp.RootPassword = &pw
 	}
 	return resp, nil
+}
+
+// checkCreate applies Hetzner's rules to a create request (name, type, location, image, user data,
+// labels, SSH keys) and returns the server it would make, without its networks and address.
+func (s *Sim) checkCreate(req schema.ServerCreateRequest) (*server, *Error) {
+	if req.Name == "" || !hostname.MatchString(req.Name) {
+		return nil, invalidInput("name", "must be a valid hostname")
+	}
+	for _, srv := range s.st.Servers {
+		if srv.Name == req.Name {
+			return nil, uniqueness("name", "server name is already used")
+		}
+	}
+	st, ok := lookupServerType(req.ServerType)
+	if !ok {
+		return nil, invalidInput("server_type", "server type not found")
+	}
+	loc := cmp.Or(req.Location, "fsn1")
+	// The location is sent by name or, as hcloud-go does when it knows it, by id.
+	li := slices.IndexFunc(locations, func(l locationInfo) bool { return l.name == loc || strconv.FormatInt(l.id, 10) == loc })
+	if li < 0 {
+		return nil, invalidInput("location", "location not found")
+	}
+	loc = locations[li].name
+	if !st.availableIn(loc) {
+		return nil, apiErr(http.StatusPreconditionFailed, "unsupported_location_for_server_type", fmt.Sprintf("server type %s is not available in %s", st.name, loc))
+	}
+	img, ok := lookupImage(req.Image, st.arch)
+	if !ok {
+		return nil, invalidInput("image", "image not found")
+	}
+	if len(req.UserData) > maxUserData {
+		return nil, invalidInput("user_data", "user data is limited to 32 KiB")
+	}
+	labels := map[string]string{}
+	if req.Labels != nil {
+		labels = *req.Labels
+		if err := validLabels(labels); err != nil {
+			return nil, invalidInput("labels", err.Error())
+		}
+	}
+	for _, k := range req.SSHKeys {
+		if s.st.SSHKeys[k] == nil {
+			return nil, invalidInput("ssh_keys", fmt.Sprintf("ssh key %d not found", k))
+		}
+	}
+	return &server{ID: s.st.id(), Name: req.Name, Status: "initializing", Created: s.now(), ServerType: st.name,
+		Image: img.id, Location: loc, UserData: req.UserData, Labels: labels, SSHKeys: req.SSHKeys}, nil
 }
 
 func (s *Sim) updateServer(srv *server, body []byte) (any, *Error) {

@@ -86,41 +86,14 @@ func (l *loader) pkg(dir string, declared Pos, d *decoder) *Package {
 		}
 	}
 	for _, f := range d.entries(root.get("roles"), "roles") {
-		where := "roles." + f.key
-		d.fields(f.value, where, "zone", "ports")
-		r := &Role{Name: f.key, Zone: d.str(f.value.get("zone"), where+".zone", false, f.keyPos), Pos: f.keyPos}
-		if r.Zone == "" {
-			r.Zone = "public"
-		}
-		ports := f.value.get("ports")
-		if ports == nil || ports.kind != kindSeq || len(ports.items) == 0 {
-			d.rep.addf(posOf(ports, f.keyPos), RulePort, "%s.ports must be a non-empty list", where)
-		} else {
-			for _, it := range ports.items {
-				r.Ports = append(r.Ports, Tmpl{Text: d.str(it, where+".ports[]", true, it.pos), Pos: it.pos})
-			}
-		}
-		p.Roles = append(p.Roles, r)
+		p.Roles = append(p.Roles, pkgRole(d, f))
 	}
 	if fl := root.get("files"); fl != nil {
 		if fl.kind != kindSeq {
 			d.rep.addf(fl.pos, RuleType, "files must be a list")
 		} else {
 			for _, it := range fl.items {
-				d.fields(it, "files[]", "src", "dest", "mode")
-				fsp := &FileSpec{Pos: it.pos, Mode: "0644"}
-				if src := d.str(it.get("src"), "files[].src", true, it.pos); src != "" {
-					fsp.Src = l.pkgPath(p, it.get("src"), src)
-				}
-				dest := it.get("dest")
-				fsp.Dest = Tmpl{Text: d.str(dest, "files[].dest", true, it.pos), Pos: posOf(dest, it.pos)}
-				if m := it.get("mode"); m != nil {
-					fsp.Mode = d.str(m, "files[].mode", true, it.pos)
-					if !validMode(fsp.Mode) {
-						d.rep.addf(m.pos, RuleUploadMode, "files[].mode %q must be an octal permission such as \"0640\" (quote it in YAML)", fsp.Mode)
-					}
-				}
-				p.Files = append(p.Files, fsp)
+				p.Files = append(p.Files, l.pkgFile(p, d, it))
 			}
 		}
 	}
@@ -137,26 +110,68 @@ func (l *loader) pkg(dir string, declared Pos, d *decoder) *Package {
 	if hooks := root.get("hooks"); hooks != nil {
 		d.fields(hooks, "hooks", "post_start")
 		if ps := hooks.get("post_start"); ps != nil {
-			d.fields(ps, "hooks.post_start", "src", "timeout", "probe")
-			h := &Hook{Timeout: defaultHookTimeout, Pos: ps.pos}
-			if src := d.str(ps.get("src"), "hooks.post_start.src", true, ps.pos); src != "" {
-				h.Src = l.pkgPath(p, ps.get("src"), src)
-			}
-			if t := ps.get("timeout"); t != nil {
-				dur, err := time.ParseDuration(d.str(t, "hooks.post_start.timeout", true, ps.pos))
-				if err != nil || dur <= 0 {
-					d.rep.addf(t.pos, RuleType, "hooks.post_start.timeout must be a positive duration such as 90s or 5m")
-				} else {
-					h.Timeout = dur
-				}
-			}
-			if pr := ps.get("probe"); pr != nil {
-				h.Probe = d.boolean(pr, "hooks.post_start.probe")
-			}
-			p.PostStart = h
+			p.PostStart = l.pkgHook(p, d, ps)
 		}
 	}
 	return p
+}
+
+// pkgRole decodes one entry of roles: its zone (public unless named) and its ports.
+func pkgRole(d *decoder, f field) *Role {
+	where := "roles." + f.key
+	d.fields(f.value, where, "zone", "ports")
+	r := &Role{Name: f.key, Zone: d.str(f.value.get("zone"), where+".zone", false, f.keyPos), Pos: f.keyPos}
+	if r.Zone == "" {
+		r.Zone = "public"
+	}
+	ports := f.value.get("ports")
+	if ports == nil || ports.kind != kindSeq || len(ports.items) == 0 {
+		d.rep.addf(posOf(ports, f.keyPos), RulePort, "%s.ports must be a non-empty list", where)
+		return r
+	}
+	for _, it := range ports.items {
+		r.Ports = append(r.Ports, Tmpl{Text: d.str(it, where+".ports[]", true, it.pos), Pos: it.pos})
+	}
+	return r
+}
+
+// pkgFile decodes one entry of files: its source in the package, its destination and its mode.
+func (l *loader) pkgFile(p *Package, d *decoder, it *node) *FileSpec {
+	d.fields(it, "files[]", "src", "dest", "mode")
+	fsp := &FileSpec{Pos: it.pos, Mode: "0644"}
+	if src := d.str(it.get("src"), "files[].src", true, it.pos); src != "" {
+		fsp.Src = l.pkgPath(p, it.get("src"), src)
+	}
+	dest := it.get("dest")
+	fsp.Dest = Tmpl{Text: d.str(dest, "files[].dest", true, it.pos), Pos: posOf(dest, it.pos)}
+	if m := it.get("mode"); m != nil {
+		fsp.Mode = d.str(m, "files[].mode", true, it.pos)
+		if !validMode(fsp.Mode) {
+			d.rep.addf(m.pos, RuleUploadMode, "files[].mode %q must be an octal permission such as \"0640\" (quote it in YAML)", fsp.Mode)
+		}
+	}
+	return fsp
+}
+
+// pkgHook decodes hooks.post_start: its script, timeout and whether the health check runs it.
+func (l *loader) pkgHook(p *Package, d *decoder, ps *node) *Hook {
+	d.fields(ps, "hooks.post_start", "src", "timeout", "probe")
+	h := &Hook{Timeout: defaultHookTimeout, Pos: ps.pos}
+	if src := d.str(ps.get("src"), "hooks.post_start.src", true, ps.pos); src != "" {
+		h.Src = l.pkgPath(p, ps.get("src"), src)
+	}
+	if t := ps.get("timeout"); t != nil {
+		dur, err := time.ParseDuration(d.str(t, "hooks.post_start.timeout", true, ps.pos))
+		if err != nil || dur <= 0 {
+			d.rep.addf(t.pos, RuleType, "hooks.post_start.timeout must be a positive duration such as 90s or 5m")
+		} else {
+			h.Timeout = dur
+		}
+	}
+	if pr := ps.get("probe"); pr != nil {
+		h.Probe = d.boolean(pr, "hooks.post_start.probe")
+	}
+	return h
 }
 
 // pkgPath resolves a path written in app.yml and checks the file exists.

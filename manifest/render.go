@@ -291,7 +291,21 @@ func (r *renderer) instance(base map[string]any, a *App, in *Instance) *Rendered
 	}
 	ri := &RenderedInstance{App: a.Name, Instance: in.Name, Node: in.Node, ConnectionName: in.ConnectionName, Registry: a.Registry, PostStartHook: pkg.PostStart, pos: in.Pos}
 	ctx, label := r.instanceContext(base, a, in)
+	r.images(ri, pkg, ctx, label)
+	r.ports(ri, a, in, ctx, label)
+	r.files(ri, pkg, ctx, label)
+	r.pod(ri, pkg, ctx, label)
+	r.connection(ri, pkg, ctx, label)
+	if h := pkg.PostStart; h != nil && h.Src != "" {
+		if data, ok := r.fileOrRaw(h.Src, ctx); ok {
+			ri.PostStart = &RenderedFile{Src: h.Src, Dest: "", Mode: 0o700, Content: data}
+		}
+	}
+	return ri
+}
 
+// images renders the package's image references, each checked for its form.
+func (r *renderer) images(ri *RenderedInstance, pkg *Package, ctx map[string]any, label string) {
 	for _, img := range pkg.Images {
 		v, ok := r.inline(img, ctx)
 		if !ok {
@@ -304,6 +318,11 @@ func (r *renderer) instance(base map[string]any, a *App, in *Instance) *Rendered
 		}
 		ri.Images = append(ri.Images, v)
 	}
+}
+
+// ports renders the ports of the instance's roles: those it names, else every role of its package.
+func (r *renderer) ports(ri *RenderedInstance, a *App, in *Instance, ctx map[string]any, label string) {
+	pkg := a.Package
 	roles := pkg.Roles
 	if len(in.Roles) > 0 {
 		roles = nil
@@ -334,6 +353,10 @@ func (r *renderer) instance(base map[string]any, a *App, in *Instance) *Rendered
 			ri.Ports = append(ri.Ports, p)
 		}
 	}
+}
+
+// files renders the package's files and their destinations, each a clean absolute path used once.
+func (r *renderer) files(ri *RenderedInstance, pkg *Package, ctx map[string]any, label string) {
 	dests := map[string]bool{}
 	for _, f := range pkg.Files {
 		dest, ok := r.inline(f.Dest, ctx)
@@ -364,27 +387,27 @@ func (r *renderer) instance(base map[string]any, a *App, in *Instance) *Rendered
 		mode, _ := parseMode(f.Mode)
 		ri.Files = append(ri.Files, RenderedFile{Src: f.Src, Dest: dest, Mode: mode, Content: content})
 	}
-	if pkg.Pod != "" {
-		if data, ok := r.file(pkg.Pod, ctx); ok {
-			ri.Pod, ri.podSrc = data, pkg.Pod
-			ri.HostPorts = r.checkPod(pkg.Pod, data, label)
-			if r.checkRolePortsPublished(pkg.Pod, ri, data, label) {
-				// On the host network the role ports are the app's own: claims too, declared or not.
-				for _, rp := range ri.Ports {
-					if !slices.ContainsFunc(ri.HostPorts, func(h Port) bool { return h.Number == rp.Number && h.Proto == rp.Proto }) {
-						ri.HostPorts = append(ri.HostPorts, Port{Number: rp.Number, Proto: rp.Proto})
-					}
-				}
+}
+
+// pod renders the package's Pod YAML and reads the host ports it claims.
+func (r *renderer) pod(ri *RenderedInstance, pkg *Package, ctx map[string]any, label string) {
+	if pkg.Pod == "" {
+		return
+	}
+	data, ok := r.file(pkg.Pod, ctx)
+	if !ok {
+		return
+	}
+	ri.Pod, ri.podSrc = data, pkg.Pod
+	ri.HostPorts = r.checkPod(pkg.Pod, data, label)
+	if r.checkRolePortsPublished(pkg.Pod, ri, data, label) {
+		// On the host network the role ports are the app's own: claims too, declared or not.
+		for _, rp := range ri.Ports {
+			if !slices.ContainsFunc(ri.HostPorts, func(h Port) bool { return h.Number == rp.Number && h.Proto == rp.Proto }) {
+				ri.HostPorts = append(ri.HostPorts, Port{Number: rp.Number, Proto: rp.Proto})
 			}
 		}
 	}
-	r.connection(ri, pkg, ctx, label)
-	if h := pkg.PostStart; h != nil && h.Src != "" {
-		if data, ok := r.fileOrRaw(h.Src, ctx); ok {
-			ri.PostStart = &RenderedFile{Src: h.Src, Dest: "", Mode: 0o700, Content: data}
-		}
-	}
-	return ri
 }
 
 func (r *renderer) registryContext(name string) map[string]any {

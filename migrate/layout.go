@@ -45,29 +45,110 @@ type moved struct{ from, to string }
 // PlanLayout plans the move of the tree at src (a folder, or one manifest file) and the resource
 // roots (name → folder) into this project's layout.
 func PlanLayout(src string, roots map[string]string) (*Layout, error) {
-	src, err := filepath.Abs(src)
+	tree, manifests, whole, err := findTree(src)
 	if err != nil {
 		return nil, err
+	}
+	l := &Layout{Files: map[string]string{}, Edits: map[string][]byte{}}
+	pl := &placement{tree: tree}
+	names, err := l.placeStands(pl, manifests, whole)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range slices.Sorted(maps.Keys(roots)) {
+		dir, err := filepath.Abs(roots[n])
+		if err != nil {
+			return nil, err
+		}
+		pl.folders = append(pl.folders, moved{from: dir, to: "resources/" + n})
+		l.step("resource root %s (%s) → resources/%s/", n, roots[n], n)
+	}
+	files, err := l.collect(append([]string{tree}, rootsDirs(pl.folders)...))
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range files {
+		to, _ := pl.out(p)
+		if prev, dup := l.Files[to]; dup && prev != p {
+			return nil, fmt.Errorf("%s and %s would both be %s", prev, p, to)
+		}
+		l.Files[to] = p
+		if ext := filepath.Ext(p); ext == ".yml" || ext == ".yaml" {
+			if edited, changed, err := l.rewrite(p, to, roots, pl.out); err != nil {
+				return nil, err
+			} else if changed {
+				l.Edits[to] = edited
+			}
+		}
+	}
+	for _, name := range names {
+		l.left("%s/%s: its servers exist under the Stands Engine's stack: adopt it, so that none is recreated "+
+			"(stands-reconciler --env-file … adopt %s/%s/%s; docs/migrating.md, Stacks: adopt)", manifest.StandsDir, name, manifest.StandsDir, name, manifest.StandFile)
+	}
+	l.left("the new folder is a repository of this project's layout: put it under Git and push it where the daemon reads it; " +
+		"a stand without stand.owner takes the daemon's --owner, which is STAND__USER's value (docs/operations.md)")
+	return l, nil
+}
+
+// findTree is the tree src is (a folder, or the folder of one manifest file), its Stands Engine
+// manifests, and whether src named the whole folder.
+func findTree(src string) (string, []string, bool, error) {
+	src, err := filepath.Abs(src)
+	if err != nil {
+		return "", nil, false, err
 	}
 	st, err := os.Stat(src)
 	if err != nil {
-		return nil, err
+		return "", nil, false, err
 	}
-	tree := src
-	var manifests []string
+	tree, manifests := filepath.Dir(src), []string{src}
 	if st.IsDir() {
+		tree = src
 		if manifests, err = findManifests(src); err != nil {
-			return nil, err
+			return "", nil, false, err
 		}
-	} else {
-		tree, manifests = filepath.Dir(src), []string{src}
 	}
 	if len(manifests) == 0 {
-		return nil, fmt.Errorf("%s holds no Stands Engine manifest (a YAML file whose stand: names a project and an env)", src)
+		return "", nil, false, fmt.Errorf("%s holds no Stands Engine manifest (a YAML file whose stand: names a project and an env)", src)
 	}
-	l := &Layout{Files: map[string]string{}, Edits: map[string][]byte{}}
-	var folders []moved // stand folders moved whole, and roots
-	single := []moved{} // manifests moved alone (their folder holds other manifests)
+	return tree, manifests, st.IsDir(), nil
+}
+
+// placement says where each file on disk goes: stand folders and resource roots moved whole,
+// manifests moved alone (their folder holds other manifests), the rest of the tree where it is.
+type placement struct {
+	tree    string
+	folders []moved
+	single  []moved
+}
+
+// out is where the file at p goes: the manifest moved alone, else the longest moved folder holding
+// it, else its place in the tree; false outside all of them.
+func (pl *placement) out(p string) (string, bool) {
+	for _, s := range pl.single {
+		if p == s.from {
+			return s.to, true
+		}
+	}
+	best := -1
+	for i, f := range pl.folders {
+		if within(f.from, p) && (best < 0 || len(f.from) > len(pl.folders[best].from)) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		return join(pl.folders[best].to, rel(pl.folders[best].from, p)), true
+	}
+	if within(pl.tree, p) {
+		return rel(pl.tree, p), true
+	}
+	return "", false
+}
+
+// placeStands places each manifest's stand under stands/<project>-<env>/: its folder whole where it
+// is the only manifest there (and not the tree itself, unless it is the only stand), else the
+// manifest alone. It returns the stands' folder names, sorted.
+func (l *Layout) placeStands(pl *placement, manifests []string, whole bool) ([]string, error) {
 	perDir := map[string]int{}
 	for _, m := range manifests {
 		perDir[filepath.Dir(m)]++
@@ -84,48 +165,25 @@ func PlanLayout(src string, roots map[string]string) (*Layout, error) {
 		}
 		names[name] = m
 		to := manifest.StandsDir + "/" + name
-		if dir := filepath.Dir(m); perDir[dir] == 1 && (dir != tree || !st.IsDir() || len(manifests) == 1) {
-			folders = append(folders, moved{from: dir, to: to})
-			l.step("stand %s/%s: its folder %s → %s/", project, env, rel(tree, dir), to)
+		if dir := filepath.Dir(m); perDir[dir] == 1 && (dir != pl.tree || !whole || len(manifests) == 1) {
+			pl.folders = append(pl.folders, moved{from: dir, to: to})
+			l.step("stand %s/%s: its folder %s → %s/", project, env, rel(pl.tree, dir), to)
 			if filepath.Base(m) != manifest.StandFile {
-				single = append(single, moved{from: m, to: to + "/" + manifest.StandFile})
+				pl.single = append(pl.single, moved{from: m, to: to + "/" + manifest.StandFile})
 			}
 		} else {
-			single = append(single, moved{from: m, to: to + "/" + manifest.StandFile})
-			l.step("stand %s/%s: %s → %s/%s (its folder holds other stands: the files beside it stay)", project, env, rel(tree, m), to, manifest.StandFile)
+			pl.single = append(pl.single, moved{from: m, to: to + "/" + manifest.StandFile})
+			l.step("stand %s/%s: %s → %s/%s (its folder holds other stands: the files beside it stay)", project, env, rel(pl.tree, m), to, manifest.StandFile)
 		}
 	}
-	for _, n := range slices.Sorted(maps.Keys(roots)) {
-		dir, err := filepath.Abs(roots[n])
-		if err != nil {
-			return nil, err
-		}
-		folders = append(folders, moved{from: dir, to: "resources/" + n})
-		l.step("resource root %s (%s) → resources/%s/", n, roots[n], n)
-	}
-	// Where each file on disk goes: the longest moved folder holding it, else its place in the tree.
-	out := func(p string) (string, bool) {
-		for _, s := range single {
-			if p == s.from {
-				return s.to, true
-			}
-		}
-		best := -1
-		for i, f := range folders {
-			if within(f.from, p) && (best < 0 || len(f.from) > len(folders[best].from)) {
-				best = i
-			}
-		}
-		if best >= 0 {
-			return join(folders[best].to, rel(folders[best].from, p)), true
-		}
-		if within(tree, p) {
-			return rel(tree, p), true
-		}
-		return "", false
-	}
+	return slices.Sorted(maps.Keys(names)), nil
+}
+
+// collect lists the regular files under the folders given, once each, leaving out Git's and the
+// Stands Engine's own folders, links and env files (said in Left).
+func (l *Layout) collect(bases []string) ([]string, error) {
 	var files []string
-	for _, base := range append([]string{tree}, rootsDirs(folders)...) {
+	for _, base := range bases {
 		err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -154,27 +212,7 @@ func PlanLayout(src string, roots map[string]string) (*Layout, error) {
 			return nil, err
 		}
 	}
-	for _, p := range files {
-		to, _ := out(p)
-		if prev, dup := l.Files[to]; dup && prev != p {
-			return nil, fmt.Errorf("%s and %s would both be %s", prev, p, to)
-		}
-		l.Files[to] = p
-		if ext := filepath.Ext(p); ext == ".yml" || ext == ".yaml" {
-			if edited, changed, err := l.rewrite(p, to, roots, out); err != nil {
-				return nil, err
-			} else if changed {
-				l.Edits[to] = edited
-			}
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(names)) {
-		l.left("%s/%s: its servers exist under the Stands Engine's stack: adopt it, so that none is recreated "+
-			"(stands-reconciler --env-file … adopt %s/%s/%s; docs/migrating.md, Stacks: adopt)", manifest.StandsDir, name, manifest.StandsDir, name, manifest.StandFile)
-	}
-	l.left("the new folder is a repository of this project's layout: put it under Git and push it where the daemon reads it; " +
-		"a stand without stand.owner takes the daemon's --owner, which is STAND__USER's value (docs/operations.md)")
-	return l, nil
+	return files, nil
 }
 
 func rootsDirs(fs []moved) []string {

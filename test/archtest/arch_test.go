@@ -165,13 +165,15 @@ func output(t *testing.T, cmd *exec.Cmd) []byte {
 	return out
 }
 
-// maxLines bounds a function of the loop or the command: longer ones hide a second job.
+// maxLines bounds a function: a longer one hides a second job.
 const maxLines = 80
 
+// TestFunctionsStayShort: no function of any package of the module (tests aside) is longer than
+// maxLines. TestTheLengthCheckSeesALongFunction shows it fails on one.
 func TestFunctionsStayShort(t *testing.T) {
 	root := testenv.RepoRoot()
 	funcs := 0
-	for _, dir := range []string{"reconcile", "prplan", "expiry", "judge", "daemon", "cmd/stands-reconciler", "cmd/hcloudsim"} {
+	for _, dir := range goFolders(t, root) {
 		for p, f := range sources(t, filepath.Join(root, dir)) {
 			for _, d := range f.file.Decls {
 				fd, ok := d.(*ast.FuncDecl)
@@ -186,9 +188,53 @@ func TestFunctionsStayShort(t *testing.T) {
 			}
 		}
 	}
-	if funcs < 50 {
+	if funcs < 1000 {
 		t.Fatalf("checked %d functions", funcs)
 	}
+	t.Logf("%d functions checked", funcs)
+}
+
+// TestTheLengthCheckSeesALongFunction: the check reads a function's length as its lines from func to
+// the closing brace, and finds the one of testdata/long over the bound.
+func TestTheLengthCheckSeesALongFunction(t *testing.T) {
+	var long []string
+	for _, f := range sources(t, filepath.Join("testdata", "long")) {
+		for _, d := range f.file.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && f.fset.Position(fd.End()).Line-f.fset.Position(fd.Pos()).Line+1 > maxLines {
+				long = append(long, fd.Name.Name)
+			}
+		}
+	}
+	if !slices.Equal(long, []string{"tooLong"}) {
+		t.Errorf("long functions: %q, want tooLong alone", long)
+	}
+}
+
+// goFolders are the module's folders that hold Go files other than tests (not testdata, not the
+// tools' own modules).
+func goFolders(t *testing.T, root string) []string {
+	t.Helper()
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() && (rel == "tools" || d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") && rel != "." ||
+			d.Name() == "node_modules" || rel == "bin" || strings.HasPrefix(rel, "_")) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
+			if dir := filepath.Dir(rel); !slices.Contains(dirs, dir) {
+				dirs = append(dirs, dir)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
 }
 
 // goCmd is the go command on PATH (CI and make put the toolchain there).
