@@ -8,7 +8,8 @@ STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # exceeded" when a -fuzztime duration ends under load (go.dev/issue/75804, fixed in 1.27). ~20 s here.
 FUZZTIME     ?= 200000x
 VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-LDFLAGS      := -X main.version=$(VERSION)
+# Every binary reports it (internal/version); -X main.version, stamped by earlier packaging, still works.
+LDFLAGS      := -X github.com/stands-engine/stands-reconciler/internal/version.Version=$(VERSION)
 DEMO_OUT     ?= _render
 
 .PHONY: deb check deploy-check all build test unit soak fuzz lint demo demo-check demo-down demo-tools browser-tools browser-check screenshots render demo-apply clean tools deps vm-image e2e bench faults faults-short alerts
@@ -28,9 +29,9 @@ build: $(BIN)/stands-reconciler $(BIN)/hcloudsim $(BIN)/stands-demo
 $(BIN)/stands-reconciler:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd/stands-reconciler
 $(BIN)/hcloudsim:
-	$(GO) build -trimpath -o $@ ./cmd/hcloudsim
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd/hcloudsim
 $(BIN)/stands-demo:
-	$(GO) build -trimpath -o $@ ./cmd/stands-demo
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd/stands-demo
 
 tools: $(TOOLS)
 
@@ -145,7 +146,7 @@ DEB_VERSION ?= 0.$(shell git log -1 --format=%cd --date=format:%Y%m%d%H%M%S 2>/d
 DEB_DIR     ?= _out
 deb: $(BIN)/nfpm $(BIN)/pulumi
 	@rm -rf _out/deb && mkdir -p _out/deb $(DEB_DIR)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X main.version=$(DEB_VERSION)" -o _out/deb/stands-reconciler ./cmd/stands-reconciler
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/stands-engine/stands-reconciler/internal/version.Version=$(DEB_VERSION)" -o _out/deb/stands-reconciler ./cmd/stands-reconciler
 	cp $(BIN)/pulumi _out/deb/pulumi
 	DEB_VERSION=$(DEB_VERSION) $(BIN)/nfpm package -f deploy/nfpm.yaml -p deb -t $(DEB_DIR)/
 
@@ -180,7 +181,7 @@ screenshots: demo-tools browser-tools build
 # What DEMO_NODES=full's VMs pull: a static binary that serves the example's kv and web alike.
 .PHONY: $(BIN)/stands-testapp
 $(BIN)/stands-testapp:
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags "-s -w" -o $@ ./cmd/stands-testapp
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $@ ./cmd/stands-testapp
 
 demo-down:
 	@if [ -x $(BIN)/stands-demo ]; then $(BIN)/stands-demo down; else rm -rf _demo; fi

@@ -22,6 +22,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/engine/cloud/hetzner"
 	"github.com/stands-engine/stands-reconciler/engine/configset"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
+	"github.com/stands-engine/stands-reconciler/internal/version"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -225,7 +226,7 @@ func (e *Engine) cloud() (cloud.Cloud, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hetzner.New(token, hetzner.WithEndpoint(e.cfg.HcloudEndpoint), hetzner.WithApplication(provider.Version)), nil
+	return hetzner.New(token, hetzner.WithEndpoint(e.cfg.HcloudEndpoint), hetzner.WithApplication(version.String())), nil
 }
 
 // standLabels select a stand's servers: ours, and labelled with its id.

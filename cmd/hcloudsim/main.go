@@ -17,6 +17,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/hcloudsim/vm"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/logging"
+	"github.com/stands-engine/stands-reconciler/internal/version"
 	"log/slog"
 )
 
@@ -40,11 +41,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	vmAccel := fs.String("vm-accel", "auto", "vm backend: auto (kvm when a probe boots the image with it, else tcg), tcg or kvm")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error ($LOG_LEVEL wins)")
 	example := fs.Bool("example-project", false, "create the network stands-net and the SSH key stands-admin the example stands expect")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
 		}
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "hcloudsim %s\n", version.String())
+		return 0
 	}
 	log := logging.New(stderr, *level)
 	tok, err := resolveToken(*token)

@@ -21,6 +21,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/stands-engine/stands-reconciler/internal/version"
 )
 
 func main() {
@@ -42,6 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	shots := fs.String("screenshots", "", "check: after the story held, copy the browser's screenshots into this folder (make screenshots: docs/img)")
 	timeout := fs.Duration("timeout", 15*time.Minute, "check: the whole story's time bound (DEMO_NODES=full: 60m unless given)")
 	nodes := fs.String("nodes", envOr("DEMO_NODES", "servers"), "servers: simulated servers only; full: QEMU VMs with node setup ($DEMO_NODES)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: stands-demo [flags] up|check|down")
 		fs.PrintDefaults()
@@ -51,6 +54,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "stands-demo %s\n", version.String())
+		return 0
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()

@@ -12,13 +12,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
 
 	"github.com/stands-engine/stands-reconciler/compat"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
+	buildversion "github.com/stands-engine/stands-reconciler/internal/version"
 	"github.com/stands-engine/stands-reconciler/localrepo"
 	"github.com/stands-engine/stands-reconciler/prplan"
 )
@@ -30,7 +30,8 @@ const (
 	exitInterrupted = 130
 )
 
-// version is set at link time (-X main.version=...); otherwise the module version is used.
+// version is what packaging scripts stamped before internal/version was (-X main.version=...): it
+// still wins for this release; make stamps internal/version.Version.
 var version = ""
 
 func main() {
@@ -131,10 +132,7 @@ func versionString() string {
 	if version != "" {
 		return version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "devel"
+	return buildversion.String()
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv env) int {

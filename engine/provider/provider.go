@@ -22,6 +22,7 @@ import (
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 	"github.com/stands-engine/stands-reconciler/engine/cloud"
 	"github.com/stands-engine/stands-reconciler/engine/cloud/hetzner"
+	"github.com/stands-engine/stands-reconciler/internal/version"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -34,8 +35,9 @@ const Name = "stands"
 // BinaryName is the executable name the engine looks for in the plugin folder.
 const BinaryName = "pulumi-resource-" + Name
 
-// Version is reported to the engine.
-var Version = "0.1.0"
+// Version is the binary's version as a semantic version, what Pulumi requires of a plugin's
+// (internal/version).
+var Version = version.Semver()
 
 // Config keys the provider reads (stack config "stands:<key>").
 const (
@@ -118,7 +120,7 @@ func New() *Provider {
 }
 
 func newClient(token, endpoint string) cloud.Cloud {
-	return hetzner.New(token, hetzner.WithEndpoint(endpoint), hetzner.WithApplication(Version))
+	return hetzner.New(token, hetzner.WithEndpoint(endpoint), hetzner.WithApplication(version.String()))
 }
 
 var marshal = plugin.MarshalOptions{KeepSecrets: true, KeepUnknowns: true, SkipNulls: true}
