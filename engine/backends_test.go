@@ -81,7 +81,7 @@ func testStateBackend(t *testing.T, bc backendCase) {
 	if _, err := eng.Apply(ctx, stand, false); err != nil {
 		t.Fatalf("apply: %v\n%s", err, logs)
 	}
-	if keys := bc.store.Keys(t); !strings.Contains(strings.Join(keys, " "), bc.prefix+".pulumi/stacks/demo/single.json") {
+	if keys := bc.store.Keys(t); !strings.Contains(strings.Join(keys, " "), bc.prefix+stackKey(stands.StackRef{Project: "demo", Env: "single"})) {
 		t.Fatalf("no stack file under the prefix %s: %v", bc.prefix, keys)
 	}
 	if res, err := eng.Apply(ctx, stand, false); err != nil || res.Changed {
@@ -94,7 +94,7 @@ func testStateBackend(t *testing.T, bc backendCase) {
 	}
 	host, _ := os.Hostname()
 	lock := fmt.Sprintf(`{"pid":%d,"username":"root","hostname":%q,"timestamp":"2026-01-01T00:00:00Z"}`, dead.Process.Pid, host)
-	key := bc.prefix + ".pulumi/locks/organization/demo/single/0b5e1f3c-dead-lock.json"
+	key := bc.prefix + lockPrefix(stands.StackRef{Project: "demo", Env: "single"}) + "0b5e1f3c-dead-lock.json"
 	bc.store.Put(t, key, []byte(lock))
 	inv, err := eng.Inventory(ctx)
 	if err != nil || len(inv) != 1 || !inv[0].Locked {

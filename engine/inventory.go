@@ -32,7 +32,7 @@ func (e *Engine) Inventory(ctx context.Context) (_ []stands.StackInfo, err error
 		return nil, err
 	}
 	defer done()
-	objs, err := listObjects(ctx, b, stacksPrefix)
+	objs, err := listObjects(ctx, b, stacksDir)
 	if err != nil {
 		return nil, err
 	}
@@ -68,32 +68,16 @@ func (e *Engine) Inventory(ctx context.Context) (_ []stands.StackInfo, err error
 	return out, nil
 }
 
-const stacksPrefix = ".pulumi/stacks/"
-
-// stackFileName reads project and env from .pulumi/stacks/<project>/<env>.json[.gz], the
-// project-scoped layout the CLI writes for organization/<project>/<env> names.
-func stackFileName(key string) (project, env string, ok bool) {
-	rest := strings.TrimPrefix(key, stacksPrefix)
-	rest = strings.TrimSuffix(rest, ".gz")
-	rest, isJSON := strings.CutSuffix(rest, ".json")
-	project, env, ok = strings.Cut(rest, "/")
-	if !isJSON || !ok || project == "" || env == "" || strings.Contains(env, "/") {
-		return "", "", false
-	}
-	return project, env, true
-}
-
 // lockedStacks is every project/env holding a lock file, from one listing of the locks folder.
 func lockedStacks(ctx context.Context, b *blob.Bucket) (map[string]bool, error) {
-	keys, err := listKeys(ctx, b, ".pulumi/locks/organization/")
+	keys, err := listKeys(ctx, b, locksDir)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]bool{}
 	for _, k := range keys {
-		parts := strings.Split(strings.TrimPrefix(k, ".pulumi/locks/organization/"), "/")
-		if len(parts) == 3 && strings.HasSuffix(parts[2], ".json") {
-			out[parts[0]+"/"+parts[1]] = true
+		if stack := lockFileStack(k); stack != "" {
+			out[stack] = true
 		}
 	}
 	return out, nil
@@ -149,27 +133,6 @@ func (c *inventoryCache) keep(stacks map[string]bool) {
 }
 
 // stackFile is the part of a diy backend's stack file the inventory reads.
-type stackFile struct {
-	Checkpoint struct {
-		Latest *struct {
-			Manifest struct {
-				Time time.Time `json:"time"`
-			} `json:"manifest"`
-			Secrets struct { // the health check's decryption (health.go)
-				Type  string `json:"type"`
-				State struct {
-					Salt string `json:"salt"`
-				} `json:"state"`
-			} `json:"secrets_providers"`
-			Resources []struct {
-				Type    string         `json:"type"`
-				Outputs map[string]any `json:"outputs"`
-			} `json:"resources"`
-			Pending []json.RawMessage `json:"pending_operations"`
-		} `json:"latest"`
-	} `json:"checkpoint"`
-}
-
 // readStackFile fills an entry from the diy backend's checkpoint and history.
 func readStackFile(ctx context.Context, b *blob.Bucket, key string, info *stands.StackInfo) error {
 	data, err := readStackBytes(ctx, b, key)
@@ -256,7 +219,7 @@ func (e *Engine) stackBytes(ctx context.Context, ref stands.StackRef) ([]byte, e
 		return nil, err
 	}
 	defer done()
-	key := stacksPrefix + ref.Project + "/" + ref.Env + ".json"
+	key := stackKey(ref)
 	data, err := readStackBytes(ctx, b, key)
 	if err == nil && data == nil {
 		data, err = readStackBytes(ctx, b, key+".gz")
@@ -264,15 +227,15 @@ func (e *Engine) stackBytes(ctx context.Context, ref stands.StackRef) ([]byte, e
 	return data, err
 }
 
-// readLastResult reads the newest .pulumi/history/<project>/<stack>/<stack>-<nanos>.history.json.
+// readLastResult reads the stack's newest update record.
 func readLastResult(ctx context.Context, b *blob.Bucket, info *stands.StackInfo) error {
-	keys, err := listKeys(ctx, b, ".pulumi/history/"+info.Project+"/"+info.Env+"/")
+	keys, err := listKeys(ctx, b, historyPrefix(stands.StackRef{Project: info.Project, Env: info.Env}))
 	if err != nil {
 		return err
 	}
 	newest := ""
 	for _, k := range keys {
-		if strings.HasSuffix(k, ".history.json") && k > newest {
+		if isHistory(k) && k > newest {
 			newest = k
 		}
 	}
@@ -283,10 +246,7 @@ func readLastResult(ctx context.Context, b *blob.Bucket, info *stands.StackInfo)
 	if err != nil || data == nil {
 		return err
 	}
-	var h struct {
-		Kind   string `json:"kind"`
-		Result string `json:"result"`
-	}
+	var h historyEntry
 	if err := json.Unmarshal(data, &h); err != nil {
 		return fmt.Errorf("parse history %s: %w", newest, err)
 	}

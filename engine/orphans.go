@@ -51,7 +51,7 @@ func (e *Engine) stackServers(ctx context.Context) (map[int64]bool, error) {
 		return nil, err
 	}
 	defer done()
-	objs, err := listObjects(ctx, b, stacksPrefix)
+	objs, err := listObjects(ctx, b, stacksDir)
 	if err != nil {
 		return nil, err
 	}

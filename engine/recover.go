@@ -18,14 +18,6 @@ import (
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
-// lockFile is what the diy backend writes to .pulumi/locks/<org>/<project>/<stack>/<id>.json.
-type lockFile struct {
-	Pid       int       `json:"pid"`
-	Username  string    `json:"username"`
-	Hostname  string    `json:"hostname"`
-	Timestamp time.Time `json:"timestamp"`
-}
-
 // recoverStack undoes what a killed run leaves behind, deliberately and with a log record each:
 // a lock whose process is dead, and pending creates (the servers they started are reclaimed by the
 // next apply, since the provider reclaims a server with the stand's name and our labels).
@@ -59,11 +51,6 @@ var (
 	// ErrLockedElsewhere: another host holds the stack's lock; whether it lives cannot be told here.
 	ErrLockedElsewhere = errors.New("the stack is locked by another host")
 )
-
-// lockPrefix is where the diy backend keeps a stack's lock files.
-func lockPrefix(ref stands.StackRef) string {
-	return ".pulumi/locks/organization/" + ref.Project + "/" + ref.Env + "/"
-}
 
 // clearStaleLocks removes the lock files of dead processes, on any diy backend (file://, s3://,
 // postgres://), as lockHeld judges them.
@@ -151,7 +138,7 @@ func (e *Engine) savedElsewhere(ctx context.Context, ref stands.StackRef, err er
 		return err
 	}
 	defer done()
-	data, rerr := readKey(ctx, b, ".pulumi/stacks/"+ref.Project+"/"+ref.Env+".json")
+	data, rerr := readKey(ctx, b, stackKey(ref))
 	if rerr != nil || data == nil || !json.Valid(data) {
 		return err
 	}
