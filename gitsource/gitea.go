@@ -257,17 +257,17 @@ func (s *Source) FetchPull(ctx context.Context, ref, onto string) (head, base *s
 			bc = c
 		}
 	}
-	if head, err = snapshotOf(hs, hc); err != nil {
+	if head, err = snapshotOf(hs, hc, s.maxTree); err != nil {
 		return nil, nil, err
 	}
-	if base, err = snapshotOf(hs, bc); err != nil {
+	if base, err = snapshotOf(hs, bc, s.maxTree); err != nil {
 		return nil, nil, err
 	}
 	return head, base, nil
 }
 
-func snapshotOf(st storer.EncodedObjectStorer, c *object.Commit) (*stands.Snapshot, error) {
-	files, err := treeFS(st, c)
+func snapshotOf(st storer.EncodedObjectStorer, c *object.Commit, maxTree int64) (*stands.Snapshot, error) {
+	files, err := treeFS(st, c, maxTree)
 	if err != nil {
 		return nil, err
 	}

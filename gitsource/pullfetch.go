@@ -41,11 +41,31 @@ type PullLimits struct {
 	Object  int64 // bytes of one object, inflated (a blob over repofs.MaxFileSize is never sent)
 	Objects int   // objects in the pack
 	Total   int64 // bytes of all objects, inflated
+	// largeBlobs asks for every blob, those over repofs.MaxFileSize too: only the controls that show
+	// what the filter keeps out set it (withLargeBlobs, the stands_pull_unfiltered build). A server
+	// that offers no filter sends them anyway, and vetPack refuses a head holding one.
+	largeBlobs bool
+	// inMemory keeps a head's objects in memory, as go-git's fetch into its memory store did: only the
+	// stands_pull_unfiltered build sets it.
+	inMemory bool
 }
 
 // DefaultPullLimits hold a head of a few thousand stands with their history since the tracked
 // branch; the largest object a stands repository needs is a tree or a 1 MiB file.
-var DefaultPullLimits = PullLimits{Pack: 256 << 20, Object: 8 << 20, Objects: 200_000, Total: 1 << 30}
+var DefaultPullLimits = PullLimits{Pack: 256 << 20, Object: 8 << 20, Objects: 200_000, Total: 1 << 30}.control(true)
+
+// control is l as the stands_pull_unfiltered build fetches (pull_unfiltered.go): every blob, kept in
+// memory, and with unbounded, no size refused.
+func (l PullLimits) control(unbounded bool) PullLimits {
+	if !unfilteredBuild {
+		return l
+	}
+	l.largeBlobs, l.inMemory = true, true
+	if unbounded {
+		l.Pack, l.Object, l.Objects, l.Total = 1<<40, 1<<40, 1<<30, 1<<40
+	}
+	return l
+}
 
 // headStore is one fetched head's objects, over the tracked branch's; close removes them.
 type headStore struct {
@@ -76,7 +96,7 @@ func fetchHead(ctx context.Context, url string, auth transport.AuthMethod, ref s
 	}
 	var top storage.Storer = memory.NewStorage()
 	closeTop := func() error { return nil }
-	if !pullInMemory {
+	if !lim.inMemory {
 		fst := filesystem.NewStorage(osfs.New(filepath.Join(tmp, "git")), cache.NewObjectLRU(4<<20))
 		top, closeTop = fst, fst.Close
 	}
@@ -143,7 +163,7 @@ func (u *upload) fetch(ctx context.Context, want plumbing.Hash, haves []plumbing
 	// A thin pack's deltas would name bases outside the pack, which a store's own index of the pack
 	// (or a pull request's store, indexed on its own) cannot resolve.
 	req.Capabilities.Delete(capability.ThinPack)
-	if filterBlobs && u.adv.Capabilities.Supports(capability.Filter) {
+	if !lim.largeBlobs && u.adv.Capabilities.Supports(capability.Filter) {
 		_ = req.Capabilities.Set(capability.Filter)
 		req.Filter = packp.FilterBlobLimit(uint64(repofs.MaxFileSize)+1, packp.BlobLimitPrefixNone)
 	}
@@ -161,7 +181,7 @@ func (u *upload) fetch(ctx context.Context, want plumbing.Hash, haves []plumbing
 	case req.Capabilities.Supports(capability.Sideband):
 		pack = sideband.NewDemuxer(sideband.Sideband, resp)
 	}
-	if pullInMemory {
+	if lim.inMemory {
 		return packfile.UpdateObjectStorage(dst, pack) // the control: straight from the wire, as go-git's fetch
 	}
 	f, err := os.CreateTemp(tmp, "incoming-*.pack")
@@ -190,14 +210,6 @@ func (u *upload) fetch(ctx context.Context, want plumbing.Hash, haves []plumbing
 	}
 	return nil
 }
-
-// pullInMemory keeps a head's objects in memory, as go-git's fetch into its memory store did: only
-// the control build of the large files fault case sets it (pull_unfiltered.go).
-var pullInMemory bool
-
-// filterBlobs asks the server to leave large blobs out; a test turns it off to show what the filter
-// keeps out. A server that offers no filter sends them, and vetPack refuses a head holding one.
-var filterBlobs = true
 
 // pullDirPrefix names the folders of heads being read; one left by a killed daemon is removed at
 // the next start.

@@ -55,9 +55,11 @@ func TestFetchPullLeavesLargeFilesOnTheServer(t *testing.T) {
 		t.Errorf("the head's objects stay on disk: %v", left)
 	}
 
-	filterBlobs = false
-	defer func() { filterBlobs = true }()
-	_, _, err = src.FetchPull(ctx, ref, tip)
+	control := New(p.Info.CloneURL, "main", WithToken(g.User, func() (string, error) { return g.Token, nil }), WithWorkDir(dir), WithPullLimits(lim), withLargeBlobs())
+	if _, err := control.Fetch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = control.FetchPull(ctx, ref, tip)
 	if !errors.Is(err, stands.ErrTooLarge) || !strings.Contains(err.Error(), "a Git object of 5 MiB, over 2 MiB") {
 		t.Errorf("the control, without the filter: %v, want the 5 MiB object refused", err)
 	}

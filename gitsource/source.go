@@ -98,7 +98,9 @@ type Source struct {
 	store        store
 	workDir      string
 	pullLimits   PullLimits
-	cleaned      bool // the pull request folders a killed daemon left were removed
+	maxTree      int64 // bytes a snapshot's files may hold in all (stands.MaxTreeSize)
+	largeBlobs   bool  // the filter's control: every blob asked for (withLargeBlobs)
+	cleaned      bool  // the pull request folders a killed daemon left were removed
 
 	mu        sync.Mutex
 	last      *stands.Snapshot
@@ -155,18 +157,27 @@ func WithWorkDir(dir string) Option { return func(s *Source) { s.workDir = dir }
 // WithPullLimits bounds what reading a pull request's head may take (default DefaultPullLimits).
 func WithPullLimits(l PullLimits) Option { return func(s *Source) { s.pullLimits = l } }
 
+// withMaxTreeSize bounds what one snapshot's files may hold in all (default stands.MaxTreeSize):
+// tests lower it.
+func withMaxTreeSize(n int64) Option { return func(s *Source) { s.maxTree = n } }
+
+// withLargeBlobs asks every fetch for every blob, those the filter leaves on the server too: the
+// control of the tests that show what the filter keeps out.
+func withLargeBlobs() Option { return func(s *Source) { s.largeBlobs = true } }
+
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(s *Source) { s.log = l } }
 
 // New returns a source for branch at url: an http(s):// or ssh:// URL, or a local repository path
 // (plain or file://), read and written in place without a clone.
 func New(url, branch string, opts ...Option) *Source {
-	s := &Source{url: url, branch: branch, identity: DefaultIdentity, retries: 5, timeout: 2 * time.Minute, recloneEvery: 500, pullLimits: DefaultPullLimits,
+	s := &Source{url: url, branch: branch, identity: DefaultIdentity, retries: 5, timeout: 2 * time.Minute, recloneEvery: 500, pullLimits: DefaultPullLimits, maxTree: stands.MaxTreeSize,
 		log:  slog.New(slog.DiscardHandler),
 		auth: func() (transport.AuthMethod, error) { return nil, nil }}
 	for _, o := range opts {
 		o(s)
 	}
+	s.pullLimits.largeBlobs = s.pullLimits.largeBlobs || s.largeBlobs
 	if s.statusBranch == "" {
 		s.statusBranch = branch
 	}
@@ -174,6 +185,7 @@ func New(url, branch string, opts ...Option) *Source {
 		s.store = &localStore{path: path}
 	} else {
 		r := &remoteStore{url: url, recloneEvery: s.recloneEvery, limits: TrackedLimits}
+		r.limits.largeBlobs = r.limits.largeBlobs || s.largeBlobs
 		if s.workDir != "" {
 			r.dir = filepath.Join(s.workDir, trackedDir)
 		}
@@ -232,7 +244,7 @@ func (s *Source) fetch(ctx context.Context) (*stands.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := treeFS(repo.Storer, commit)
+	files, err := treeFS(repo.Storer, commit, s.maxTree)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +319,7 @@ func (s *Source) StatusFiles(ctx context.Context) (fs.FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read commit %s: %w", head, err)
 	}
-	return treeFS(s.store.repo().Storer, c)
+	return treeFS(s.store.repo().Storer, c, s.maxTree)
 }
 
 // Publish commits files (path → content; nil content removes the file) to the status branch as the
@@ -406,14 +418,11 @@ func (s *Source) publish(ctx context.Context, files map[string][]byte, message s
 	return hash.String(), nil
 }
 
-// maxTreeSize is stands.MaxTreeSize; tests lower it.
-var maxTreeSize int64 = stands.MaxTreeSize
-
 // treeFS copies a commit's tree into memory: snapshots are small (manifests and templates) and must not
 // change under a running reconcile. Each file's size is read from its object's header before its
 // contents; a file over repofs.MaxFileSize, or whose blob a partial fetch left on the server (it is
 // over that size: pullfetch.go), is listed but never read.
-func treeFS(s storer.EncodedObjectStorer, c *object.Commit) (fs.FS, error) {
+func treeFS(s storer.EncodedObjectStorer, c *object.Commit, maxTree int64) (fs.FS, error) {
 	tree, err := c.Tree()
 	if err != nil {
 		return nil, fmt.Errorf("read tree: %w", err)
@@ -448,7 +457,7 @@ func treeFS(s storer.EncodedObjectStorer, c *object.Commit) (fs.FS, error) {
 			large[name] = b.Size // never read: a stand that needs it fails, naming it
 			continue
 		}
-		if total += b.Size; total > maxTreeSize {
+		if total += b.Size; total > maxTree {
 			return nil, &stands.TooLarge{Limit: fmt.Sprintf("the commit's files hold more than %d MiB", stands.MaxTreeSize>>20)}
 		}
 		data, err := blobData(b)
@@ -513,7 +522,7 @@ type remoteStore struct {
 // request's: the branch was reviewed, a first fetch brings its whole history, and a branch over
 // them leaves the reconciler on its last good snapshot until it is fixed. Object bounds what indexing
 // the pack holds in memory at once.
-var TrackedLimits = PullLimits{Pack: 4 << 30, Object: 64 << 20, Objects: 10_000_000, Total: 64 << 30}
+var TrackedLimits = PullLimits{Pack: 4 << 30, Object: 64 << 20, Objects: 10_000_000, Total: 64 << 30}.control(false)
 
 func (r *remoteStore) repo() *git.Repository { return r.r }
 

@@ -122,13 +122,11 @@ func TestTreeSizeBounded(t *testing.T) {
 		}
 	}
 	commitAll(t, r, "files")
-	defer func(old int64) { maxTreeSize = old }(maxTreeSize)
-	maxTreeSize = 2000 // 4 files of 600 bytes do not fit
-	if _, err := New(dir, "main", WithStatusBranch("stands-status")).Fetch(context.Background()); !errors.Is(err, stands.ErrTooLarge) {
+	// 4 files of 600 bytes do not fit in 2,000 bytes
+	if _, err := New(dir, "main", WithStatusBranch("stands-status"), withMaxTreeSize(2000)).Fetch(context.Background()); !errors.Is(err, stands.ErrTooLarge) {
 		t.Fatalf("a commit over the limit: %v", err)
 	}
-	maxTreeSize = 2400
-	if _, err := New(dir, "main", WithStatusBranch("stands-status")).Fetch(context.Background()); err != nil {
+	if _, err := New(dir, "main", WithStatusBranch("stands-status"), withMaxTreeSize(2400)).Fetch(context.Background()); err != nil {
 		t.Fatalf("a commit at the limit: %v", err)
 	}
 }

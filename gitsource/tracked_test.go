@@ -20,9 +20,9 @@ func TestTrackedBranchOnDisk(t *testing.T) {
 	g, p := largeFileRepo(t, "main", nil)
 	token := WithToken(g.User, func() (string, error) { return g.Token, nil })
 	ctx := context.Background()
-	fetch := func(dir string) *Source {
+	fetch := func(dir string, opts ...Option) *Source {
 		t.Helper()
-		src := New(p.Info.CloneURL, "main", token, WithWorkDir(dir))
+		src := New(p.Info.CloneURL, "main", append([]Option{token, WithWorkDir(dir)}, opts...)...)
 		snap, err := src.Fetch(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -103,10 +103,8 @@ func TestTrackedBranchOnDisk(t *testing.T) {
 	}
 	fetch(broken)
 
-	filterBlobs = false
-	defer func() { filterBlobs = true }()
 	control := t.TempDir()
-	fetch(control)
+	fetch(control, withLargeBlobs())
 	if n := du(t, filepath.Join(control, trackedDir)); n < 5<<20 {
 		t.Errorf("the control, without the filter, holds only %d KiB: the test cannot see the large file", n>>10)
 	}

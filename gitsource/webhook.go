@@ -30,9 +30,6 @@ func VerifySignature(secret, body []byte, signature string) bool {
 	return hmac.Equal(mac.Sum(nil), want)
 }
 
-// hintsOff triggers on every signed delivery: only a build with tag stands_hints_off sets it.
-var hintsOff = false
-
 // A Delivery is what became of one webhook request.
 type Delivery string
 
@@ -117,7 +114,7 @@ func (h *Webhook) serve(r *http.Request) (Delivery, int) {
 	if !VerifySignature(h.secret(), body, r.Header.Get("X-Gitea-Signature")) {
 		return Refused, http.StatusUnauthorized
 	}
-	if hintsOff {
+	if hintsOffBuild {
 		h.trigger()
 		return Triggered, http.StatusAccepted
 	}
