@@ -150,11 +150,12 @@ func (d *Daemon) build(ctx context.Context) error {
 	if cfg.ControlState, err = s.stateFile("controls.json"); err != nil {
 		return err
 	}
-	if err := d.forgeParts(&cfg, s.forge(gitToken, log), eng, sec); err != nil {
+	forge := s.forge(gitToken, log)
+	if err := d.forgeParts(&cfg, forge, eng, sec); err != nil {
 		return err
 	}
 	d.rec = reconcile.New(cfg, d.src, eng, sec)
-	if forge, ok := cfg.Forge.(*gitsource.Gitea); ok {
+	if forge != nil {
 		w := newProtectionWatch(forge, s.Branch, log, d.metrics, d.rec.SetSafeguards)
 		d.own(goAsLongAs(w.run))
 	}
@@ -163,7 +164,7 @@ func (d *Daemon) build(ctx context.Context) error {
 
 // forgeParts sets what the loop does with Gitea's API (nil: none): commit statuses, the pull
 // request plans, and the review gate (docs/pr-workflow.md#apply-only-what-was-reviewed).
-func (d *Daemon) forgeParts(cfg *reconcile.Config, forge *gitsource.Gitea, eng *engine.Engine, sec reconcile.Secrets) error {
+func (d *Daemon) forgeParts(cfg *reconcile.Config, forge Forge, eng *engine.Engine, sec reconcile.Secrets) error {
 	s, log := &d.s, d.log
 	var err error
 	if cfg.ReviewState, err = s.stateFile("reviews.json"); err != nil {
@@ -197,7 +198,7 @@ func (d *Daemon) forgeParts(cfg *reconcile.Config, forge *gitsource.Gitea, eng *
 
 // plans plans the open pull requests into the tracked branch with the loop's destroy guards,
 // rendering their stands in the sandbox: this binary re-executed under limits.
-func (d *Daemon) plans(forge *gitsource.Gitea, eng *engine.Engine, sec reconcile.Secrets, loop reconcile.Config) (*prplan.Planner, error) {
+func (d *Daemon) plans(forge Forge, eng *engine.Engine, sec reconcile.Secrets, loop reconcile.Config) (*prplan.Planner, error) {
 	state, err := d.s.stateFile("previews.json")
 	if err != nil {
 		return nil, err

@@ -45,17 +45,17 @@ func addWebhook(mux *http.ServeMux, l loop, secret func() []byte, log *slog.Logg
 		[]string{"result"})
 	refused := &refusals{log: log, every: time.Minute, msg: "webhook refused: bad or missing signature, no poll started"}
 	limited := &refusals{log: log, every: time.Minute, msg: "webhooks over the rate refused (429), no poll started"}
-	hook := gitsource.NewWebhook(secret, l.Trigger, func(d gitsource.Delivery, r *http.Request) {
+	hook := gitsource.NewWebhook(secret, l.Trigger, func(d gitsource.Delivery, h gitsource.Hook) {
 		deliveries.WithLabelValues(string(d)).Inc()
 		switch d {
 		case gitsource.Triggered:
-			log.Info("webhook: polling now", "event", r.Header.Get("X-Gitea-Event"))
+			log.Info("webhook: polling now", "event", h.Event)
 		case gitsource.Duplicate, gitsource.Coalesced:
-			log.Debug("webhook: nothing new", "result", string(d), "event", r.Header.Get("X-Gitea-Event"), "delivery", r.Header.Get("X-Gitea-Delivery"))
+			log.Debug("webhook: nothing new", "result", string(d), "event", h.Event, "delivery", h.Delivery)
 		case gitsource.Refused:
-			refused.add(r.RemoteAddr, time.Now())
+			refused.add(h.From, time.Now())
 		case gitsource.Limited:
-			limited.add(r.RemoteAddr, time.Now())
+			limited.add(h.From, time.Now())
 		}
 	})
 	mux.Handle("POST /webhook", hook)

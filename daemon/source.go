@@ -75,7 +75,7 @@ func (s *Settings) source(env Env, gitToken *credential.Credential, log *slog.Lo
 
 // forge is the Gitea API of an http(s) repository: commit statuses and pull request plans. An SSH
 // or local repository has none (--gitea-url gives an SSH repository its API). nil: none.
-func (s *Settings) forge(gitToken *credential.Credential, log *slog.Logger) *gitsource.Gitea {
+func (s *Settings) forge(gitToken *credential.Credential, log *slog.Logger) Forge {
 	apiURL := s.GiteaURL
 	if apiURL == "" && repoKindOf(s.Repo) == httpRepo {
 		apiURL = s.Repo

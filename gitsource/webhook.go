@@ -53,7 +53,7 @@ const (
 type Webhook struct {
 	secret  func() []byte
 	trigger func()
-	observe func(Delivery, *http.Request)
+	observe func(Delivery, Hook)
 	limiter *rate.Limiter
 
 	mu         sync.Mutex
@@ -71,11 +71,31 @@ const (
 	retryAfterLimit = "1" // seconds, in a 429's Retry-After
 )
 
+// Hook is what a webhook request says of itself, as the forge's headers name it: what callers log
+// (Gitea's headers are read here and nowhere else).
+type Hook struct {
+	Event    string // push, pull_request, …
+	Delivery string // the forge's id of the delivery
+	From     string // the remote address
+}
+
+// hookOf reads a request's Hook.
+func hookOf(r *http.Request) Hook {
+	return Hook{Event: r.Header.Get(headerEvent), Delivery: r.Header.Get(headerDelivery), From: r.RemoteAddr}
+}
+
+// Gitea's webhook headers.
+const (
+	headerEvent     = "X-Gitea-Event"
+	headerDelivery  = "X-Gitea-Delivery"
+	headerSignature = "X-Gitea-Signature"
+)
+
 // NewWebhook answers webhooks signed with secret's key by calling trigger; observe, when not nil,
 // hears what became of each request.
-func NewWebhook(secret func() []byte, trigger func(), observe func(Delivery, *http.Request)) *Webhook {
+func NewWebhook(secret func() []byte, trigger func(), observe func(Delivery, Hook)) *Webhook {
 	if observe == nil {
-		observe = func(Delivery, *http.Request) {}
+		observe = func(Delivery, Hook) {}
 	}
 	return &Webhook{secret: secret, trigger: trigger, observe: observe, limiter: rate.NewLimiter(webhookRate, webhookBurst),
 		deliveries: newRecent(deliveryMemory, maxRemembered), news: newRecent(coalesceWindow, maxRemembered)}
@@ -83,7 +103,7 @@ func NewWebhook(secret func() []byte, trigger func(), observe func(Delivery, *ht
 
 func (h *Webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	result, code := h.serve(r)
-	h.observe(result, r)
+	h.observe(result, hookOf(r))
 	switch code {
 	case http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", retryAfterLimit)
@@ -111,7 +131,7 @@ func (h *Webhook) serve(r *http.Request) (Delivery, int) {
 	case err != nil:
 		return Refused, http.StatusBadRequest
 	}
-	if !VerifySignature(h.secret(), body, r.Header.Get("X-Gitea-Signature")) {
+	if !VerifySignature(h.secret(), body, r.Header.Get(headerSignature)) {
 		return Refused, http.StatusUnauthorized
 	}
 	if hintsOffBuild {
@@ -121,8 +141,9 @@ func (h *Webhook) serve(r *http.Request) (Delivery, int) {
 	sum := sha256.Sum256(body)
 	now := time.Now()
 	h.mu.Lock()
-	dup := h.deliveries.add(r.Header.Get("X-Gitea-Delivery")+" "+hex.EncodeToString(sum[:]), now)
-	known := !dup && h.news.add(newsOf(r.Header.Get("X-Gitea-Event"), body, sum), now)
+	hook := hookOf(r)
+	dup := h.deliveries.add(hook.Delivery+" "+hex.EncodeToString(sum[:]), now)
+	known := !dup && h.news.add(newsOf(hook.Event, body, sum), now)
 	h.mu.Unlock()
 	switch {
 	case dup:
