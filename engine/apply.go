@@ -19,10 +19,8 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/stands-engine/stands-reconciler/engine/cloud"
-	"github.com/stands-engine/stands-reconciler/engine/cloud/hetzner"
 	"github.com/stands-engine/stands-reconciler/engine/configset"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
-	"github.com/stands-engine/stands-reconciler/internal/version"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
@@ -219,14 +217,14 @@ func indexNode(s *manifest.Stand, name string) int {
 	return -1
 }
 
-// cloud is the Hetzner project, opened with the token as it is now (a rotated credential file needs
-// no restart). The provider opens its own, with the token the engine configures it with.
+// cloud is the cloud project, opened as the provider opens it (provider.OpenCloud) with the token as
+// it is now (a rotated credential file needs no restart).
 func (e *Engine) cloud() (cloud.Cloud, error) {
 	token, err := e.hcloudToken()
 	if err != nil {
 		return nil, err
 	}
-	return hetzner.New(token, hetzner.WithEndpoint(e.cfg.HcloudEndpoint), hetzner.WithApplication(version.String())), nil
+	return provider.OpenCloud(token, e.cfg.HcloudEndpoint), nil
 }
 
 // standLabels select a stand's servers: ours, and labelled with its id.

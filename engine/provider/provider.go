@@ -115,11 +115,15 @@ func New() *Provider {
 		types:   map[string]resourceType{ServerType: serverResource{}, NodeType: nodeResource{}, ImagesType: imagesResource{}, InstanceType: instanceResource{}},
 		ctx:     ctx,
 		cancel:  cancel,
-		newHTTP: newClient,
+		newHTTP: OpenCloud,
 	}
 }
 
-func newClient(token, endpoint string) cloud.Cloud {
+// OpenCloud opens the cloud project the stands' servers live in, with a token, at an endpoint (""
+// for the cloud's own): the one place a cloud's client is made, for the provider and for the
+// engine's own reads alike. Hetzner is the cloud; a second is chosen here
+// (docs/architecture.md#where-do-i-add).
+func OpenCloud(token, endpoint string) cloud.Cloud {
 	return hetzner.New(token, hetzner.WithEndpoint(endpoint), hetzner.WithApplication(version.String()))
 }
 
