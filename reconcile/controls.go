@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/diff"
@@ -69,6 +70,102 @@ type ControlView struct {
 // ErrUnknownStand is Retry's answer for a stand the reconciler has never seen.
 var ErrUnknownStand = errors.New("no such stand")
 
+// switches are the operator's controls and what the tracked branch says of them: the local
+// switches (kept in Config.ControlState), the committed PauseFile, the --plan-only setting, and the
+// tracked branch's missing and unread safeguards. They hold operations (held) and head STATUS.md
+// (banner). Their lock is a leaf: taken under the loop's (Reconciler.mu) or alone, never the other
+// way round, and nothing is called while it is held.
+type switches struct {
+	configured bool   // --plan-only
+	state      string // Config.ControlState
+	branch     string // Config.Branch, named in the banner
+	now        func() time.Time
+
+	mu        sync.Mutex
+	local     Controls
+	repoPause *Switch // PauseFile of the last snapshot
+	// unguarded and unknown are the tracked branch's missing and unread safeguards (SetSafeguards).
+	unguarded, unknown []string
+}
+
+// newSwitches reads the local switches an earlier run kept. An unreadable file is an error, and
+// the switches then start paused: a pause an operator turned on must not be lost with the file.
+func newSwitches(cfg Config) (*switches, error) {
+	sw := &switches{configured: cfg.PlanOnly, state: cfg.ControlState, branch: cfg.Branch, now: cfg.Now}
+	if _, err := statefile.Read(sw.state, &sw.local); err != nil {
+		sw.local = Controls{Paused: &Switch{By: "the reconciler itself", At: sw.now().UTC(), Reason: "its operator controls file could not be read"}}
+		return sw, fmt.Errorf("read the operator controls %s: %w", sw.state, err)
+	}
+	return sw, nil
+}
+
+// set changes the local switches and keeps them, or changes nothing when they cannot be kept.
+func (sw *switches) set(by, why string, set func(*Controls, *Switch)) error {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	next := sw.local
+	set(&next, &Switch{By: by, At: sw.now().UTC(), Reason: why})
+	if err := statefile.Write(sw.state, next); err != nil {
+		return fmt.Errorf("keep the controls: %w", err)
+	}
+	sw.local = next
+	return nil
+}
+
+// setRepoPause records the PauseFile of the snapshot a cycle judged.
+func (sw *switches) setRepoPause(p *Switch) {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.repoPause = p
+}
+
+// setSafeguards records the tracked branch's missing and unread safeguards; true when they changed.
+func (sw *switches) setSafeguards(missing, unknown []string) bool {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	same := slices.Equal(missing, sw.unguarded) && slices.Equal(unknown, sw.unknown)
+	sw.unguarded, sw.unknown = slices.Clone(missing), slices.Clone(unknown)
+	return !same
+}
+
+// paused is the pause in force (the local one first), nil when none.
+func (sw *switches) paused() *Switch {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return sw.pausedLocked()
+}
+
+func (sw *switches) pausedLocked() *Switch {
+	if sw.local.Paused != nil {
+		return sw.local.Paused
+	}
+	return sw.repoPause
+}
+
+// planOnly says whether plan-only is on, by the setting or the local switch.
+func (sw *switches) planOnly() bool {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return sw.planOnlyLocked()
+}
+
+func (sw *switches) planOnlyLocked() bool { return sw.configured || sw.local.PlanOnly != nil }
+
+// holding says whether a pause or plan-only keeps operations off the servers (a heal, a repair).
+func (sw *switches) holding() bool {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return sw.pausedLocked() != nil || sw.planOnlyLocked()
+}
+
+// view is ctl status's part of the switches.
+func (sw *switches) view() ControlView {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return ControlView{Local: sw.local, RepositoryPause: sw.repoPause, PlanOnlyConfigured: sw.configured,
+		Paused: sw.pausedLocked() != nil, PlanOnly: sw.planOnlyLocked(), Phases: map[string]int{}}
+}
+
 // Pause turns the local pause on (again: the new reason replaces the old). Running operations go on.
 func (r *Reconciler) Pause(by, why string) error {
 	return r.setControl("pause", by, why, func(c *Controls, s *Switch) { c.Paused = s })
@@ -95,15 +192,9 @@ func (r *Reconciler) SetPlanOnly(on bool, by string) error {
 
 func (r *Reconciler) setControl(action, by, why string, set func(*Controls, *Switch)) error {
 	why = mdtext.Truncate(why, maxReason)
-	r.mu.Lock()
-	next := r.controls
-	set(&next, &Switch{By: by, At: r.cfg.Now().UTC(), Reason: why})
-	if err := statefile.Write(r.cfg.ControlState, next); err != nil {
-		r.mu.Unlock()
-		return fmt.Errorf("keep the controls: %w", err)
+	if err := r.sw.set(by, why, set); err != nil {
+		return err
 	}
-	r.controls = next
-	r.mu.Unlock()
 	r.log.Warn("operator: "+action, "by", by, "reason", why)
 	r.Trigger()
 	return nil
@@ -131,12 +222,11 @@ func (r *Reconciler) Retry(id, by string) error {
 	return nil
 }
 
-// Controls is the state of the switches.
+// Controls is the state of the switches, with the stands' phases and operations running.
 func (r *Reconciler) Controls() ControlView {
+	v := r.sw.view()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	v := ControlView{Local: r.controls, RepositoryPause: r.repoPause, PlanOnlyConfigured: r.cfg.PlanOnly, Phases: map[string]int{}}
-	v.Paused, v.PlanOnly = r.pausedLocked() != nil, r.planOnlyLocked()
 	for _, st := range r.stands {
 		if st.status != nil {
 			v.Phases[string(st.status.Phase)]++
@@ -146,25 +236,6 @@ func (r *Reconciler) Controls() ControlView {
 		}
 	}
 	return v
-}
-
-// pausedLocked is the pause in force (the local one first), nil when none. Called with r.mu held.
-func (r *Reconciler) pausedLocked() *Switch {
-	if r.controls.Paused != nil {
-		return r.controls.Paused
-	}
-	return r.repoPause
-}
-
-func (r *Reconciler) planOnlyLocked() bool { return r.cfg.PlanOnly || r.controls.PlanOnly != nil }
-
-// loadControls reads the local switches kept by an earlier run. An unreadable file is an error: a
-// pause an operator turned on must not be lost silently.
-func (r *Reconciler) loadControls() error {
-	if _, err := statefile.Read(r.cfg.ControlState, &r.controls); err != nil {
-		return fmt.Errorf("read the operator controls %s: %w", r.cfg.ControlState, err)
-	}
-	return nil
 }
 
 // repositoryPause reads PauseFile of a snapshot: nil when absent.
@@ -179,16 +250,18 @@ func repositoryPause(files fs.FS, commit string) *Switch {
 
 // held is what a pause or plan-only makes of an action that would start an operation: the outcome
 // to record instead, and whether the action is held at all (output reads and drift checks are not
-// held by plan-only). Called with r.mu held.
-func (r *Reconciler) held(a diff.Action, kind opKind) (outcome, bool) {
+// held by plan-only).
+func (sw *switches) held(a diff.Action, kind opKind) (outcome, bool) {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
 	would := map[diff.Kind]string{diff.Create: "create it", diff.Update: "apply it", diff.Destroy: "destroy it"}[a.Kind]
-	if p := r.pausedLocked(); p != nil {
+	if p := sw.pausedLocked(); p != nil {
 		if would == "" { // an output read or drift check: simply not now
 			return outcome{}, true
 		}
 		return outcome{kind: outBlocked, reason: reason.Paused, detail: fmt.Sprintf("paused by %s%s; when resumed the reconciler will %s", p.By, because(p.Reason), would)}, true
 	}
-	if r.planOnlyLocked() && (kind == opApply || kind == opDestroy) {
+	if sw.planOnlyLocked() && (kind == opApply || kind == opDestroy) {
 		why := a.Detail
 		if why == "" {
 			why = string(a.Reason)
@@ -205,35 +278,37 @@ func because(why string) string {
 	return ": " + why
 }
 
-// controlBanner is STATUS.md's note of the switches in force ("" when none). Called with r.mu held.
-// Who paused and why come from a commit or an operator: mdtext renders them inert.
-func (r *Reconciler) controlBanner() mdtext.Markup {
+// banner is STATUS.md's note of the switches in force ("" when none). Who paused and why come from
+// a commit or an operator: mdtext renders them inert.
+func (sw *switches) banner() mdtext.Markup {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
 	var d mdtext.Doc
-	if p := r.pausedLocked(); p != nil {
+	if p := sw.pausedLocked(); p != nil {
 		d.F("> **Paused** by %s%s", p.By, since(p.At))
 		if p.Reason != "" {
 			d.F(": %s", p.Reason)
 		}
 		d.Add(". No stand is applied, destroyed or checked until it is resumed")
-		if p == r.repoPause {
+		if p == sw.repoPause {
 			d.Add(" (remove `" + PauseFile + "`).\n")
 		} else {
 			d.Add(" (`stands-reconciler ctl resume`).\n")
 		}
 	}
-	if r.planOnlyLocked() {
+	if sw.planOnlyLocked() {
 		by := mdtext.Markup("the --plan-only setting")
-		if s := r.controls.PlanOnly; s != nil {
+		if s := sw.local.PlanOnly; s != nil {
 			by = mdtext.F("%s%s", s.By, since(s.At))
 		}
 		d.F("> **Plan-only** (%s): each stand's status says what would be applied or destroyed; nothing is.\n", by)
 	}
-	if len(r.unguarded) > 0 {
+	if len(sw.unguarded) > 0 {
 		d.F("> **The protection of %s lacks** %s: a merge can apply what no reviewer approved or planned "+
-			"(see the reconciler's log, or `stands-reconciler config check`, for each fix).\n", r.cfg.Branch, codes(r.unguarded))
+			"(see the reconciler's log, or `stands-reconciler config check`, for each fix).\n", sw.branch, codes(sw.unguarded))
 	}
-	if len(r.unknown) > 0 {
-		d.F("> **The protection of %s is not fully known**: the reconciler's token cannot read %s.\n", r.cfg.Branch, codes(r.unknown))
+	if len(sw.unknown) > 0 {
+		d.F("> **The protection of %s is not fully known**: the reconciler's token cannot read %s.\n", sw.branch, codes(sw.unknown))
 	}
 	if d.Len() == 0 {
 		return ""
@@ -253,11 +328,7 @@ func codes(names []string) mdtext.Markup {
 // the token cannot read (the daemon reads them from the forge); STATUS.md's header names them. A
 // change starts a cycle, which commits it.
 func (r *Reconciler) SetSafeguards(missing, unknown []string) {
-	r.mu.Lock()
-	same := slices.Equal(missing, r.unguarded) && slices.Equal(unknown, r.unknown)
-	r.unguarded, r.unknown = slices.Clone(missing), slices.Clone(unknown)
-	r.mu.Unlock()
-	if !same {
+	if r.sw.setSafeguards(missing, unknown) {
 		r.Trigger()
 	}
 }

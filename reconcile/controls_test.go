@@ -163,7 +163,7 @@ func TestPlanOnly(t *testing.T) {
 	// Drift checks run in plan-only mode; the drift is reported, not applied.
 	h2 := newHarness(t, repoWith("a"), func(cfg *Config) { cfg.DriftInterval, cfg.DriftApply, cfg.PlanOnly = time.Hour, true, false })
 	h2.mustCycle()
-	h2.r.cfg.PlanOnly = true
+	h2.r.sw.configured = true // --plan-only, as if the daemon were started again with it
 	h2.eng.Drifted["local_a_dev"] = true
 	h2.now = h2.now.Add(2 * time.Hour)
 	h2.mustCycle()

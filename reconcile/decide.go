@@ -51,7 +51,7 @@ func (r *Reconciler) decide(actions []diff.Action, d *desiredState, found map[st
 		if !ok {
 			continue
 		}
-		if instead, held := r.held(a, o.kind); held {
+		if instead, held := r.sw.held(a, o.kind); held {
 			if instead.kind == outBlocked {
 				r.record(a.ID, instead)
 			}

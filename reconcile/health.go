@@ -72,7 +72,7 @@ func (r *Reconciler) HealthCycle(ctx context.Context) {
 	}
 	var jobs []job
 	r.mu.Lock()
-	if r.pausedLocked() == nil {
+	if r.sw.paused() == nil {
 		for id, st := range r.stands {
 			s := st.status
 			if st.running || s == nil || (s.Phase != reason.Ready && s.Phase != reason.Degraded && s.Phase != reason.Expired) || s.NodesMode == "skipped" || st.ref.Project == "" || !r.holds(id) {
@@ -121,7 +121,7 @@ func (r *Reconciler) checkStand(ctx context.Context, id string, ref stands.Stack
 		return
 	}
 	r.mu.Lock()
-	held := r.pausedLocked() != nil || r.planOnlyLocked() // plan-only acts on no server either
+	held := r.sw.holding() // plan-only acts on no server either
 	r.mu.Unlock()
 	if held {
 		return
@@ -248,7 +248,7 @@ func (r *Reconciler) scheduleRepair(id string, restarted []string, h *stands.Hea
 		return
 	}
 	r.mu.Lock()
-	blocked := r.pausedLocked() != nil || r.planOnlyLocked()
+	blocked := r.sw.holding()
 	if !blocked {
 		r.state(id).repair = true
 	}

@@ -53,13 +53,13 @@ func hostileTable(values []string) []byte {
 		all[id] = &Status{ID: id, Phase: reason.Phase(v), Reason: reason.Reason(v), Message: v, LastSuccessfulCommit: v,
 			Nodes: []stands.Node{{Name: v, PublicIPv4: v}, {Name: v, PublicIPv4: v}}}
 	}
-	r := &Reconciler{}
+	sw := &switches{}
 	at := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
 	var banner mdtext.Markup
 	for _, v := range values {
-		r.controls.Paused = &Switch{By: v, At: at, Reason: v}
-		r.controls.PlanOnly = &Switch{By: v, At: at}
-		banner += r.controlBanner()
+		sw.local.Paused = &Switch{By: v, At: at, Reason: v}
+		sw.local.PlanOnly = &Switch{By: v, At: at}
+		banner += sw.banner()
 	}
 	return statusTable(all, values, banner)
 }

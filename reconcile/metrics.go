@@ -112,7 +112,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	h, last, active := r.health, r.lastSync, r.active
-	paused, planOnly := r.pausedLocked() != nil, r.planOnlyLocked()
+	paused, planOnly := r.sw.paused() != nil, r.sw.planOnly()
 	unreviewed := len(r.unreviewed)
 	r.mu.Unlock()
 	if r.rep != nil {

@@ -129,7 +129,7 @@ func (r *Reconciler) operate(ctx context.Context, o *op, log *slog.Logger) (*sta
 	case opDrift:
 		res, err := r.eng.Drift(ctx, *o.in)
 		r.mu.Lock()
-		repair := r.cfg.DriftApply && !r.planOnlyLocked() && r.pausedLocked() == nil
+		repair := r.cfg.DriftApply && !r.sw.holding()
 		r.mu.Unlock()
 		if err == nil && res.Changed && repair {
 			log.Info("stand drifted; applying it again", "changes", res.Changes)

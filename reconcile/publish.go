@@ -93,7 +93,7 @@ func (r *Reconciler) publish(ctx context.Context) error {
 			all[id] = st.status
 		}
 	}
-	unreadable, banner := r.unreadable, r.controlBanner()
+	unreadable, banner := r.unreadable, r.sw.banner()
 	r.mu.Unlock()
 	return r.commitStatuses(ctx, all, unreadable, banner)
 }

@@ -191,12 +191,9 @@ type Reconciler struct {
 	flushCtx   context.Context
 	flush      context.CancelFunc // ends the status delay for good: the drain has begun
 
-	metrics   *metrics
-	active    int      // operations holding a worker
-	controls  Controls // the operator's local switches
-	repoPause *Switch  // PauseFile of the last snapshot
-	// unguarded and unknown are the tracked branch's missing and unread safeguards (SetSafeguards).
-	unguarded, unknown []string
+	metrics *metrics
+	active  int // operations holding a worker
+	sw      *switches
 	// unreviewed are the changes held for review, by stand (review.go).
 	unreviewed map[string]*unreviewed
 	// revMu guards the review gate's state, which it reads and writes outside mu (it asks Gitea).
@@ -296,10 +293,9 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
 	r.flushCtx, r.flush = context.WithCancel(context.Background())
 	r.metrics = newMetrics(r, cfg.Metrics)
-	if err := r.loadControls(); err != nil {
-		// Start paused: a pause an operator turned on must not be lost with the file.
+	var err error
+	if r.sw, err = newSwitches(cfg); err != nil {
 		r.log.Error("operator controls unreadable: starting paused; fix or remove the file, then `stands-reconciler ctl resume`", "err", err)
-		r.controls.Paused = &Switch{By: "the reconciler itself", At: r.cfg.Now().UTC(), Reason: "its operator controls file could not be read"}
 	}
 	return r
 }
@@ -445,7 +441,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 
 	r.mu.Lock()
 	r.unreadable = d.unreadable
-	r.repoPause = repositoryPause(snap.Files, snap.Source)
+	r.sw.setRepoPause(repositoryPause(snap.Files, snap.Source))
 	ops := r.decide(actions, d, found, snap.Source)
 	r.health.Cycles++
 	r.mu.Unlock()

@@ -257,7 +257,7 @@ func (r *Reconciler) publishShared(ctx context.Context) error {
 		}
 	}
 	r.mu.Lock()
-	unreadable, banner := r.unreadable, r.controlBanner()
+	unreadable, banner := r.unreadable, r.sw.banner()
 	r.mu.Unlock()
 	return r.commitStatuses(ctx, r.sharedSt, unreadable, banner)
 }
