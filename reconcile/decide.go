@@ -43,10 +43,10 @@ func (r *Reconciler) decide(actions []diff.Action, d *desiredState, found map[st
 			continue // another replica's stand: it decides, and its status comes from its record
 		}
 		if why, held := d.unreviewed[a.ID]; held {
-			r.holdUnreviewed(a, d, why, commit)
+			r.record(a.ID, r.gate.hold(a, d, why, commit))
 			continue
 		}
-		delete(r.unreviewed, a.ID)
+		r.gate.release(a.ID)
 		o, ok := r.decideOne(a, d, st, found[a.ID], now)
 		if !ok {
 			continue

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/judge"
@@ -12,24 +14,43 @@ import (
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
-// lifetime sets a new status's end and cost from the stand as the tracked branch declares it
-// (docs/lifetime.md). A stand judged invalid keeps what its last valid judgement said. Called with
-// r.mu held.
-func (r *Reconciler) lifetime(st *stand, next *Status) {
+// lifetimes are the stands' ends and costs (docs/lifetime.md): the server types' prices, read again
+// every PricesInterval, and what a stand's declared end and servers make of its status. The prices
+// are swapped whole (an atomic pointer) and read without a lock; when they were read is the cycles'
+// own (cycles never overlap).
+type lifetimes struct {
+	pricer   Pricer
+	interval time.Duration
+	branch   string
+	now      func() time.Time
+	log      *slog.Logger
+
+	prices   atomic.Pointer[stands.Prices] // the last read; nil before one succeeded
+	pricesAt time.Time                     // when they were last asked for: by cycles only
+}
+
+func newLifetimes(cfg Config) *lifetimes {
+	return &lifetimes{pricer: cfg.Prices, interval: cfg.PricesInterval, branch: cfg.Branch, now: cfg.Now, log: cfg.Log}
+}
+
+// stamp sets a new status's end and cost from the stand as the tracked branch declares it. A stand
+// judged invalid keeps what its last valid judgement said.
+func (lt *lifetimes) stamp(st *stand, next *Status) {
 	if next.DeclaredSince == nil {
-		since := r.cfg.Now().UTC().Truncate(time.Second)
+		since := lt.now().UTC().Truncate(time.Second)
 		next.DeclaredSince = &since
 	}
 	if st.declared == nil {
 		return
 	}
 	next.Expires, next.ExpiresBy = nil, ""
-	if e := endOf(st.lifetime, st.declared, next, r.cfg.Now()); !e.IsZero() {
+	if e := endOf(st.lifetime, st.declared, next, lt.now()); !e.IsZero() {
 		at := e.At.UTC()
 		next.Expires, next.ExpiresBy = &at, e.By
 	}
 	next.MonthlyCost = nil
-	if r.prices == nil {
+	prices := lt.prices.Load()
+	if prices == nil || *prices == nil {
 		return
 	}
 	var c Cost
@@ -38,7 +59,7 @@ func (r *Reconciler) lifetime(st *stand, next *Status) {
 			if p.Name != n.Profile {
 				continue
 			}
-			price, ok := r.prices.Of(p.ServerType, p.Location)
+			price, ok := prices.Of(p.ServerType, p.Location)
 			if !ok {
 				return
 			}
@@ -49,21 +70,19 @@ func (r *Reconciler) lifetime(st *stand, next *Status) {
 	next.MonthlyCost = &c
 }
 
-// readPrices reads the server types' prices when the last read is older than PricesInterval; a
-// failed read keeps the last prices and is tried again at the next cycle.
-func (r *Reconciler) readPrices(ctx context.Context) {
-	if r.cfg.Prices == nil || (!r.pricesAt.IsZero() && r.cfg.Now().Sub(r.pricesAt) < r.cfg.PricesInterval) {
+// refresh reads the server types' prices when the last read is older than the interval; a failed
+// read keeps the last prices and is tried again at the next cycle.
+func (lt *lifetimes) refresh(ctx context.Context) {
+	if lt.pricer == nil || (!lt.pricesAt.IsZero() && lt.now().Sub(lt.pricesAt) < lt.interval) {
 		return
 	}
-	p, err := r.cfg.Prices.Prices(ctx)
+	p, err := lt.pricer.Prices(ctx)
 	if err != nil {
-		r.log.Warn("server prices not read: monthly costs stay as they were", "err", err)
+		lt.log.Warn("server prices not read: monthly costs stay as they were", "err", err)
 		return
 	}
-	r.pricesAt = r.cfg.Now()
-	r.mu.Lock()
-	r.prices = p
-	r.mu.Unlock()
+	lt.pricesAt = lt.now()
+	lt.prices.Store(&p)
 }
 
 // endOf is a declared stand's end under the policy: the default counts from its status's
@@ -78,8 +97,8 @@ func endOf(l manifest.Lifetime, s *manifest.Stand, status *Status, now time.Time
 
 // ended says why a declared stand is past its end now; "" when it is not. The text holds no
 // relative time: a status changes only when the stand does.
-func (r *Reconciler) ended(st *stand) string {
-	now := r.cfg.Now()
+func (lt *lifetimes) ended(st *stand) string {
+	now := lt.now()
 	e := endOf(st.lifetime, st.declared, st.status, now)
 	if e.IsZero() || now.Before(e.At) {
 		return ""
@@ -89,23 +108,22 @@ func (r *Reconciler) ended(st *stand) string {
 		by = "the repository's default lifetime"
 	}
 	return fmt.Sprintf("ended at %s (%s, %s); it stays until a commit on %s removes it: merge its removal pull request, or extend stand.expires",
-		e.At.UTC().Format("2006-01-02 15:04 UTC"), by, e.Pos, cmp.Or(r.cfg.Branch, "the tracked branch"))
+		e.At.UTC().Format("2006-01-02 15:04 UTC"), by, e.Pos, cmp.Or(lt.branch, "the tracked branch"))
 }
 
-// endings are the ends of the stands the judgement declares, for their removal pull requests.
-func (r *Reconciler) endings(commit string, ev *judge.Evaluation) stands.Endings {
+// endings are the ends of the stands the judgement declares, for their removal pull requests;
+// status is each stand's status now (nil when it has none).
+func (lt *lifetimes) endings(commit string, ev *judge.Evaluation, status func(id string) *Status) stands.Endings {
 	l := ev.Lifetime
 	e := stands.Endings{Commit: commit, Declared: map[string]bool{}, WarnBefore: l.Warn(), MergeAtEnd: l.MergeAtExpiry,
 		PolicyAt: l.At["merge_at_expiry"].String()}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, v := range ev.Verdicts {
 		e.Declared[v.ID] = v.Input != nil
-		st := r.stands[v.ID]
-		if v.Input == nil || st == nil || st.status == nil {
+		st := status(v.ID)
+		if v.Input == nil || st == nil {
 			continue
 		}
-		x := endOf(l, v.Input.Stand, st.status, r.cfg.Now())
+		x := endOf(l, v.Input.Stand, st, lt.now())
 		if x.IsZero() {
 			continue
 		}
@@ -113,23 +131,10 @@ func (r *Reconciler) endings(commit string, ev *judge.Evaluation) stands.Endings
 		if end.ByDefault {
 			end.SetIn = v.File
 		}
-		if c := st.status.MonthlyCost; c != nil {
+		if c := st.MonthlyCost; c != nil {
 			end.Cost = fmt.Sprintf("%.2f %s", c.Amount, c.Currency)
 		}
 		e.Ends = append(e.Ends, end)
 	}
 	return e
-}
-
-// ApproveRemoval lets the destroy of a stand through the review gate: its removal pull request was
-// merged by the reconciler at its end, as the repository's lifetime policy allows (by says so).
-func (r *Reconciler) ApproveRemoval(id, by string) {
-	if !r.cfg.RequireReview {
-		return
-	}
-	r.revMu.Lock()
-	defer r.revMu.Unlock()
-	r.loadReviews()
-	r.approveLocked(id, "", by)
-	r.saveReviews()
 }

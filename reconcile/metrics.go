@@ -113,7 +113,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	h, last, active := r.health, r.lastSync, r.active
 	paused, planOnly := r.sw.paused() != nil, r.sw.planOnly()
-	unreviewed := len(r.unreviewed)
+	unreviewed := r.gate.pending()
 	r.mu.Unlock()
 	if r.rep != nil {
 		h.Leases = r.rep.Ready()

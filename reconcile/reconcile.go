@@ -191,22 +191,16 @@ type Reconciler struct {
 	flushCtx   context.Context
 	flush      context.CancelFunc // ends the status delay for good: the drain has begun
 
-	metrics *metrics
-	active  int // operations holding a worker
-	sw      *switches
-	// unreviewed are the changes held for review, by stand (review.go).
-	unreviewed map[string]*unreviewed
-	// revMu guards the review gate's state, which it reads and writes outside mu (it asks Gitea).
-	revMu       sync.Mutex
-	revLoaded   bool
-	revState    reviewState
+	metrics     *metrics
+	active      int // operations holding a worker
+	sw          *switches
+	gate        *gate
 	lastSync    time.Time       // the end of the last cycle without error
 	declaredIDs map[string]bool // stands the last evaluated snapshot declares
 	lastEval    *keptEvaluation // used by cycles only, which never overlap
 	warned      map[manifest.Diagnostic]bool
-	secretsDown int           // consecutive cycles the secret store did not answer (cycles are sequential)
-	prices      stands.Prices // the last read (Config.Prices); under mu
-	pricesAt    time.Time     // when they were last asked for; by cycles only
+	secretsDown int // consecutive cycles the secret store did not answer (cycles are sequential)
+	life        *lifetimes
 
 	rep      Replicas           // cfg.Replicas (replicas.go)
 	shareMu  sync.Mutex         // one share at a time: records are written in the order statuses changed
@@ -292,6 +286,7 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 		rep:    cfg.Replicas, seen: map[string]int64{}, sharedSt: map[string]*Status{}}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
 	r.flushCtx, r.flush = context.WithCancel(context.Background())
+	r.life, r.gate = newLifetimes(cfg), newGate(cfg)
 	r.metrics = newMetrics(r, cfg.Metrics)
 	var err error
 	if r.sw, err = newSwitches(cfg); err != nil {
@@ -363,7 +358,7 @@ func (r *Reconciler) record(id string, o outcome) {
 	}
 	if next.Phase != "" {
 		next.ID = id
-		r.lifetime(st, &next)
+		r.life.stamp(st, &next)
 		st.status = &next
 	}
 }
@@ -404,7 +399,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		return fmt.Errorf("fetch stands repository: %w", err)
 	}
 	log := r.log.With("commit", mdtext.Short(snap.Source))
-	r.readPrices(ctx)
+	r.life.refresh(ctx)
 	d, err := r.judge(ctx, snap)
 	if err != nil {
 		return err
@@ -437,7 +432,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		r.secretsDown = 0
 	}
 	actions := d.ev.Decide(actual, r.guards(), func(id string) bool { return d.running[id] }, hold)
-	d.unreviewed = r.review(ctx, actions, d, found, snap.Source)
+	d.unreviewed = r.gate.review(ctx, actions, d, found, snap.Source)
 
 	r.mu.Lock()
 	r.unreadable = d.unreadable
@@ -462,7 +457,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		r.cfg.Plans.Schedule(d.ev, snap.Source, actual, r.leading)
 	}
 	if r.cfg.Expiries != nil && (r.rep == nil || r.rep.Leader()) && len(d.ev.Unreadable) == 0 && d.secretsErr == nil {
-		r.cfg.Expiries.Schedule(r.endings(snap.Source, d.ev))
+		r.cfg.Expiries.Schedule(r.life.endings(snap.Source, d.ev, r.Status))
 	}
 	return nil
 }
@@ -516,7 +511,7 @@ func (r *Reconciler) judge(ctx context.Context, snap *stands.Snapshot) (*desired
 		if v.Input != nil {
 			d.inputs[v.ID] = v.Input
 			st.declared = v.Input.Stand
-			o.ended = r.ended(st)
+			o.ended = r.life.ended(st)
 		}
 		r.record(v.ID, o)
 	}
