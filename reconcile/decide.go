@@ -105,8 +105,8 @@ func (r *Reconciler) decideOne(a diff.Action, d *desiredState, st *stand, stack 
 			if in != nil && in.Print == "" {
 				in.Print = stack.Print // the same spec: a repair or re-apply keeps what was reviewed
 			}
-			if st.repair && r.due(st, now) {
-				st.repair = false
+			if r.heals.repairAsked(a.ID) && r.due(st, now) {
+				r.heals.takeRepair(a.ID)
 				return op{kind: opApply, in: in, repair: true}, true
 			}
 			if kind := r.upToDate(st, in, stack, now); kind != "" {

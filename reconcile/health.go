@@ -53,6 +53,87 @@ type HealStep struct {
 	Result   string    `json:"result"`
 }
 
+// healBook is what the health check and --heal remember of each stand between checks: systemd's
+// restart counts at the last check, the heals of the last hour, and a repair asked of the next
+// cycle. Its lock is a leaf: taken under the loop's (decide) or alone, and nothing is called while it
+// is held.
+type healBook struct {
+	limit int // heals of one instance in an hour (Config.HealLimit)
+
+	mu       sync.Mutex
+	restarts map[string]map[string]int         // by stand, by instance
+	heals    map[string]map[string][]time.Time // by stand, by instance
+	repair   map[string]bool                   // by stand
+}
+
+func newHealBook(limit int) *healBook {
+	return &healBook{limit: limit, restarts: map[string]map[string]int{}, heals: map[string]map[string][]time.Time{}, repair: map[string]bool{}}
+}
+
+// restartedBySystemd turns a restart count that grew since the last check into a problem: a unit
+// that crashed and was restarted by Restart= is active again by the next check, and would
+// otherwise pass.
+func (hb *healBook) restartedBySystemd(id string, h *stands.Health) {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	counts := hb.restarts[id]
+	if counts == nil {
+		counts = map[string]int{}
+		hb.restarts[id] = counts
+	}
+	for i, in := range h.Instances {
+		prev, seen := counts[in.Instance]
+		counts[in.Instance] = in.Restarts
+		if seen && in.Restarts > prev && len(in.Problems) == 0 {
+			h.Instances[i].Problems = append(h.Instances[i].Problems, "unit restarted by systemd since the last check")
+		}
+	}
+}
+
+// mayHeal counts a heal of an instance when the last hour's are under the limit; otherwise it
+// says how many there were.
+func (hb *healBook) mayHeal(id, instance string, now time.Time) (bool, int) {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	var recent []time.Time
+	for _, at := range hb.heals[id][instance] {
+		if now.Sub(at) < time.Hour {
+			recent = append(recent, at)
+		}
+	}
+	if hb.heals[id] == nil {
+		hb.heals[id] = map[string][]time.Time{}
+	}
+	if len(recent) < hb.limit {
+		hb.heals[id][instance] = append(recent, now)
+		return true, len(recent)
+	}
+	hb.heals[id][instance] = recent
+	return false, len(recent)
+}
+
+// askRepair asks the next cycle to apply the stand again; takeRepair is the cycle taking the ask.
+func (hb *healBook) askRepair(id string) {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	hb.repair[id] = true
+}
+
+func (hb *healBook) takeRepair(id string) bool {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	asked := hb.repair[id]
+	delete(hb.repair, id)
+	return asked
+}
+
+// repairAsked says whether a repair waits for the stand, without taking it.
+func (hb *healBook) repairAsked(id string) bool {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return hb.repair[id]
+}
+
 // runHealth checks the applied stands every HealthInterval (±10%) until ctx ends.
 func (r *Reconciler) runHealth(ctx context.Context) {
 	for waitJittered(ctx, r.cfg.HealthInterval, nil) {
@@ -160,9 +241,9 @@ func (r *Reconciler) check(ctx context.Context, id string, ref stands.StackRef, 
 		result = "unhealthy"
 	}
 	r.metrics.healthChecks.WithLabelValues(result).Inc()
+	r.heals.restartedBySystemd(id, h)
 	r.mu.Lock()
 	st := r.state(id)
-	restartedBySystemd(st, h)
 	before := phaseOf(st.status)
 	r.record(id, outcome{kind: outHealth, health: h})
 	after := st.status
@@ -185,22 +266,6 @@ func phaseOf(s *Status) string {
 		return ""
 	}
 	return string(s.Phase) + "/" + string(s.Reason)
-}
-
-// restartedBySystemd turns a restart count that grew since the last check into a problem: a unit
-// that crashed and was restarted by Restart= is active again by the next check, and would
-// otherwise pass. Called with r.mu held.
-func restartedBySystemd(st *stand, h *stands.Health) {
-	if st.restarts == nil {
-		st.restarts = map[string]int{}
-	}
-	for i, in := range h.Instances {
-		prev, seen := st.restarts[in.Instance]
-		st.restarts[in.Instance] = in.Restarts
-		if seen && in.Restarts > prev && len(in.Problems) == 0 {
-			h.Instances[i].Problems = append(h.Instances[i].Problems, "unit restarted by systemd since the last check")
-		}
-	}
 }
 
 // restartUnhealthy restarts each unhealthy instance on a reachable server, within the hourly limit;
@@ -247,15 +312,10 @@ func (r *Reconciler) scheduleRepair(id string, restarted []string, h *stands.Hea
 	if len(still) == 0 {
 		return
 	}
-	r.mu.Lock()
-	blocked := r.sw.holding()
-	if !blocked {
-		r.state(id).repair = true
-	}
-	r.mu.Unlock()
-	if blocked {
+	if r.sw.holding() {
 		return
 	}
+	r.heals.askRepair(id)
 	log.Info("healing: a restart did not help; applying the stand again", "instances", strings.Join(still, ", "))
 	for _, in := range still {
 		r.healed(id, HealStep{Instance: in, Action: "apply", At: r.cfg.Now().UTC(), Result: "scheduled"})
@@ -268,31 +328,20 @@ func (r *Reconciler) scheduleRepair(id string, restarted []string, h *stands.Hea
 // the status once when it may not (a flapping instance is left to a human).
 func (r *Reconciler) mayHeal(id, instance string) bool {
 	now := r.cfg.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.state(id)
-	var recent []time.Time
-	for _, at := range st.heals[instance] {
-		if now.Sub(at) < time.Hour {
-			recent = append(recent, at)
-		}
-	}
-	if st.heals == nil {
-		st.heals = map[string][]time.Time{}
-	}
-	st.heals[instance] = recent
-	if len(recent) < r.cfg.HealLimit {
-		st.heals[instance] = append(recent, now)
+	ok, recent := r.heals.mayHeal(id, instance, now)
+	if ok {
 		return true
 	}
-	if s := st.status; s != nil && len(s.Healing) > 0 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.state(id).status; s != nil && len(s.Healing) > 0 {
 		if last := s.Healing[len(s.Healing)-1]; last.Instance == instance && last.Action == "none" {
 			return false
 		}
 	}
 	r.metrics.heals.WithLabelValues("none", "limit").Inc()
 	r.record(id, outcome{kind: outHealed, heal: &HealStep{Instance: instance, Action: "none", At: now.UTC(),
-		Result: fmt.Sprintf("not healed: healed %d times in the last hour (--heal-limit); left to a human", len(recent))}})
+		Result: fmt.Sprintf("not healed: healed %d times in the last hour (--heal-limit); left to a human", recent)}})
 	return false
 }
 

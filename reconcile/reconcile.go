@@ -195,6 +195,7 @@ type Reconciler struct {
 	active      int // operations holding a worker
 	sw          *switches
 	gate        *gate
+	heals       *healBook
 	lastSync    time.Time       // the end of the last cycle without error
 	declaredIDs map[string]bool // stands the last evaluated snapshot declares
 	lastEval    *keptEvaluation // used by cycles only, which never overlap
@@ -213,16 +214,13 @@ type stand struct {
 	running   bool
 	rt        retries
 	lastDrift time.Time
-	connSaved string                 // digest of the connection record last written to the secret store
-	ref       stands.StackRef        // its stack, once the inventory found one (the health check's target)
-	restarts  map[string]int         // per instance, NRestarts at the last health check
-	heals     map[string][]time.Time // per instance, the heals of the last hour
-	repair    bool                   // a heal asked for an apply that reads the instances back
-	token     int64                  // replicas: the token of the held lease its status continues under (0: not held)
-	declared  *manifest.Stand        // as the tracked branch last declared it, valid; nil when not
-	lifetime  manifest.Lifetime      // the repository's policy when declared was judged
-	shared    []byte                 // replicas: the status last written to its record
-	queued    chan struct{}          // replicas: while its operation waits for a worker; closed, it leaves
+	connSaved string            // digest of the connection record last written to the secret store
+	ref       stands.StackRef   // its stack, once the inventory found one (the health check's target)
+	token     int64             // replicas: the token of the held lease its status continues under (0: not held)
+	declared  *manifest.Stand   // as the tracked branch last declared it, valid; nil when not
+	lifetime  manifest.Lifetime // the repository's policy when declared was judged
+	shared    []byte            // replicas: the status last written to its record
+	queued    chan struct{}     // replicas: while its operation waits for a worker; closed, it leaves
 }
 
 // Health is what /readyz reports: the outside services of the last cycle.
@@ -286,7 +284,7 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 		rep:    cfg.Replicas, seen: map[string]int64{}, sharedSt: map[string]*Status{}}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
 	r.flushCtx, r.flush = context.WithCancel(context.Background())
-	r.life, r.gate = newLifetimes(cfg), newGate(cfg)
+	r.life, r.gate, r.heals = newLifetimes(cfg), newGate(cfg), newHealBook(cfg.HealLimit)
 	r.metrics = newMetrics(r, cfg.Metrics)
 	var err error
 	if r.sw, err = newSwitches(cfg); err != nil {
