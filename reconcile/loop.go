@@ -105,7 +105,7 @@ func (r *Reconciler) Abort() {
 // after the next start), and commits the final statuses. It returns an error only when those could
 // not be committed: a drain that had to cancel is still a clean stop.
 func (r *Reconciler) Drain(timeout time.Duration) error {
-	r.flush()
+	r.pub.flush()
 	if r.cfg.Plans != nil {
 		r.cfg.Plans.Stop() // plans only read: nothing is lost
 	}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/mdtext"
@@ -13,35 +16,75 @@ import (
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
-// loadPublished starts, once, from the status files the repository already has, so a restart
-// neither rewrites them nor forgets a stand's phase.
-func (r *Reconciler) loadPublished(ctx context.Context) error {
-	r.mu.Lock()
-	loaded := r.loaded
-	r.mu.Unlock()
-	if loaded {
+// publisher commits the statuses to the repository: each status file that changed and STATUS.md,
+// in one commit (docs/operations.md). It owns what was committed, and with replicas what the leader
+// read of the records. mu serialises the commits and guards that; it is taken before the loop's lock
+// (to snapshot the statuses), never under it. A delayed commit's state has a leaf lock of its own.
+type publisher struct {
+	src   Source
+	delay time.Duration // Config.StatusDelay
+	log   *slog.Logger
+
+	// loaded: the repository's status files were read once. Read without mu, so a cycle does not
+	// wait for a commit on its way to learn that.
+	loaded atomic.Bool
+
+	mu        sync.Mutex
+	published map[string][]byte // by path, what the last commit holds
+	seen      map[string]int64  // replicas: record versions the leader last read
+	sharedSt  map[string]*Status
+
+	pendingMu sync.Mutex
+	pending   bool // a delayed commit is on its way
+	flushCtx  context.Context
+	flush     context.CancelFunc // ends the delay for good: the drain has begun
+}
+
+func newPublisher(cfg Config, src Source) *publisher {
+	p := &publisher{src: src, delay: cfg.StatusDelay, log: cfg.Log, published: map[string][]byte{}, seen: map[string]int64{}, sharedSt: map[string]*Status{}}
+	p.flushCtx, p.flush = context.WithCancel(context.Background())
+	return p
+}
+
+// load reads, once, the status files the repository already has, so a restart neither rewrites them
+// nor forgets a stand's phase; seed hands them to the loop before any commit can go.
+func (p *publisher) load(ctx context.Context, seed func(map[string]*Status)) error {
+	if p.loaded.Load() {
 		return nil
 	}
-	files, err := r.src.StatusFiles(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.loaded.Load() {
+		return nil
+	}
+	files, err := p.src.StatusFiles(ctx)
 	if err != nil {
 		return fmt.Errorf("read published status: %w", err)
 	}
-	r.pubMu.Lock()
-	defer r.pubMu.Unlock()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for id, s := range loadStatuses(files) {
-		if st := r.state(id); st.status == nil {
-			st.status = s
-		}
-		r.published[stands.StatusPath(id)] = s.encode()
-		r.sharedSt[id] = s // with replicas, the leader commits the records over these
+	loaded := loadStatuses(files)
+	seed(loaded)
+	for id, s := range loaded {
+		p.published[stands.StatusPath(id)] = s.encode()
+		p.sharedSt[id] = s // with replicas, the leader commits the records over these
 	}
 	if data, err := fs.ReadFile(files, stands.StatusFile); err == nil {
-		r.published[stands.StatusFile] = data
+		p.published[stands.StatusFile] = data
 	}
-	r.loaded = true
+	p.loaded.Store(true)
 	return nil
+}
+
+// loadPublished seeds the stands' statuses from the repository's status files, once.
+func (r *Reconciler) loadPublished(ctx context.Context) error {
+	return r.pub.load(ctx, func(loaded map[string]*Status) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for id, s := range loaded {
+			if st := r.state(id); st.status == nil {
+				st.status = s
+			}
+		}
+	})
 }
 
 // publishSoon commits the statuses that changed: at once without a StatusDelay, else once the delay
@@ -49,28 +92,29 @@ func (r *Reconciler) loadPublished(ctx context.Context) error {
 // and no status waits longer than the delay. The wait counts as an operation, so Wait sees it; a
 // drain ends it at once, and from then on every change is committed at once.
 func (r *Reconciler) publishSoon(ctx context.Context) {
-	if r.cfg.StatusDelay <= 0 || r.flushCtx.Err() != nil {
+	p := r.pub
+	if p.delay <= 0 || p.flushCtx.Err() != nil {
 		_ = r.publish(ctx)
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.pubPending {
+	p.pendingMu.Lock()
+	defer p.pendingMu.Unlock()
+	if p.pending {
 		return // the commit on its way takes this change too: it reads the statuses when it goes
 	}
-	r.pubPending = true
+	p.pending = true
 	r.ops.Add(1)
 	go func() {
 		defer r.ops.Done()
-		t := time.NewTimer(r.cfg.StatusDelay)
+		t := time.NewTimer(p.delay)
 		select {
 		case <-t.C:
-		case <-r.flushCtx.Done():
+		case <-p.flushCtx.Done():
 			t.Stop()
 		}
-		r.mu.Lock()
-		r.pubPending = false // a change from now on needs a commit of its own
-		r.mu.Unlock()
+		p.pendingMu.Lock()
+		p.pending = false // a change from now on needs a commit of its own
+		p.pendingMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		_ = r.publish(ctx)
@@ -84,8 +128,8 @@ func (r *Reconciler) publish(ctx context.Context) error {
 	if r.rep != nil {
 		return r.publishShared(ctx)
 	}
-	r.pubMu.Lock()
-	defer r.pubMu.Unlock()
+	r.pub.mu.Lock()
+	defer r.pub.mu.Unlock()
 	r.mu.Lock()
 	all := map[string]*Status{}
 	for id, st := range r.stands {
@@ -95,12 +139,12 @@ func (r *Reconciler) publish(ctx context.Context) error {
 	}
 	unreadable, banner := r.unreadable, r.sw.banner()
 	r.mu.Unlock()
-	return r.commitStatuses(ctx, all, unreadable, banner)
+	return r.pub.commitLocked(ctx, all, unreadable, banner)
 }
 
-// commitStatuses commits the status files of all that differ from the last commit, and STATUS.md.
-// Called with pubMu held; the statuses are not edited meanwhile (they are replaced, never changed).
-func (r *Reconciler) commitStatuses(ctx context.Context, all map[string]*Status, unreadable []string, banner mdtext.Markup) error {
+// commitLocked commits the status files of all that differ from the last commit, and STATUS.md.
+// Called with mu held; the statuses are not edited meanwhile (they are replaced, never changed).
+func (p *publisher) commitLocked(ctx context.Context, all map[string]*Status, unreadable []string, banner mdtext.Markup) error {
 	files := map[string][]byte{}
 	phases := map[string]reason.Phase{}
 	for id, st := range all {
@@ -110,10 +154,10 @@ func (r *Reconciler) commitStatuses(ctx context.Context, all map[string]*Status,
 	files[stands.StatusFile] = statusTable(all, unreadable, banner)
 	changed := map[string][]byte{}
 	var what []string
-	for p, data := range files {
-		if string(r.published[p]) != string(data) {
-			changed[p] = data
-			if id, ok := strings.CutSuffix(strings.TrimPrefix(p, stands.StatusDir+"/"), ".json"); ok {
+	for path, data := range files {
+		if string(p.published[path]) != string(data) {
+			changed[path] = data
+			if id, ok := strings.CutSuffix(strings.TrimPrefix(path, stands.StatusDir+"/"), ".json"); ok {
 				what = append(what, id+" "+string(phases[id]))
 			}
 		}
@@ -126,16 +170,16 @@ func (r *Reconciler) commitStatuses(ctx context.Context, all map[string]*Status,
 	if len(what) == 0 {
 		msg = "status: summary"
 	}
-	commit, err := r.src.Publish(ctx, changed, msg)
+	commit, err := p.src.Publish(ctx, changed, msg)
 	if err != nil {
-		r.log.Warn("status not committed; retrying at the next change", "err", err)
+		p.log.Warn("status not committed; retrying at the next change", "err", err)
 		return err
 	}
-	for p, data := range changed {
-		r.published[p] = data
+	for path, data := range changed {
+		p.published[path] = data
 	}
 	if commit != "" {
-		r.log.Info("status committed", "commit", mdtext.Short(commit), "stands", what)
+		p.log.Info("status committed", "commit", mdtext.Short(commit), "stands", what)
 	}
 	return nil
 }

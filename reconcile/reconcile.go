@@ -182,14 +182,9 @@ type Reconciler struct {
 	mu         sync.Mutex
 	stands     map[string]*stand
 	unreadable []string
-	loaded     bool
 	health     Health
 
-	pubMu      sync.Mutex
-	published  map[string][]byte
-	pubPending bool // a delayed status commit is on its way (publishSoon); under mu
-	flushCtx   context.Context
-	flush      context.CancelFunc // ends the status delay for good: the drain has begun
+	pub *publisher
 
 	metrics     *metrics
 	active      int // operations holding a worker
@@ -203,10 +198,8 @@ type Reconciler struct {
 	secretsDown int // consecutive cycles the secret store did not answer (cycles are sequential)
 	life        *lifetimes
 
-	rep      Replicas           // cfg.Replicas (replicas.go)
-	shareMu  sync.Mutex         // one share at a time: records are written in the order statuses changed
-	seen     map[string]int64   // record versions the leader last read; under pubMu
-	sharedSt map[string]*Status // what the leader commits: the status files, then every record; under pubMu
+	rep     Replicas   // cfg.Replicas (replicas.go)
+	shareMu sync.Mutex // one share at a time: records are written in the order statuses changed
 }
 
 type stand struct {
@@ -279,11 +272,10 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 		sec = envSecrets{}
 	}
 	r := &Reconciler{cfg: cfg, src: src, eng: eng, sec: sec, log: cfg.Log, sem: make(chan struct{}, cfg.Workers),
-		wake: make(chan struct{}, 1), stands: map[string]*stand{}, published: map[string][]byte{},
+		wake: make(chan struct{}, 1), stands: map[string]*stand{}, pub: newPublisher(cfg, src),
 		warned: map[manifest.Diagnostic]bool{},
-		rep:    cfg.Replicas, seen: map[string]int64{}, sharedSt: map[string]*Status{}}
+		rep:    cfg.Replicas}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
-	r.flushCtx, r.flush = context.WithCancel(context.Background())
 	r.life, r.gate, r.heals = newLifetimes(cfg), newGate(cfg), newHealBook(cfg.HealLimit)
 	r.metrics = newMetrics(r, cfg.Metrics)
 	var err error

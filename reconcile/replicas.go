@@ -229,8 +229,9 @@ func (r *Reconciler) publishShared(ctx context.Context) error {
 		return nil
 	}
 	defer cancel()
-	r.pubMu.Lock()
-	defer r.pubMu.Unlock()
+	p := r.pub
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	versions, err := r.rep.Versions(ctx)
 	if err != nil {
 		r.log.Warn("stand records not read; status committed at the next change", "err", err)
@@ -238,7 +239,7 @@ func (r *Reconciler) publishShared(ctx context.Context) error {
 	}
 	var changed []string
 	for name, v := range versions {
-		if r.seen[name] != v {
+		if p.seen[name] != v {
 			changed = append(changed, name)
 		}
 	}
@@ -250,16 +251,16 @@ func (r *Reconciler) publishShared(ctx context.Context) error {
 			return err
 		}
 		for name, rec := range recs {
-			r.seen[name] = rec.Version
+			p.seen[name] = rec.Version
 			if s, ok := decodeRecord(name, rec.Body); ok {
-				r.sharedSt[name] = s
+				p.sharedSt[name] = s
 			}
 		}
 	}
 	r.mu.Lock()
 	unreadable, banner := r.unreadable, r.sw.banner()
 	r.mu.Unlock()
-	return r.commitStatuses(ctx, r.sharedSt, unreadable, banner)
+	return p.commitLocked(ctx, p.sharedSt, unreadable, banner)
 }
 
 // runPublisher makes the leader commit what the others wrote, every status delay (publishEvery
