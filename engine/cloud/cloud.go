@@ -11,10 +11,15 @@ package cloud
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/stands"
 )
+
+// ErrNameTaken is CreateServer's error when a server of the name exists: one another run's create
+// made meanwhile (a create the cloud finished after its caller had gone), to look up and reclaim.
+var ErrNameTaken = errors.New("a server of this name exists")
 
 // Cloud is one project of a cloud, reached with one token.
 type Cloud interface {

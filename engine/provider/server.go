@@ -158,19 +158,8 @@ func (serverResource) create(ctx context.Context, cl call, in resource.PropertyM
 		return "", nil, fmt.Errorf("network %q does not exist in the Hetzner project", args.Network)
 	}
 	// Reclaim a server left by a run that died between the API call and the state write.
-	existing, err := c.ServerByName(ctx, args.Name)
-	if err != nil {
-		return "", nil, fmt.Errorf("look up server %s: %w", args.Name, err)
-	}
-	if existing != nil {
-		if existing.Labels[LabelManagedBy] != ManagedByValue || existing.Labels[LabelStand] != args.Labels[LabelStand] {
-			return "", nil, fmt.Errorf("server %s (id %d): %w", args.Name, existing.ID, ErrNotOurs)
-		}
-		srv, err := ensureAttached(ctx, c, existing, network)
-		if err != nil {
-			return "", nil, err
-		}
-		return strconv.FormatInt(srv.ID, 10), serverState(in, outputsOf(srv, network)), nil
+	if id, state, found, err := reclaim(ctx, c, in, args, network); found || err != nil {
+		return id, state, err
 	}
 	key, err := c.SSHKey(ctx, args.SSHKeyName)
 	if err != nil {
@@ -181,6 +170,12 @@ func (serverResource) create(ctx context.Context, cl call, in resource.PropertyM
 	}
 	srv, err := c.CreateServer(ctx, cloud.CreateOptions{Name: args.Name, Type: args.ServerType, Image: args.Image, Location: args.Location,
 		SSHKey: key, UserData: args.UserData, Labels: args.Labels, Network: network})
+	if errors.Is(err, cloud.ErrNameTaken) {
+		// A dead run's create the cloud finished after the look-up above: it is the stand's server.
+		if id, state, found, rerr := reclaim(ctx, c, in, args, network); found || rerr != nil {
+			return id, state, rerr
+		}
+	}
 	if err != nil {
 		if srv != nil {
 			// The server exists: report its id so the engine records it and a later run can fix it.
@@ -189,6 +184,26 @@ func (serverResource) create(ctx context.Context, cl call, in resource.PropertyM
 		return "", nil, err
 	}
 	return strconv.FormatInt(srv.ID, 10), serverState(in, outputsOf(srv, network)), nil
+}
+
+// reclaim takes over the server of the stand's name when it carries the stand's labels (found),
+// refuses one that does not (ErrNotOurs); not found when there is none.
+func reclaim(ctx context.Context, c cloud.Cloud, in resource.PropertyMap, args ServerArgs, network *cloud.Network) (string, resource.PropertyMap, bool, error) {
+	existing, err := c.ServerByName(ctx, args.Name)
+	if err != nil {
+		return "", nil, false, fmt.Errorf("look up server %s: %w", args.Name, err)
+	}
+	if existing == nil {
+		return "", nil, false, nil
+	}
+	if existing.Labels[LabelManagedBy] != ManagedByValue || existing.Labels[LabelStand] != args.Labels[LabelStand] {
+		return "", nil, true, fmt.Errorf("server %s (id %d): %w", args.Name, existing.ID, ErrNotOurs)
+	}
+	srv, err := ensureAttached(ctx, c, existing, network)
+	if err != nil {
+		return "", nil, true, err
+	}
+	return strconv.FormatInt(srv.ID, 10), serverState(in, outputsOf(srv, network)), true, nil
 }
 
 func ensureAttached(ctx context.Context, c cloud.Cloud, srv *cloud.Server, network *cloud.Network) (*cloud.Server, error) {

@@ -2,11 +2,17 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"reflect"
+	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+
+	"github.com/stands-engine/stands-reconciler/engine/cloud"
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 func serverInputs(mod func(resource.PropertyMap)) resource.PropertyMap {
@@ -102,5 +108,71 @@ func TestServerArgsRoundTrip(t *testing.T) {
 	}
 	if len(in) != reflect.TypeOf(args).NumField() {
 		t.Errorf("Inputs has %d properties for %d fields", len(in), reflect.TypeOf(args).NumField())
+	}
+}
+
+// lateCreate is a cloud where a dead run's create of the same server lands between the provider's
+// look-up and its own create, as Hetzner finishing a request whose caller had gone: the first
+// CreateServer makes the server first, as that run would, then asks again. labels are that run's.
+type lateCreate struct {
+	cloud.Cloud
+	labels map[string]string
+	once   sync.Once
+}
+
+func (l *lateCreate) CreateServer(ctx context.Context, o cloud.CreateOptions) (*cloud.Server, error) {
+	l.once.Do(func() {
+		late := o
+		late.Labels = l.labels
+		if _, err := l.Cloud.CreateServer(ctx, late); err != nil {
+			panic(err)
+		}
+	})
+	return l.Cloud.CreateServer(ctx, o)
+}
+
+// TestCreateReclaimsALateServer: a server of the stand's name that appears between the look-up and
+// the create (the cloud refuses the name) is the stand's, reclaimed when it carries the stand's
+// labels; one that does not is refused as not ours, and nothing else is created.
+func TestCreateReclaimsALateServer(t *testing.T) {
+	ours := map[string]string{LabelManagedBy: ManagedByValue, LabelStand: "o_p_e", "stands.dev/node": "web"}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   error
+	}{
+		{"ours", ours, nil},
+		{"someone else's", map[string]string{"team": "other"}, ErrNotOurs},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := testenv.StartHetzner(t, "late-token")
+			p := New()
+			p.client = &lateCreate{Cloud: OpenCloud(h.Token, h.Endpoint), labels: c.labels}
+			args := ServerArgs{Name: "o-p-e-web", ServerType: "cx22", Image: "debian-12", Location: "fsn1", Network: "stands-net",
+				SSHKeyName: "stands-admin", Labels: ours, UserData: "#cloud-config\n"}
+			in := resource.PropertyMap{}
+			for k, v := range args.Inputs() {
+				if m, ok := v.(map[string]string); ok {
+					obj := resource.PropertyMap{}
+					for lk, lv := range m {
+						obj[resource.PropertyKey(lk)] = resource.NewStringProperty(lv)
+					}
+					in[resource.PropertyKey(k)] = resource.NewObjectProperty(obj)
+					continue
+				}
+				in[resource.PropertyKey(k)] = resource.NewStringProperty(v.(string))
+			}
+			id, state, err := serverResource{}.create(context.Background(), call{p: p}, in, false)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("create: id %q, %v; want %v", id, err, c.want)
+			}
+			servers := h.Servers(t)
+			if len(servers) != 1 {
+				t.Fatalf("%d servers, want the late one alone", len(servers))
+			}
+			if c.want == nil && (id != strconv.FormatInt(servers["o-p-e-web"].ID, 10) || state[pPrivateIP].StringValue() == "") {
+				t.Errorf("reclaimed id %q (the server is %d), state %v", id, servers["o-p-e-web"].ID, state)
+			}
+		})
 	}
 }

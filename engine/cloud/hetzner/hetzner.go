@@ -125,6 +125,9 @@ func (h *Cloud) CreateServer(ctx context.Context, o cloud.CreateOptions) (*cloud
 		opts.Networks = []*hcloud.Network{{ID: o.Network.ID, Name: o.Network.Name}}
 	}
 	res, _, err := h.c.Server.Create(ctx, opts)
+	if hcloud.IsError(err, hcloud.ErrorCodeUniquenessError) {
+		return nil, fmt.Errorf("create server %s: %w: %w", o.Name, cloud.ErrNameTaken, err)
+	}
 	if err != nil {
 		return nil, wrap(fmt.Errorf("create server %s: %w", o.Name, err))
 	}
