@@ -87,9 +87,18 @@ func TestServerCheck(t *testing.T) {
 func TestServerArgsRoundTrip(t *testing.T) {
 	args := ServerArgs{Name: "o-p-e-web", ServerType: "cx22", Image: "debian-12", Location: "fsn1", Network: "net",
 		SSHKeyName: "admin", Labels: map[string]string{LabelStand: "o_p_e", "stands.dev/node": "web"}, UserData: "#cloud-config\n"}
-	in := args.Inputs()
+	if got := decodeServerArgs(properties(args)); !reflect.DeepEqual(got, args) {
+		t.Errorf("read back %+v, declared %+v", got, args)
+	}
+	if n := len(args.Inputs()); n != reflect.TypeOf(args).NumField() {
+		t.Errorf("Inputs has %d properties for %d fields", n, reflect.TypeOf(args).NumField())
+	}
+}
+
+// properties are the args as the engine hands them to the provider: Inputs, the secret ones secret.
+func properties(args ServerArgs) resource.PropertyMap {
 	m := resource.PropertyMap{}
-	for k, v := range in {
+	for k, v := range args.Inputs() {
 		if labels, ok := v.(map[string]string); ok {
 			obj := resource.PropertyMap{}
 			for lk, lv := range labels {
@@ -103,12 +112,7 @@ func TestServerArgsRoundTrip(t *testing.T) {
 	for _, secret := range SecretServerInputs {
 		m[resource.PropertyKey(secret)] = resource.MakeSecret(m[resource.PropertyKey(secret)])
 	}
-	if got := decodeServerArgs(m); !reflect.DeepEqual(got, args) {
-		t.Errorf("read back %+v, declared %+v", got, args)
-	}
-	if len(in) != reflect.TypeOf(args).NumField() {
-		t.Errorf("Inputs has %d properties for %d fields", len(in), reflect.TypeOf(args).NumField())
-	}
+	return m
 }
 
 // lateCreate is a cloud where a dead run's create of the same server lands between the provider's
@@ -150,18 +154,7 @@ func TestCreateReclaimsALateServer(t *testing.T) {
 			p.client = &lateCreate{Cloud: OpenCloud(h.Token, h.Endpoint), labels: c.labels}
 			args := ServerArgs{Name: "o-p-e-web", ServerType: "cx22", Image: "debian-12", Location: "fsn1", Network: "stands-net",
 				SSHKeyName: "stands-admin", Labels: ours, UserData: "#cloud-config\n"}
-			in := resource.PropertyMap{}
-			for k, v := range args.Inputs() {
-				if m, ok := v.(map[string]string); ok {
-					obj := resource.PropertyMap{}
-					for lk, lv := range m {
-						obj[resource.PropertyKey(lk)] = resource.NewStringProperty(lv)
-					}
-					in[resource.PropertyKey(k)] = resource.NewObjectProperty(obj)
-					continue
-				}
-				in[resource.PropertyKey(k)] = resource.NewStringProperty(v.(string))
-			}
+			in := properties(args)
 			id, state, err := serverResource{}.create(context.Background(), call{p: p}, in, false)
 			if !errors.Is(err, c.want) {
 				t.Fatalf("create: id %q, %v; want %v", id, err, c.want)

@@ -3,15 +3,16 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
 	"github.com/stands-engine/stands-reconciler/test/wait"
-	"os/exec"
 )
 
 // ProcStatus is a size field of /proc/<pid>/status (VmHWM, VmRSS, …) in bytes.
@@ -90,3 +91,72 @@ func WaitGone(t testing.TB, pids []int, within time.Duration) {
 // EndsWithTest has cmd killed when the test binary ends, however it ends: a daemon a test started
 // must not outlive a timed-out or killed run (localserver.EndWithThisProcess).
 func EndsWithTest(cmd *exec.Cmd) { localserver.EndWithThisProcess(cmd) }
+
+// Child runs this test binary again as the test named test, with env naming a file the child writes
+// its processes to (ChildReady), in a temporary folder of its own; it returns them by name, and kill,
+// which SIGKILLs the child — no cleanup of its runs — and waits for it. The check that what a test
+// started ends with it, however it ends.
+func Child(t *testing.T, test, env string, within time.Duration) (pids map[string]int, kill func()) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "pids")
+	// Its folders under one of this test's, removed with it (a killed test removes none of its own).
+	tmp, err := os.MkdirTemp("", "child")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o711); err != nil { // PostgreSQL runs as a user of its own under root
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.timeout=10m")
+	cmd.Env = append(os.Environ(), env+"="+file, "TMPDIR="+tmp)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	data := wait.Value(t, "the child's processes to start", within, func() ([]byte, bool) {
+		data, err := os.ReadFile(file)
+		return data, err == nil
+	}, wait.Every(100*time.Millisecond), wait.Unless(func() error {
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("the child exited (%v):\n%s", err, out.String())
+		default:
+			return nil
+		}
+	}))
+	pids = map[string]int{}
+	for _, f := range strings.Fields(string(data)) {
+		name, pid, _ := strings.Cut(f, "=")
+		if pids[name], err = strconv.Atoi(pid); err != nil {
+			t.Fatalf("the child's processes: %q", data)
+		}
+	}
+	return pids, func() {
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-exited
+	}
+}
+
+// ChildReady is the child's side of Child: it writes its processes by name, then waits to be
+// killed; file is the value of Child's env.
+func ChildReady(t *testing.T, file string, pids map[string]int) {
+	var b strings.Builder
+	for name, pid := range pids {
+		fmt.Fprintf(&b, "%s=%d ", name, pid)
+	}
+	if err := os.WriteFile(file+".tmp", []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(file+".tmp", file); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Minute)
+	t.Error("not killed")
+}
