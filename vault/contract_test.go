@@ -166,41 +166,43 @@ func runContract(t *testing.T, addr, rootToken, unsealKey string) {
 	})
 
 	t.Run("renewal up to the max TTL", func(t *testing.T) {
-		sec, err := root.Auth().Token().CreateWithContext(ctx, &vaultapi.TokenCreateRequest{TTL: "2s", ExplicitMaxTTL: "5s"})
+		// Margins of seconds, not of a fraction of one: CI runs this beside QEMU and the linters.
+		created := time.Now()
+		sec, err := root.Auth().Token().CreateWithContext(ctx, &vaultapi.TokenCreateRequest{TTL: "3s", ExplicitMaxTTL: "12s"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c := newClient(t, addr, sec.Auth.ClientToken)
-		time.Sleep(1200 * time.Millisecond)
-		renewed, err := c.Auth().Token().RenewSelfWithContext(ctx, 2)
-		if err != nil || renewed.Auth == nil || renewed.Auth.LeaseDuration < 1 || renewed.Auth.LeaseDuration > 2 {
-			t.Fatalf("renew-self: %+v %v", renewed, err)
+		renewed, err := c.Auth().Token().RenewSelfWithContext(ctx, 8)
+		if err != nil || renewed.Auth == nil || renewed.Auth.LeaseDuration <= 3 || renewed.Auth.LeaseDuration > 8 {
+			t.Fatalf("renew-self for 8 s of a token of 3 s: %+v %v", renewed, err)
 		}
 		// The token now outlives its first TTL.
-		time.Sleep(1200 * time.Millisecond)
+		time.Sleep(time.Until(created.Add(4 * time.Second)))
 		if _, err := c.Auth().Token().LookupSelfWithContext(ctx); err != nil {
 			t.Fatalf("renewed token expired at its first TTL: %v", err)
 		}
 		capped, err := c.Auth().Token().RenewSelfWithContext(ctx, 3600)
-		if err != nil || capped.Auth.LeaseDuration > 3 {
-			t.Fatalf("renew beyond the max TTL: lease %v, want capped at what is left of 5s: %v", capped.Auth, err)
+		left := int(12-time.Since(created).Seconds()) + 1
+		if err != nil || capped.Auth.LeaseDuration > left {
+			t.Fatalf("renew beyond the max TTL: lease %v, want capped at what is left of 12 s (%d s): %v", capped.Auth, left, err)
 		}
 	})
 
 	t.Run("LifetimeWatcher renews until the max TTL", func(t *testing.T) {
-		sec, err := root.Auth().Token().CreateWithContext(ctx, &vaultapi.TokenCreateRequest{TTL: "2s", ExplicitMaxTTL: "6s"})
+		sec, err := root.Auth().Token().CreateWithContext(ctx, &vaultapi.TokenCreateRequest{TTL: "4s", ExplicitMaxTTL: "10s"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c := newClient(t, addr, sec.Auth.ClientToken)
-		w, err := c.NewLifetimeWatcher(&vaultapi.LifetimeWatcherInput{Secret: sec, Increment: 2})
+		w, err := c.NewLifetimeWatcher(&vaultapi.LifetimeWatcherInput{Secret: sec, Increment: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
 		go w.Start()
 		defer w.Stop()
 		renewals := 0
-		timeout := time.After(15 * time.Second)
+		timeout := time.After(25 * time.Second)
 		for done := false; !done; {
 			select {
 			case <-w.RenewCh():
@@ -211,7 +213,7 @@ func runContract(t *testing.T, addr, rootToken, unsealKey string) {
 				}
 				done = true
 			case <-timeout:
-				t.Fatal("watcher did not finish within 15s")
+				t.Fatal("watcher did not finish within 25s")
 			}
 		}
 		if renewals == 0 {
