@@ -26,6 +26,9 @@ func endingStand(p string, end time.Time) string {
 // with it, the reconciler merges its own pull request at the end and destroys the stand after that
 // merge commit.
 func TestStandsExpireThroughGit(t *testing.T) {
+	// Its servers are its own, and most of its four minutes wait for ends to come: beside the other
+	// long one (TestReplicas) rather than before it.
+	t.Parallel()
 	e := newDaemonEnv(t, nil)
 	api := e.gitea.API(t)
 	e.gitea.CreateUser(t, "alice")

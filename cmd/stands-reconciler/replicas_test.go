@@ -39,6 +39,7 @@ const (
 //     unready, nothing is destroyed, the apply is finished after the restart.
 //   - The database password is in no log, command line or process environment.
 func TestReplicas(t *testing.T) {
+	t.Parallel() // its servers are its own; beside TestStandsExpireThroughGit, which mostly waits
 	pg := testenv.StartPostgres(t)
 	h := testenv.StartHetzner(t, "replicas-token")
 	lr := newLocalStandsRepo(t)
