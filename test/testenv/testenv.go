@@ -7,6 +7,7 @@
 package testenv
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/localserver"
 )
@@ -99,4 +101,23 @@ func WriteFile(t testing.TB, dir, name, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// Context is the test's context, ended margin before the test binary's -timeout: a long scenario
+// then fails with the step it was on and has margin left to stop its servers and VMs, instead of a
+// fixed deadline of its own that a busy machine outruns while the binary still had time.
+func Context(t testing.TB, margin time.Duration) context.Context {
+	type deadliner interface{ Deadline() (time.Time, bool) }
+	ctx := t.Context()
+	d, ok := t.(deadliner)
+	if !ok {
+		return ctx
+	}
+	end, ok := d.Deadline()
+	if !ok {
+		return ctx
+	}
+	ctx, cancel := context.WithDeadline(ctx, end.Add(-margin))
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -171,3 +171,16 @@ func TestVault(t *testing.T) {
 		t.Fatal("an unsealed Vault is not healthy")
 	}
 }
+
+// TestContextEndsBeforeTheBinary: a scenario's context ends its margin before the binary's -timeout
+// (go test always sets one), so the scenario fails with its own words and still has time to clean up.
+func TestContextEndsBeforeTheBinary(t *testing.T) {
+	binary, ok := t.Deadline()
+	if !ok {
+		t.Skip("no -timeout: nothing to end before")
+	}
+	got, ok := Context(t, 3*time.Minute).Deadline()
+	if !ok || !got.Equal(binary.Add(-3*time.Minute)) {
+		t.Errorf("the context's deadline %v (set %v); want 3m before the binary's %v", got, ok, binary)
+	}
+}
