@@ -119,7 +119,7 @@ func printConfig(std stdio, c *settings) {
 
 func pathOf(c *settings) string {
 	if c.file != nil {
-		return c.file.path
+		return c.file.Path
 	}
 	return ""
 }

@@ -1,19 +1,13 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/stands-engine/stands-reconciler/compat"
 	"github.com/stands-engine/stands-reconciler/daemon"
-	"go.yaml.in/yaml/v3"
 )
 
 // A setting comes from its flag, else its environment variable, else the --config file, else the
@@ -30,7 +24,7 @@ type settings struct {
 	config    string            // --config
 	vars      map[string]string // flag name → its variable
 	origin    map[string]string // after resolve: flag name → where its value came from
-	file      *configFile
+	file      *daemon.ConfigFile
 	filesOnly bool     // the daemon: a secret's value in the environment is refused
 	args      []string // the command line parsed: a reload parses it again
 }
@@ -71,7 +65,11 @@ func (s *settings) resolve() error {
 		path = s.getenv(configVariable)
 	}
 	if path != "" {
-		f, err := loadConfigFile(path, s.vars)
+		f, err := daemon.ReadConfigFile(path, func(key string) bool {
+			_, ours := s.vars[key]
+			_, other := allSettings()[key] // another command's: one file serves run, ctl and the one-shot commands
+			return ours || other
+		})
 		if err != nil {
 			return err
 		}
@@ -96,12 +94,12 @@ func (s *settings) resolve() error {
 				return fmt.Errorf("$%s (for --%s): %v", variable, name, err)
 			}
 			s.origin[name] = "$" + variable
-		case s.file != nil && s.file.values[name].line > 0:
-			e := s.file.values[name]
-			if err := s.fs.Set(name, e.value); err != nil {
-				return fmt.Errorf("%s:%d: %s: %v", s.file.path, e.line, name, err)
+		case s.file != nil && s.file.Values[name].Line > 0:
+			e := s.file.Values[name]
+			if err := s.fs.Set(name, e.Value); err != nil {
+				return fmt.Errorf("%s:%d: %s: %v", s.file.Path, e.Line, name, err)
 			}
-			s.origin[name] = fmt.Sprintf("%s:%d", s.file.path, e.line)
+			s.origin[name] = fmt.Sprintf("%s:%d", s.file.Path, e.Line)
 		default:
 			s.origin[name] = "default"
 		}
@@ -136,7 +134,7 @@ func (s *settings) env() env {
 		if !ok || s.getenv(key) != "" {
 			return ""
 		}
-		return s.file.credentials[c.Name].value
+		return s.file.Credentials[c.Name].Value
 	}
 }
 
@@ -148,112 +146,9 @@ func (s *settings) Credential(c daemon.Credential) string {
 		return "$" + c.Key
 	case s.getenv(c.Key+"_FILE") != "":
 		return fmt.Sprintf("$%s_FILE (%s)", c.Key, s.getenv(c.Key+"_FILE"))
-	case s.file != nil && s.file.credentials[c.Name].line > 0:
-		e := s.file.credentials[c.Name]
-		return fmt.Sprintf("%s:%d (%s)", s.file.path, e.line, e.value)
-	}
-	return ""
-}
-
-// configFile is a parsed --config file: scalar values by setting, credential files by name.
-type configFile struct {
-	path        string
-	values      map[string]configValue
-	credentials map[string]configValue
-}
-
-type configValue struct {
-	value string
-	line  int
-}
-
-// maxConfigFile bounds what is read: the file is small by nature.
-const maxConfigFile = 1 << 20
-
-// loadConfigFile reads path: a mapping of the command's settings (flag names) to scalars, and
-// credentials: a mapping of secret names to files (relative to the config file's folder). An
-// unknown key fails naming its line: a typo must not silently leave a default in force.
-func loadConfigFile(path string, known map[string]string) (*configFile, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read --config: %w", err)
-	}
-	if len(data) > maxConfigFile {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxConfigFile)
-	}
-	f := &configFile{path: path, values: map[string]configValue{}, credentials: map[string]configValue{}}
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return f, nil // empty: all defaults
-		}
-		return nil, fmt.Errorf("%s: %v", path, err)
-	}
-	if len(doc.Content) == 0 {
-		return f, nil
-	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("%s:%d: want a mapping of settings", path, root.Line)
-	}
-	base := filepath.Dir(path)
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
-		if k.Value == "credentials" {
-			if err := f.readCredentials(v, base); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if _, ok := known[k.Value]; !ok {
-			if _, other := allSettings()[k.Value]; other {
-				continue // another command's (one file serves run, ctl and the one-shot commands)
-			}
-			return nil, fmt.Errorf("%s:%d: unknown setting %q%s", path, k.Line, k.Value, hint(k.Value))
-		}
-		if _, dup := f.values[k.Value]; dup {
-			return nil, fmt.Errorf("%s:%d: %s is set twice", path, k.Line, k.Value)
-		}
-		if v.Kind != yaml.ScalarNode {
-			return nil, fmt.Errorf("%s:%d: %s: want a single value", path, v.Line, k.Value)
-		}
-		f.values[k.Value] = configValue{value: v.Value, line: v.Line}
-	}
-	return f, nil
-}
-
-func (f *configFile) readCredentials(n *yaml.Node, base string) error {
-	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("%s:%d: credentials: want a mapping of secret names to files", f.path, n.Line)
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if !slices.ContainsFunc(daemon.Credentials, func(s daemon.Credential) bool { return s.Name == k.Value }) {
-			var names []string
-			for _, s := range daemon.Credentials {
-				names = append(names, s.Name)
-			}
-			return fmt.Errorf("%s:%d: unknown credential %q (want one of %s)", f.path, k.Line, k.Value, strings.Join(names, ", "))
-		}
-		if v.Kind != yaml.ScalarNode || v.Value == "" {
-			return fmt.Errorf("%s:%d: credentials.%s: want the path of the file holding it", f.path, v.Line, k.Value)
-		}
-		p := v.Value
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(base, p)
-		}
-		f.credentials[k.Value] = configValue{value: p, line: v.Line}
-	}
-	return nil
-}
-
-// hint points a secret-looking key to where secrets go.
-func hint(key string) string {
-	for _, word := range []string{"token", "passphrase", "password", "secret", "key"} {
-		if strings.Contains(key, word) {
-			return "; secrets go under credentials: as file paths, never as values"
-		}
+	case s.file != nil && s.file.Credentials[c.Name].Line > 0:
+		e := s.file.Credentials[c.Name]
+		return fmt.Sprintf("%s:%d (%s)", s.file.Path, e.Line, e.Value)
 	}
 	return ""
 }
