@@ -94,7 +94,7 @@ soak:
 vm-image:
 	scripts/vm-image.sh
 
-E2E_TIMEOUT ?= 60m
+E2E_TIMEOUT ?= 75m
 e2e: vm-image
 	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -run 'E2E' -v ./hcloudsim/vm/ ./engine/
 
