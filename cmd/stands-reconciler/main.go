@@ -18,6 +18,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/compat"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/internal/sandbox"
+	"github.com/stands-engine/stands-reconciler/internal/stopsignal"
 	buildversion "github.com/stands-engine/stands-reconciler/internal/version"
 	"github.com/stands-engine/stands-reconciler/localrepo"
 	"github.com/stands-engine/stands-reconciler/prplan"
@@ -27,7 +28,7 @@ const (
 	exitOK          = 0
 	exitError       = 1
 	exitUsage       = 2
-	exitInterrupted = 130
+	exitInterrupted = stopsignal.Interrupted // what stopsignal.Wait turns into the signal's own code
 )
 
 // version is what packaging scripts stamped before internal/version was (-X main.version=...): it
