@@ -223,11 +223,8 @@ func (d *Daemon) plans(forge Forge, eng *engine.Engine, sec reconcile.Secrets, l
 func (d *Daemon) Reconciler() *reconcile.Reconciler { return d.rec }
 
 // Run reconciles every poll interval (and on every webhook or change of a local repository) until
-// ctx ends, then lets the running operations finish for the drain timeout; Abort cancels them
-// sooner. A drain that had to cancel is still a clean stop (their statuses say Canceled, and they
-// run again after the next start): the error is only final statuses that could not be committed,
-// which the next start commits.
-func (d *Daemon) Run(ctx context.Context) error {
+// ctx ends. The operations it started run on: Shutdown lets them finish.
+func (d *Daemon) Run(ctx context.Context) {
 	s := &d.s
 	d.log.Info("reconciler started", "repo", gitsource.RedactURL(s.Repo), "branch", s.Branch, "status_branch", d.src.StatusBranch(),
 		"poll_interval", s.Poll, "owner", s.Engine.Owner, "workers", s.Workers)
@@ -244,10 +241,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Info("systemd watchdog", "interval", wd, "wedged_after", wedgedAfter)
 	}
 	d.rec.Run(ctx, s.Poll)
-	d.notify("STOPPING=1")
-	d.log.Info("stopping: letting running operations finish; a second SIGTERM or SIGINT cancels them now", "drain_timeout", s.Drain)
-	return d.rec.Drain(s.Drain)
 }
+
+// Shutdown drains, after Run: the running operations finish for the drain timeout, or until ctx ends
+// (a second signal), and are cancelled then. A drain that had to cancel is still a clean stop (their
+// statuses say Canceled, and they run again after the next start): the error is only final statuses
+// that could not be committed, which the next start commits.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.notify("STOPPING=1")
+	d.log.Info("stopping: letting running operations finish; a second SIGTERM or SIGINT cancels them now", "drain_timeout", d.s.Drain)
+	ctx, cancel := context.WithTimeoutCause(ctx, d.s.Drain, errDrainTimeout)
+	defer cancel()
+	return d.rec.Shutdown(ctx)
+}
+
+var errDrainTimeout = errors.New("the drain timeout passed")
 
 // wedgedAfter is how long one cycle may run before the loop counts as wedged: a cycle's inventory has
 // 5 min, each Gitea request 30 s; operations run beside it.
@@ -263,10 +271,6 @@ func (d *Daemon) notify(state string) {
 // SetPollInterval changes the poll interval of a running daemon (a reload).
 func (d *Daemon) SetPollInterval(p time.Duration) { d.rec.SetInterval(p) }
 
-// Abort cancels the running operations now, as the drain timeout would (a second signal during a
-// drain).
-func (d *Daemon) Abort() { d.rec.Abort() }
-
 // Once runs one cycle and waits for its operations (on ctx's end, for the drain timeout): what
 // `reconcile --once` does. It returns every stand's status.
 func (d *Daemon) Once(ctx context.Context) (map[string]reconcile.Status, error) {
@@ -276,10 +280,9 @@ func (d *Daemon) Once(ctx context.Context) (map[string]reconcile.Status, error) 
 	select {
 	case <-done:
 	case <-ctx.Done():
-		d.log.Info("stopping: letting running operations finish", "drain_timeout", d.s.Drain)
 	}
-	if derr := d.rec.Drain(d.s.Drain); err == nil {
-		err = derr
+	if serr := d.Shutdown(context.WithoutCancel(ctx)); err == nil {
+		err = serr
 	}
 	return d.rec.Statuses(), err
 }

@@ -62,7 +62,7 @@ func (origins) Setting(string) string        { return "default" }
 func (origins) Credential(Credential) string { return "" }
 
 // TestOpenRunClose: Open serves the probes and the controls, Run reconciles the repository's stand
-// until its context ends and drains, and Close leaves no goroutine of the daemon behind.
+// until its context ends, Shutdown drains, and Close leaves no goroutine of the daemon behind.
 func TestOpenRunClose(t *testing.T) {
 	s, env := testSettings(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
@@ -71,8 +71,8 @@ func TestOpenRunClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(ctx) }()
+	ran := make(chan struct{})
+	go func() { d.Run(ctx); close(ran) }()
 	wait.NoError(t, "the stand Ready", 2*time.Minute, func() error {
 		if st := d.Reconciler().Status("local_p_dev"); st == nil || st.Phase != reason.Ready {
 			return fmt.Errorf("the stand is not Ready: %+v", st)
@@ -93,8 +93,9 @@ func TestOpenRunClose(t *testing.T) {
 		t.Errorf("the controls do not answer: %v", err)
 	}
 	cancel()
-	if err := <-ran; err != nil {
-		t.Errorf("Run: %v", err)
+	<-ran
+	if err := d.Shutdown(context.Background()); err != nil {
+		t.Errorf("Shutdown: %v", err)
 	}
 	if err := d.Close(); err != nil {
 		t.Errorf("Close: %v", err)

@@ -161,8 +161,8 @@ func (w *Warner) Wait() {
 	}
 }
 
-// Stop ends the work under way and waits for it.
-func (w *Warner) Stop() {
+// Close ends the work under way and waits for it.
+func (w *Warner) Close() {
 	w.cancel()
 	w.wg.Wait()
 }

@@ -199,9 +199,9 @@ func (pl *Planner) startWaiting(ctx context.Context, j job) {
 // Wait waits for the plans running, and those started after them, to finish.
 func (pl *Planner) Wait() { pl.w.wg.Wait() }
 
-// Stop cancels the plans running (plans only read; nothing is lost) and waits for them. No plan
+// Close cancels the plans running (plans only read; nothing is lost) and waits for them. No plan
 // starts after it.
-func (pl *Planner) Stop() {
+func (pl *Planner) Close() {
 	pl.w.cancel()
 	pl.w.wg.Wait()
 }

@@ -197,7 +197,7 @@ func TestDrainCommitsADelayedStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- h.r.Drain(time.Minute) }()
+	go func() { done <- shutdownWithin(h.r, time.Minute) }()
 	select {
 	case err := <-done:
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 )
 
@@ -36,14 +37,17 @@ func (r *Reconciler) SetInterval(interval time.Duration) {
 }
 
 // Run cycles every interval (±10% jitter, so several reconcilers do not poll in step) and on every
-// Trigger, until ctx ends. It does not wait for running operations: Drain does.
+// Trigger, until ctx ends; the live health check and the leader's publisher run beside it and have
+// ended when it returns. It does not wait for running operations: Shutdown does.
 func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 	r.interval.Store(int64(interval))
+	var beside sync.WaitGroup
+	defer beside.Wait()
 	if r.cfg.Checker != nil && r.cfg.HealthInterval > 0 {
-		go r.runHealth(ctx)
+		beside.Go(func() { r.runHealth(ctx) })
 	}
 	if r.rep != nil {
-		go r.runPublisher(ctx)
+		beside.Go(func() { r.runPublisher(ctx) })
 	}
 	consecutive := 0
 	for {
@@ -93,38 +97,34 @@ func (r *Reconciler) Wait() {
 	}
 }
 
-// Abort cancels the running operations now, as the drain timeout would (a second signal during a
-// drain): Pulumi is interrupted and writes its checkpoint; Drain then commits their statuses.
-func (r *Reconciler) Abort() {
-	r.log.Warn("cancelling running operations now")
-	r.cancelOps()
-}
-
-// Drain lets running operations finish for up to timeout, then cancels them (Pulumi is interrupted,
-// writes its checkpoint and lets its lock go; the stand's status says Canceled and it is tried again
-// after the next start), and commits the final statuses. It returns an error only when those could
-// not be committed: a drain that had to cancel is still a clean stop.
-func (r *Reconciler) Drain(timeout time.Duration) error {
+// Shutdown stops the loop's work: the pull request plans and the endings at once (they only read, or
+// the next leader's first cycle does what is left), the running operations when they finish or when
+// ctx ends, whichever comes first (Pulumi is interrupted, writes its checkpoint and lets its lock go;
+// the stand's status says Canceled and it is tried again after the next start), and then it commits
+// the final statuses. Ending ctx early (a second signal) cancels the operations at once. It returns
+// an error only when the final statuses could not be committed: a shutdown that had to cancel is
+// still a clean stop. Run must have returned.
+func (r *Reconciler) Shutdown(ctx context.Context) error {
 	r.pub.flush()
 	if r.cfg.Plans != nil {
-		r.cfg.Plans.Stop() // plans only read: nothing is lost
+		r.cfg.Plans.Close()
 	}
 	if r.cfg.Expiries != nil {
-		r.cfg.Expiries.Stop() // the next leader's first cycle does what is left
+		r.cfg.Expiries.Close()
 	}
 	done := make(chan struct{})
 	go func() { r.ops.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(timeout):
-		r.log.Warn("drain timeout: cancelling running operations", "timeout", timeout)
+	case <-ctx.Done():
+		r.log.Warn("cancelling running operations", "why", context.Cause(ctx))
 		r.cancelOps()
 		<-done
 	}
 	r.cancelOps()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	commit, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := r.publish(ctx); err != nil {
+	if err := r.publish(commit); err != nil {
 		return fmt.Errorf("commit the final statuses: %w", err)
 	}
 	return nil

@@ -68,11 +68,11 @@ type Pricer interface {
 // Plans plans the open pull requests into the tracked branch (package prplan). Schedule hands it
 // the tracked branch's judgement at commit and the stacks, and returns at once: no pull request
 // delays a cycle. lead is ctx while this reconciler leads, cancelled when that ends (ok false when
-// it does not lead). Wait waits for the plans running; Stop cancels them and waits.
+// it does not lead). Wait waits for the plans running; Close cancels them and waits.
 type Plans interface {
 	Schedule(main *judge.Evaluation, commit string, actual []diff.Actual, lead func(context.Context) (context.Context, context.CancelFunc, bool))
 	Wait()
-	Stop()
+	Close()
 }
 
 // Expiries warns of the stands nearing their end and removes them through pull requests (package
@@ -80,7 +80,7 @@ type Plans interface {
 type Expiries interface {
 	Schedule(e stands.Endings)
 	Wait()
-	Stop()
+	Close()
 }
 
 // Config tunes the loop. Zero values take the defaults shown.

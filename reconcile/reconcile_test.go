@@ -360,6 +360,13 @@ func TestSuspendAndOtherOwner(t *testing.T) {
 	}
 }
 
+// shutdownWithin is Shutdown with a drain timeout, as the daemon gives it.
+func shutdownWithin(r *Reconciler, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return r.Shutdown(ctx)
+}
+
 func TestDrain(t *testing.T) {
 	t.Run("running operations finish", func(t *testing.T) {
 		h := newHarness(t, repoWith("a"), nil)
@@ -371,7 +378,7 @@ func TestDrain(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			h.eng.Gate <- struct{}{}
 		}()
-		if err := h.r.Drain(time.Minute); err != nil {
+		if err := shutdownWithin(h.r, time.Minute); err != nil {
 			t.Fatalf("drain: %v", err)
 		}
 		if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Ready {
@@ -385,7 +392,7 @@ func TestDrain(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Cancelled, and its status committed: a clean stop (the daemon exits 0).
-		if err := h.r.Drain(200 * time.Millisecond); err != nil {
+		if err := shutdownWithin(h.r, 200*time.Millisecond); err != nil {
 			t.Fatalf("a drain that cancelled and committed: %v", err)
 		}
 		st := h.src.statusOf(t, "local_a_dev")
@@ -399,9 +406,10 @@ func TestDrain(t *testing.T) {
 		if err := h.r.Cycle(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		time.AfterFunc(100*time.Millisecond, h.r.Abort)
+		ctx, abort := context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, abort)
 		start := time.Now()
-		if err := h.r.Drain(time.Hour); err != nil {
+		if err := h.r.Shutdown(ctx); err != nil {
 			t.Fatalf("drain: %v", err)
 		}
 		if took := time.Since(start); took > 10*time.Second {
@@ -420,7 +428,7 @@ func TestDrain(t *testing.T) {
 		h.src.Mu.Lock()
 		h.src.Down = true
 		h.src.Mu.Unlock()
-		if err := h.r.Drain(200 * time.Millisecond); err == nil {
+		if err := shutdownWithin(h.r, 200*time.Millisecond); err == nil {
 			t.Fatal("a drain whose final statuses were not committed reported success")
 		}
 	})

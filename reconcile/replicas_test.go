@@ -155,7 +155,7 @@ func startReplica(t *testing.T, pg *testenv.Postgres, src *fakeSource, eng *fake
 		f(&cfg)
 	}
 	rp.r = New(cfg, rp.src, rp.eng, fakes.NewSecrets())
-	t.Cleanup(func() { rp.r.Drain(5 * time.Second); rp.stop() })
+	t.Cleanup(func() { _ = shutdownWithin(rp.r, 5*time.Second); rp.stop() })
 	return rp
 }
 

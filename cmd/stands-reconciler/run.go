@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -133,27 +134,31 @@ func runOpen(ctx context.Context, f *daemonFlags, conf *settings, once bool, std
 		defer d.Close()
 		return reconcileOnce(ctx, d, std)
 	}
+	// The drain outlives ctx (the first signal ends it) and ends at a second signal.
+	drain, abort := context.WithCancelCause(context.WithoutCancel(ctx))
 	stopped := make(chan struct{})
-	go abortOnSecondSignal(ctx, d, stopped)
+	go abortOnSecondSignal(ctx, abort, stopped)
 	rctx, stopReloads := context.WithCancel(ctx)
 	defer stopReloads()
 	go (&reloader{conf: conf, level: level, log: log, d: d}).run(rctx, reloadSignals)
+	d.Run(ctx)
 	// Operations cancelled at the drain timeout still make a clean stop: exit 0 tells systemd so.
 	// Only final statuses that could not be committed are an error (the next start commits them).
 	code := exitOK
-	if err := d.Run(ctx); err != nil {
+	if err := d.Shutdown(drain); err != nil {
 		log.Warn("drain", "err", err)
 		code = exitError
 	}
 	close(stopped)
+	abort(nil)
 	d.Close() // after the drain: credential watchers and the Vault login served it to the end
 	log.Info("reconciler stopped")
 	return code
 }
 
-// abortOnSecondSignal cancels the running operations at a second SIGTERM or SIGINT, once the first
-// has begun the drain.
-func abortOnSecondSignal(ctx context.Context, d *daemon.Daemon, stopped <-chan struct{}) {
+// abortOnSecondSignal ends the drain, and so cancels the running operations, at a second SIGTERM or
+// SIGINT, once the first has begun it.
+func abortOnSecondSignal(ctx context.Context, abort context.CancelCauseFunc, stopped <-chan struct{}) {
 	select {
 	case <-ctx.Done():
 	case <-stopped:
@@ -164,10 +169,12 @@ func abortOnSecondSignal(ctx context.Context, d *daemon.Daemon, stopped <-chan s
 	defer signal.Stop(force)
 	select {
 	case <-force:
-		d.Abort()
+		abort(errSecondSignal)
 	case <-stopped:
 	}
 }
+
+var errSecondSignal = errors.New("a second signal")
 
 // reconcileOnce is `reconcile --once`: one cycle, its operations awaited, a record of every stand's
 // phase on stdout; a stand that failed makes the exit code 1.

@@ -39,7 +39,7 @@ func TestStopDuringApply(t *testing.T) {
 		t.Errorf("stopping took %s, more than the drain timeout and the cancel grace", took)
 	}
 	log := d.log()
-	for _, want := range []string{"drain timeout: cancelling running operations", "reconciler stopped"} {
+	for _, want := range []string{"cancelling running operations", "the drain timeout passed", "reconciler stopped"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the log does not say %q", want)
 		}
