@@ -39,7 +39,7 @@ func (r *Reconciler) decide(actions []diff.Action, d *desiredState, found map[st
 		} else if a.Kind != diff.Noop {
 			st.ref = stands.StackRef{}
 		}
-		if st.running || !r.holds(a.ID) {
+		if st.running || !r.claims.holds(a.ID) {
 			continue // another replica's stand: it decides, and its status comes from its record
 		}
 		if why, held := d.unreviewed[a.ID]; held {
@@ -66,10 +66,7 @@ func (r *Reconciler) decide(actions []diff.Action, d *desiredState, found map[st
 	}
 	for i, o := range ops {
 		r.stands[o.id].running = true
-		if r.rep != nil {
-			r.stands[o.id].queued = make(chan struct{})
-			ops[i].yield = r.stands[o.id].queued
-		}
+		ops[i].yield = r.claims.queue(o.id)
 		if o.kind == opApply || o.kind == opDestroy {
 			started := outcome{kind: outStarted, op: o.kind, commit: commit}
 			if o.in != nil {

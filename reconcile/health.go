@@ -156,7 +156,7 @@ func (r *Reconciler) HealthCycle(ctx context.Context) {
 	if r.sw.paused() == nil {
 		for id, st := range r.stands {
 			s := st.status
-			if st.running || s == nil || (s.Phase != reason.Ready && s.Phase != reason.Degraded && s.Phase != reason.Expired) || s.NodesMode == "skipped" || st.ref.Project == "" || !r.holds(id) {
+			if st.running || s == nil || (s.Phase != reason.Ready && s.Phase != reason.Degraded && s.Phase != reason.Expired) || s.NodesMode == "skipped" || st.ref.Project == "" || !r.claims.holds(id) {
 				continue
 			}
 			st.running = true // no operation starts on it while it is looked at

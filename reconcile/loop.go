@@ -46,7 +46,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 	if r.cfg.Checker != nil && r.cfg.HealthInterval > 0 {
 		beside.Go(func() { r.runHealth(ctx) })
 	}
-	if r.rep != nil {
+	if r.claims != nil {
 		beside.Go(func() { r.runPublisher(ctx) })
 	}
 	consecutive := 0

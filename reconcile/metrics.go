@@ -101,7 +101,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	decided := 0
 	for id, st := range r.stands {
-		if st.status != nil && r.holds(id) { // with replicas, each counts its own: their sum is every stand
+		if st.status != nil && r.claims.holds(id) { // with replicas, each counts its own: their sum is every stand
 			counts[st.status.Phase]++
 			if st.status.Phase == reason.Blocked {
 				blocked[st.status.Reason]++
@@ -115,9 +115,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	paused, planOnly := r.sw.paused() != nil, r.sw.planOnly()
 	unreviewed := r.gate.pending()
 	r.mu.Unlock()
-	if r.rep != nil {
-		h.Leases = r.rep.Ready()
-	}
+	h.Leases = r.claims.ready()
 	for p, n := range counts {
 		ch <- prometheus.MustNewConstMetric(m.phases, prometheus.GaugeValue, float64(n), string(p))
 	}

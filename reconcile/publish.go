@@ -125,7 +125,7 @@ func (r *Reconciler) publishSoon(ctx context.Context) {
 // logged and retried at the next change or cycle: nothing is lost, the statuses stay in memory. With
 // replicas, the statuses go to their records, and the leader commits those (publishShared).
 func (r *Reconciler) publish(ctx context.Context) error {
-	if r.rep != nil {
+	if r.claims != nil {
 		return r.publishShared(ctx)
 	}
 	r.pub.mu.Lock()

@@ -198,8 +198,7 @@ type Reconciler struct {
 	secretsDown int // consecutive cycles the secret store did not answer (cycles are sequential)
 	life        *lifetimes
 
-	rep     Replicas   // cfg.Replicas (replicas.go)
-	shareMu sync.Mutex // one share at a time: records are written in the order statuses changed
+	claims *claims // nil without replicas (replicas.go)
 }
 
 type stand struct {
@@ -209,11 +208,8 @@ type stand struct {
 	lastDrift time.Time
 	connSaved string            // digest of the connection record last written to the secret store
 	ref       stands.StackRef   // its stack, once the inventory found one (the health check's target)
-	token     int64             // replicas: the token of the held lease its status continues under (0: not held)
 	declared  *manifest.Stand   // as the tracked branch last declared it, valid; nil when not
 	lifetime  manifest.Lifetime // the repository's policy when declared was judged
-	shared    []byte            // replicas: the status last written to its record
-	queued    chan struct{}     // replicas: while its operation waits for a worker; closed, it leaves
 }
 
 // Health is what /readyz reports: the outside services of the last cycle.
@@ -274,7 +270,7 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 	r := &Reconciler{cfg: cfg, src: src, eng: eng, sec: sec, log: cfg.Log, sem: make(chan struct{}, cfg.Workers),
 		wake: make(chan struct{}, 1), stands: map[string]*stand{}, pub: newPublisher(cfg, src),
 		warned: map[manifest.Diagnostic]bool{},
-		rep:    cfg.Replicas}
+		claims: newClaims(cfg.Replicas)}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
 	r.life, r.gate, r.heals = newLifetimes(cfg), newGate(cfg), newHealBook(cfg.HealLimit)
 	r.metrics = newMetrics(r, cfg.Metrics)
@@ -295,9 +291,7 @@ func (r *Reconciler) Health() Health {
 	r.mu.Lock()
 	h := r.health
 	r.mu.Unlock()
-	if r.rep != nil {
-		h.Leases = r.rep.Ready()
-	}
+	h.Leases = r.claims.ready()
 	return h
 }
 
@@ -443,10 +437,10 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		r.ops.Add(1)
 		go r.run(o)
 	}
-	if r.cfg.Plans != nil && (r.rep == nil || r.rep.Leader()) {
+	if r.cfg.Plans != nil && r.claims.leader() {
 		r.cfg.Plans.Schedule(d.ev, snap.Source, actual, r.leading)
 	}
-	if r.cfg.Expiries != nil && (r.rep == nil || r.rep.Leader()) && len(d.ev.Unreadable) == 0 && d.secretsErr == nil {
+	if r.cfg.Expiries != nil && r.claims.leader() && len(d.ev.Unreadable) == 0 && d.secretsErr == nil {
 		r.cfg.Expiries.Schedule(r.life.endings(snap.Source, d.ev, r.Status))
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/judge"
@@ -53,50 +54,149 @@ type Replicas interface {
 // sets it.
 const publishEvery = 2 * time.Second
 
-// holds says whether this replica operates the stand: always without replicas. Called with r.mu held.
-func (r *Reconciler) holds(id string) bool {
-	if r.rep == nil {
+// claims is the replicas part (docs/architecture.md#the-loops-parts-and-their-locks): the leases of
+// the stands this replica holds, the status it last wrote to each stand's record, and the
+// operations waiting for a worker, which leave when their stand moves to another replica. A nil
+// claims is a reconciler without replicas: every stand is its own. mu is a leaf (taken alone or
+// under Reconciler.mu, calling nothing while held); shareMu makes one share at a time, so records
+// are written in the order statuses changed, and is taken before Reconciler.mu, never under it.
+type claims struct {
+	rep Replicas
+
+	mu     sync.Mutex
+	tokens map[string]int64         // the held lease a stand's status continues under (absent: not held)
+	shared map[string][]byte        // the status last written to a stand's record
+	queued map[string]chan struct{} // an operation waiting for a worker; closed, it leaves
+
+	shareMu sync.Mutex
+}
+
+func newClaims(rep Replicas) *claims {
+	if rep == nil {
+		return nil
+	}
+	return &claims{rep: rep, tokens: map[string]int64{}, shared: map[string][]byte{}, queued: map[string]chan struct{}{}}
+}
+
+// holds says whether this replica operates the stand: always without replicas. A lease found lost
+// is forgotten: a later acquire starts again from the stand's record.
+func (c *claims) holds(id string) bool {
+	if c == nil {
 		return true
 	}
-	st, ok := r.stands[id]
-	if !ok || st.token == 0 {
+	c.mu.Lock()
+	token := c.tokens[id]
+	c.mu.Unlock()
+	if token == 0 {
 		return false
 	}
-	if l, _, held := r.rep.Held(id); held && l.Token == st.token {
+	if l, _, held := c.rep.Held(id); held && l.Token == token {
 		return true
 	}
-	st.token = 0 // lost: a later acquire starts again from the stand's record
+	c.mu.Lock()
+	if c.tokens[id] == token {
+		delete(c.tokens, id)
+	}
+	c.mu.Unlock()
 	return false
+}
+
+// took records a newly held lease; its record is to be written again.
+func (c *claims) took(id string, token int64, shared []byte) {
+	c.mu.Lock()
+	c.tokens[id], c.shared[id] = token, shared
+	c.mu.Unlock()
+}
+
+// let forgets a lease handed over.
+func (c *claims) let(id string) {
+	c.mu.Lock()
+	delete(c.tokens, id)
+	c.mu.Unlock()
+}
+
+// queue marks an operation of the stand waiting for a worker; the channel closes when it is to
+// leave. Without replicas it is nil: it never leaves.
+func (c *claims) queue(id string) <-chan struct{} {
+	if c == nil {
+		return nil
+	}
+	ch := make(chan struct{})
+	c.mu.Lock()
+	c.queued[id] = ch
+	c.mu.Unlock()
+	return ch
+}
+
+// started says the stand's operation got its worker (or left): it no longer waits.
+func (c *claims) started(id string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	delete(c.queued, id)
+	c.mu.Unlock()
+}
+
+// evict makes the stand's waiting operation leave, if one waits.
+func (c *claims) evict(id string) {
+	c.mu.Lock()
+	if ch, ok := c.queued[id]; ok {
+		close(ch)
+		delete(c.queued, id)
+	}
+	c.mu.Unlock()
+}
+
+// unshared says whether body differs from what this replica last wrote to the stand's record.
+func (c *claims) unshared(id string, body []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !bytes.Equal(body, c.shared[id])
+}
+
+// wrote records what the stand's record holds now.
+func (c *claims) wrote(id string, body []byte) {
+	c.mu.Lock()
+	c.shared[id] = body
+	c.mu.Unlock()
+}
+
+// leader says whether this replica commits status and plans pull requests: always without replicas.
+func (c *claims) leader() bool { return c == nil || c.rep.Leader() }
+
+// ready is the lease store's state for /readyz: nil without replicas.
+func (c *claims) ready() error {
+	if c == nil {
+		return nil
+	}
+	return c.rep.Ready()
 }
 
 // claim takes the leases of the stands among ids that are this replica's by rendezvous and hands
 // over those that are not any more and run nothing here. A stand newly held continues from its
 // record, which the replica that held it before wrote.
 func (r *Reconciler) claim(ctx context.Context, ids []string) {
-	if r.rep == nil || !r.rep.Renewing() {
+	c := r.claims
+	if c == nil || !c.rep.Renewing() {
 		return // cut off from the store: nothing is acquired or handed over; the held leases run out
 	}
-	me := r.rep.Name()
+	me := c.rep.Name()
 	var taken, handoff []string
 	tokens := map[string]int64{}
 	for _, id := range ids {
-		owner := r.rep.Owner(id)
+		owner := c.rep.Owner(id)
 		r.mu.Lock()
-		st := r.state(id)
-		running, held := st.running, r.holds(id)
+		running := r.state(id).running
 		r.mu.Unlock()
+		held := c.holds(id)
 		switch {
 		case held && owner != "" && owner != me && !running:
 			handoff = append(handoff, id)
 		case held && owner != "" && owner != me:
-			r.mu.Lock()
-			if st.queued != nil { // waiting for a worker: it leaves, and the stand is handed over next
-				close(st.queued)
-				st.queued = nil
-			}
-			r.mu.Unlock()
+			c.evict(id) // waiting for a worker: it leaves, and the stand is handed over next
 		case !held && owner == me:
-			l, _, ok, holder, err := r.rep.Acquire(ctx, id)
+			l, _, ok, holder, err := c.rep.Acquire(ctx, id)
 			switch {
 			case err != nil:
 				r.log.Warn("stand lease not acquired; tried again next cycle", "stand", id, "err", err)
@@ -111,30 +211,36 @@ func (r *Reconciler) claim(ctx context.Context, ids []string) {
 		r.takeUp(ctx, taken, tokens)
 	}
 	if len(handoff) > 0 {
-		r.share(ctx) // its last status first: the next holder starts from it
-		for _, id := range handoff {
-			r.mu.Lock()
-			st := r.state(id)
-			busy := st.running // a health check took it meanwhile: handed over next cycle
-			if !busy {
-				st.token = 0
-			}
-			r.mu.Unlock()
-			if busy {
-				continue
-			}
-			if err := r.rep.Release(ctx, id); err != nil {
-				r.log.Warn("stand lease not released; it expires on its own", "stand", id, "err", err)
-				continue
-			}
-			r.log.Info("stand handed over to the replica it belongs to now", "stand", id, "to", r.rep.Owner(id))
+		r.handOver(ctx, handoff)
+	}
+}
+
+// handOver releases the leases of stands that belong to another replica now, after writing their
+// last statuses: the next holder starts from them.
+func (r *Reconciler) handOver(ctx context.Context, ids []string) {
+	c := r.claims
+	r.share(ctx)
+	for _, id := range ids {
+		r.mu.Lock()
+		busy := r.state(id).running // a health check took it meanwhile: handed over next cycle
+		if !busy {
+			c.let(id)
 		}
+		r.mu.Unlock()
+		if busy {
+			continue
+		}
+		if err := c.rep.Release(ctx, id); err != nil {
+			r.log.Warn("stand lease not released; it expires on its own", "stand", id, "err", err)
+			continue
+		}
+		r.log.Info("stand handed over to the replica it belongs to now", "stand", id, "to", c.rep.Owner(id))
 	}
 }
 
 // known is every stand the snapshot declares or this replica has a status of, sorted.
 func (r *Reconciler) known(ev *judge.Evaluation) []string {
-	if r.rep == nil {
+	if r.claims == nil {
 		return nil
 	}
 	ids := map[string]bool{}
@@ -152,7 +258,7 @@ func (r *Reconciler) known(ev *judge.Evaluation) []string {
 // takeUp makes newly held stands continue from their records: the status their last holder wrote
 // (a record that cannot be read leaves the status as this replica knew it, which it then writes).
 func (r *Reconciler) takeUp(ctx context.Context, ids []string, tokens map[string]int64) {
-	recs, err := r.rep.Records(ctx, ids)
+	recs, err := r.claims.rep.Records(ctx, ids)
 	if err != nil {
 		r.log.Warn("stand records not read; their statuses continue from the status files", "err", err)
 	}
@@ -160,12 +266,14 @@ func (r *Reconciler) takeUp(ctx context.Context, ids []string, tokens map[string
 	defer r.mu.Unlock()
 	for _, id := range ids {
 		st := r.state(id)
-		st.token, st.shared, st.rt = tokens[id], nil, retries{}
+		st.rt = retries{}
+		var shared []byte
 		if rec, ok := recs[id]; ok {
 			if s, ok := decodeRecord(id, rec.Body); ok {
-				st.status, st.shared = s, rec.Body
+				st.status, shared = s, rec.Body
 			}
 		}
+		r.claims.took(id, tokens[id], shared)
 	}
 	r.log.Info("stand leases acquired", "stands", ids)
 }
@@ -183,8 +291,9 @@ func decodeRecord(id string, body []byte) (*Status, bool) {
 // since it last wrote them. A write refused because the lease passed on is dropped: the new holder
 // writes the stand's status from then on.
 func (r *Reconciler) share(ctx context.Context) {
-	r.shareMu.Lock()
-	defer r.shareMu.Unlock()
+	c := r.claims
+	c.shareMu.Lock()
+	defer c.shareMu.Unlock()
 	type write struct {
 		id   string
 		body []byte
@@ -192,16 +301,16 @@ func (r *Reconciler) share(ctx context.Context) {
 	var writes []write
 	r.mu.Lock()
 	for id, st := range r.stands {
-		if st.status == nil || !r.holds(id) {
+		if st.status == nil || !c.holds(id) {
 			continue
 		}
-		if body := st.status.encode(); !bytes.Equal(body, st.shared) {
+		if body := st.status.encode(); c.unshared(id, body) {
 			writes = append(writes, write{id, body})
 		}
 	}
 	r.mu.Unlock()
 	for _, w := range writes {
-		err := r.rep.Put(ctx, w.id, w.body)
+		err := c.rep.Put(ctx, w.id, w.body)
 		switch {
 		case errors.Is(err, stands.ErrLeaseLost):
 			r.log.Warn("status not shared: the stand's lease has passed on, and its new holder writes it", "stand", w.id)
@@ -210,9 +319,7 @@ func (r *Reconciler) share(ctx context.Context) {
 			r.log.Warn("status not shared; retrying at the next change", "stand", w.id, "err", err)
 			continue
 		}
-		r.mu.Lock()
-		r.state(w.id).shared = w.body
-		r.mu.Unlock()
+		c.wrote(w.id, w.body)
 	}
 }
 
@@ -221,7 +328,7 @@ func (r *Reconciler) share(ctx context.Context) {
 // nothing, and what it commits lands before the lease could pass on.
 func (r *Reconciler) publishShared(ctx context.Context) error {
 	r.share(ctx)
-	if !r.rep.Leader() {
+	if !r.claims.leader() {
 		return nil
 	}
 	ctx, cancel, ok := r.underLease(ctx, stands.LeaderLease)
@@ -232,7 +339,7 @@ func (r *Reconciler) publishShared(ctx context.Context) error {
 	p := r.pub
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	versions, err := r.rep.Versions(ctx)
+	versions, err := r.claims.rep.Versions(ctx)
 	if err != nil {
 		r.log.Warn("stand records not read; status committed at the next change", "err", err)
 		return err
@@ -245,7 +352,7 @@ func (r *Reconciler) publishShared(ctx context.Context) error {
 	}
 	if len(changed) > 0 {
 		slices.Sort(changed)
-		recs, err := r.rep.Records(ctx, changed)
+		recs, err := r.claims.rep.Records(ctx, changed)
 		if err != nil {
 			r.log.Warn("stand records not read; status committed at the next change", "err", err)
 			return err
@@ -274,7 +381,7 @@ func (r *Reconciler) runPublisher(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if r.rep.Leader() {
+			if r.claims.leader() {
 				_ = r.publish(ctx)
 			}
 		}
@@ -284,24 +391,23 @@ func (r *Reconciler) runPublisher(ctx context.Context) {
 // mayStart marks an operation that got its worker as started (claim no longer makes it leave), and
 // says whether it may run: not when its stand belongs to another live replica now.
 func (r *Reconciler) mayStart(id string) bool {
-	r.mu.Lock()
-	r.state(id).queued = nil
-	r.mu.Unlock()
-	if r.rep == nil {
+	c := r.claims
+	c.started(id)
+	if c == nil {
 		return true
 	}
-	owner := r.rep.Owner(id)
-	return owner == "" || owner == r.rep.Name()
+	owner := c.rep.Owner(id)
+	return owner == "" || owner == c.rep.Name()
 }
 
 // leave gives up an operation that has not started: another replica joined while it waited for a
 // worker, and the stand is that replica's now. claim hands the stand over at the next cycle, instead
 // of this replica working through a queue of others' stands.
 func (r *Reconciler) leave(o op, log *slog.Logger) {
-	log.Info("operation left, unstarted, to the replica the stand belongs to now", "to", r.rep.Owner(o.id))
+	log.Info("operation left, unstarted, to the replica the stand belongs to now", "to", r.claims.rep.Owner(o.id))
+	r.claims.started(o.id)
 	r.mu.Lock()
-	st := r.state(o.id)
-	st.running, st.queued = false, nil
+	r.state(o.id).running = false
 	r.mu.Unlock()
 }
 
@@ -309,10 +415,10 @@ func (r *Reconciler) leave(o op, log *slog.Logger) {
 // lease live (ok), for a write the database cannot fence: it lands before a successor may start.
 // Without replicas it is ctx itself.
 func (r *Reconciler) underLease(ctx context.Context, name string) (context.Context, context.CancelFunc, bool) {
-	if r.rep == nil {
+	if r.claims == nil {
 		return ctx, func() {}, true
 	}
-	l, ok, err := r.rep.Current(ctx, name)
+	l, ok, err := r.claims.rep.Current(ctx, name)
 	if err != nil || !ok {
 		r.log.Debug("write skipped: the lease is not this replica's any more", "lease", name, "err", err)
 		return ctx, func() {}, false
@@ -324,10 +430,10 @@ func (r *Reconciler) underLease(ctx context.Context, name string) (context.Conte
 // fence is an operation's context under its stand's lease: cancelled when the lease nears expiry,
 // with the lease as the engine's fence (its CLIs killed then). lost reports whether that happened.
 func (r *Reconciler) fence(ctx context.Context, id string) (_ context.Context, cancel context.CancelFunc, lost func() bool, err error) {
-	if r.rep == nil {
+	if r.claims == nil {
 		return ctx, func() {}, func() bool { return false }, nil
 	}
-	l, stop, err := r.heldLease(id)
+	l, stop, err := r.claims.heldLease(id)
 	if err != nil {
 		return ctx, func() {}, func() bool { return true }, err
 	}
@@ -347,10 +453,10 @@ func (r *Reconciler) fence(ctx context.Context, id string) (_ context.Context, c
 // its comment beside the next leader's. ok is false when this replica does not lead. The plans
 // (Plans) run under it.
 func (r *Reconciler) leading(ctx context.Context) (_ context.Context, cancel context.CancelFunc, ok bool) {
-	if r.rep == nil {
+	if r.claims == nil {
 		return ctx, func() {}, true
 	}
-	_, stop, err := r.heldLease(stands.LeaderLease)
+	_, stop, err := r.claims.heldLease(stands.LeaderLease)
 	if err != nil {
 		return ctx, func() {}, false
 	}
@@ -359,12 +465,12 @@ func (r *Reconciler) leading(ctx context.Context) (_ context.Context, cancel con
 }
 
 // heldLease is this replica's lease name with its stop, while the store answers renewals.
-func (r *Reconciler) heldLease(name string) (stands.Lease, <-chan struct{}, error) {
-	l, stop, ok := r.rep.Held(name)
+func (c *claims) heldLease(name string) (stands.Lease, <-chan struct{}, error) {
+	l, stop, ok := c.rep.Held(name)
 	switch {
 	case !ok:
 		return l, nil, fmt.Errorf("%s: %w", name, errLeaseLost)
-	case !r.rep.Renewing():
+	case !c.rep.Renewing():
 		return l, nil, fmt.Errorf("%s: %w", name, errNotRenewing)
 	}
 	return l, stop, nil
