@@ -940,7 +940,7 @@ func faultRateLimit(s *suite, c *caseRun) {
 }
 
 func faultServerErrors(s *suite, c *caseRun) {
-	hetznerFault(s, c, "f5xx", hcloudsim.Fault{Path: "/servers", Times: 3, Code: "server_error"}, []reason.Reason{reason.HetznerUnavailable})
+	hetznerFault(s, c, "f5xx", hcloudsim.Fault{Path: "/servers", Times: 3, Code: "server_error"}, []reason.Reason{reason.CloudUnavailable})
 }
 
 // faultHanging: the server create hangs past the operation timeout; the stand fails with Timeout,

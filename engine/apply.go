@@ -305,7 +305,7 @@ func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly 
 		return auto.Stack{}, nil, nil, fmt.Errorf("look up network %s: %w", s.Profiles[0].Network, err)
 	}
 	if net == nil {
-		return auto.Stack{}, nil, nil, fmt.Errorf("network %q does not exist in the Hetzner project", s.Profiles[0].Network)
+		return auto.Stack{}, nil, nil, reason.Wrap(reason.MissingPrereq, fmt.Errorf("network %q does not exist in the cloud project", s.Profiles[0].Network))
 	}
 	p.ipRange = net.IPRange
 	// Cloud-init is all the program takes from this render; addresses are not known yet.

@@ -29,18 +29,15 @@ var rules = []rule{
 	{reason: reason.NotOwned, is: func(err error) bool {
 		return errors.Is(err, ErrNotOwned) || errors.Is(err, provider.ErrNotOurs)
 	}, texts: []string{"not managed by stands-reconciler", "is not owned by stands-reconciler"}},
-	// The cloud's own errors carry their reason already (engine/cloud); these are its codes as the
-	// provider's errors show them through the CLI's output.
-	{reason: reason.ProviderAuth, texts: []string{"(unauthorized)", "unable to authenticate", "(token_readonly)", "the stands provider is not configured"}},
-	{reason: reason.RateLimited, texts: []string{"(rate_limit_exceeded)"}},
-	{reason: reason.HetznerUnavailable, texts: []string{"(service_error)", "(unavailable)", "(maintenance)", "(timeout)", "(server_error)", "(resource_unavailable)"}},
+	// The cloud's errors carry their reason (engine/cloud), and the provider marks it in the text the
+	// CLI shows (reason.Mark): no cloud's error codes are read here.
+	{reason: reason.ProviderAuth, texts: []string{"the stands provider is not configured"}},
 	// Pulumi's diy backends report a concurrent update as a lock.
 	{reason: reason.UpdateConflict, is: func(err error) bool { return errors.Is(err, ErrUpdateInProgress) },
 		texts: []string{"another update is currently in progress", "[409] conflict", "the stack is currently locked by"}},
 	{reason: reason.StackLocked, is: func(err error) bool { return errors.Is(err, ErrLockedElsewhere) }},
 	{reason: reason.PendingOperations, texts: []string{"pending operations", "interrupted while creating", "interrupted while deleting"}},
 	{reason: reason.Passphrase, texts: []string{"incorrect passphrase", "passphrase must be set", "failed to decrypt"}},
-	{reason: reason.MissingPrereq, texts: []string{"does not exist in the hetzner project", "(uniqueness_error)", "(invalid_input)", "(unsupported_location_for_server_type)"}},
 	{reason: reason.ProviderMissing, texts: []string{"no resource plugin 'pulumi-resource-stands'", "could not find plugin for provider 'stands'"}},
 	{reason: reason.BackendUnavailable, is: func(err error) bool {
 		var ne net.Error
@@ -59,6 +56,9 @@ func Classify(err error) reason.Reason {
 		return ""
 	case errors.As(err, &known):
 		return known.Reason
+	}
+	if r, ok := reason.Marked(err.Error()); ok {
+		return r
 	}
 	for _, r := range rules {
 		if r.is != nil && r.is(err) {

@@ -140,7 +140,7 @@ func TestUntrustedPreview(t *testing.T) {
 
 	// A preview the CLI failed: the error of an untrusted input keeps its reason, not the output.
 	cliOut := "exit status 255\nstdout: Previewing update\n ~ stands:index:Instance kv--cache update [diff: ~configHash,spec]\n"
-	for _, r := range []reason.Reason{reason.Failure, reason.HetznerUnavailable} {
+	for _, r := range []reason.Reason{reason.Failure, reason.CloudUnavailable} {
 		err := reason.Wrap(r, errors.New("pulumi preview demo_demo_single: "+cliOut))
 		blindError(stands.Input{Stand: in.Stand, Untrusted: true}, &err)
 		if reason.Of(err) != r || strings.Contains(err.Error(), "stands:index") || strings.Contains(err.Error(), "update") {

@@ -102,7 +102,7 @@ const (
 	PendingOperations  Reason = "PendingOperations"
 	ProviderAuth       Reason = "ProviderAuth"
 	RateLimited        Reason = "RateLimited"
-	HetznerUnavailable Reason = "HetznerUnavailable"
+	CloudUnavailable   Reason = "CloudUnavailable"
 	BackendUnavailable Reason = "BackendUnavailable"
 	Passphrase         Reason = "Passphrase"
 	NotOwned           Reason = "NotOwned"
@@ -157,21 +157,24 @@ var catalogue = map[Reason]entry{
 	MassDeletion:      {Stalling, Blocked, "%s"},
 	LastStand:         {Stalling, Blocked, "%s"},
 
-	UpdateConflict:     {Waiting, Failed, "%s"},
-	StackLocked:        {Waiting, Failed, "%s"},
-	PendingOperations:  {Generic, Failed, "%s"},
-	ProviderAuth:       {Stalling, Failed, "%s"},
-	RateLimited:        {Waiting, Failed, "%s"},
-	HetznerUnavailable: {Waiting, Failed, "%s"},
-	BackendUnavailable: {Waiting, Failed, "%s"},
-	Passphrase:         {Stalling, Failed, "%s"},
-	NotOwned:           {Stalling, Failed, "%s"},
-	MissingPrereq:      {Stalling, Failed, "%s"},
-	ProviderMissing:    {Stalling, Failed, "%s"},
-	Canceled:           {Waiting, Failed, "%s"},
-	Timeout:            {Waiting, Failed, "%s"},
-	LeaseLost:          {Waiting, Failed, "%s"},
-	Failure:            {Generic, Failed, "%s"},
+	UpdateConflict:    {Waiting, Failed, "%s"},
+	StackLocked:       {Waiting, Failed, "%s"},
+	PendingOperations: {Generic, Failed, "%s"},
+	ProviderAuth:      {Stalling, Failed, "%s"},
+	RateLimited:       {Waiting, Failed, "%s"},
+	CloudUnavailable:  {Waiting, Failed, "%s"},
+	// HetznerUnavailable is CloudUnavailable's name before clouds were named neutrally: status files
+	// of earlier versions carry it, and keep its kind. Nothing gives it now.
+	"HetznerUnavailable": {Waiting, Failed, "%s"},
+	BackendUnavailable:   {Waiting, Failed, "%s"},
+	Passphrase:           {Stalling, Failed, "%s"},
+	NotOwned:             {Stalling, Failed, "%s"},
+	MissingPrereq:        {Stalling, Failed, "%s"},
+	ProviderMissing:      {Stalling, Failed, "%s"},
+	Canceled:             {Waiting, Failed, "%s"},
+	Timeout:              {Waiting, Failed, "%s"},
+	LeaseLost:            {Waiting, Failed, "%s"},
+	Failure:              {Generic, Failed, "%s"},
 }
 
 // All lists every reason of the catalogue, sorted.
@@ -240,4 +243,32 @@ func Of(err error) Reason {
 		return Canceled
 	}
 	return Failure
+}
+
+// Across the Pulumi CLI an error is text: the stands provider ends the message of an error that
+// carries a reason with a mark naming it, and the engine reads the mark back, so neither side needs
+// to know what a cloud's errors look like.
+const markPrefix, markSuffix = " [reason: ", "]"
+
+// Mark is err with its reason named at the end of its text, when it has one other than Failure
+// (Generic: nothing to name) or Canceled (the engine knows its own cancellations).
+func Mark(err error) error {
+	r := Of(err)
+	if r == "" || r == Failure || r == Canceled {
+		return err
+	}
+	return &Error{Reason: r, Err: fmt.Errorf("%w%s%s%s", err, markPrefix, r, markSuffix)}
+}
+
+// Marked is the reason named by the last mark in text, when the catalogue has it.
+func Marked(text string) (Reason, bool) {
+	i := strings.LastIndex(text, markPrefix)
+	if i < 0 {
+		return "", false
+	}
+	name, _, ok := strings.Cut(text[i+len(markPrefix):], markSuffix)
+	if r := Reason(name); ok && r.Known() {
+		return r, true
+	}
+	return "", false
 }

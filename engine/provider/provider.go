@@ -23,6 +23,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/engine/cloud"
 	"github.com/stands-engine/stands-reconciler/engine/cloud/hetzner"
 	"github.com/stands-engine/stands-reconciler/internal/version"
+	"github.com/stands-engine/stands-reconciler/reason"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -258,6 +259,7 @@ func (p *Provider) Create(ctx context.Context, req *pulumirpc.CreateRequest) (*p
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	id, outs, err := rt.create(ctx, call{p, req.GetUrn()}, inputs, req.GetPreview())
+	err = reason.Mark(err)
 	var partial *initFailed
 	if errors.As(err, &partial) {
 		props, merr := plugin.MarshalProperties(outs, marshal)
@@ -290,7 +292,7 @@ func (p *Provider) Read(ctx context.Context, req *pulumirpc.ReadRequest) (*pulum
 	defer cancel()
 	id, outs, err := rt.read(ctx, call{p, req.GetUrn()}, req.GetId(), state)
 	if err != nil {
-		return nil, err
+		return nil, reason.Mark(err)
 	}
 	if id == "" {
 		// Deleted out of band: an empty id tells the engine the resource is gone.
@@ -342,6 +344,7 @@ func (p *Provider) Update(ctx context.Context, req *pulumirpc.UpdateRequest) (*p
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
 	outs, err := rt.update(ctx, call{p, req.GetUrn()}, req.GetId(), olds, news, req.GetPreview())
+	err = reason.Mark(err)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +366,7 @@ func (p *Provider) Delete(ctx context.Context, req *pulumirpc.DeleteRequest) (*e
 	}
 	ctx, cancel := p.opCtx(ctx)
 	defer cancel()
-	return &emptypb.Empty{}, rt.delete(ctx, call{p, req.GetUrn()}, req.GetId(), state)
+	return &emptypb.Empty{}, reason.Mark(rt.delete(ctx, call{p, req.GetUrn()}, req.GetId(), state))
 }
 
 // stringProp reads a string property, looking through secrets.

@@ -10,6 +10,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 	"github.com/stands-engine/stands-reconciler/engine/cloud"
+	"github.com/stands-engine/stands-reconciler/reason"
 )
 
 // ServerType is the Pulumi type token of a stand's server.
@@ -155,7 +156,7 @@ func (serverResource) create(ctx context.Context, cl call, in resource.PropertyM
 		return "", nil, fmt.Errorf("look up network %s: %w", args.Network, err)
 	}
 	if network == nil {
-		return "", nil, fmt.Errorf("network %q does not exist in the Hetzner project", args.Network)
+		return "", nil, reason.Wrap(reason.MissingPrereq, fmt.Errorf("network %q does not exist in the cloud project", args.Network))
 	}
 	// Reclaim a server left by a run that died between the API call and the state write.
 	if id, state, found, err := reclaim(ctx, c, in, args, network); found || err != nil {
@@ -166,7 +167,7 @@ func (serverResource) create(ctx context.Context, cl call, in resource.PropertyM
 		return "", nil, fmt.Errorf("look up SSH key %s: %w", args.SSHKeyName, err)
 	}
 	if key == nil {
-		return "", nil, fmt.Errorf("SSH key %q does not exist in the Hetzner project", args.SSHKeyName)
+		return "", nil, reason.Wrap(reason.MissingPrereq, fmt.Errorf("SSH key %q does not exist in the cloud project", args.SSHKeyName))
 	}
 	srv, err := c.CreateServer(ctx, cloud.CreateOptions{Name: args.Name, Type: args.ServerType, Image: args.Image, Location: args.Location,
 		SSHKey: key, UserData: args.UserData, Labels: args.Labels, Network: network})

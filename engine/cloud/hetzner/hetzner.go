@@ -126,7 +126,7 @@ func (h *Cloud) CreateServer(ctx context.Context, o cloud.CreateOptions) (*cloud
 	}
 	res, _, err := h.c.Server.Create(ctx, opts)
 	if hcloud.IsError(err, hcloud.ErrorCodeUniquenessError) {
-		return nil, fmt.Errorf("create server %s: %w: %w", o.Name, cloud.ErrNameTaken, err)
+		return nil, reason.Wrap(reason.MissingPrereq, fmt.Errorf("create server %s: %w: %w", o.Name, cloud.ErrNameTaken, err))
 	}
 	if err != nil {
 		return nil, wrap(fmt.Errorf("create server %s: %w", o.Name, err))
@@ -276,15 +276,16 @@ func serverOf(s *hcloud.Server) *cloud.Server {
 }
 
 // reasons are the API's error codes the engine decides on: the token refused, the rate limit, an
-// outage on Hetzner's side.
+// outage on Hetzner's side, a request the project cannot satisfy as it is.
 var reasons = []struct {
 	reason reason.Reason
 	codes  []hcloud.ErrorCode
 }{
 	{reason.ProviderAuth, []hcloud.ErrorCode{hcloud.ErrorCodeUnauthorized, hcloud.ErrorCodeForbidden, "token_readonly"}},
 	{reason.RateLimited, []hcloud.ErrorCode{hcloud.ErrorCodeRateLimitExceeded}},
-	{reason.HetznerUnavailable, []hcloud.ErrorCode{hcloud.ErrorCodeServiceError, hcloud.ErrorCodeMaintenance, hcloud.ErrorCodeTimeout,
+	{reason.CloudUnavailable, []hcloud.ErrorCode{hcloud.ErrorCodeServiceError, hcloud.ErrorCodeMaintenance, hcloud.ErrorCodeTimeout,
 		hcloud.ErrorCodeServerError, hcloud.ErrorCodeResourceUnavailable}},
+	{reason.MissingPrereq, []hcloud.ErrorCode{hcloud.ErrorCodeUniquenessError, hcloud.ErrorCodeInvalidInput, "unsupported_location_for_server_type"}},
 }
 
 // wrap gives an API error its reason; others are left for the engine to classify.
