@@ -163,7 +163,7 @@ func (d *daemon) start(extra ...string) {
 	args := append([]string{"run", "--repo", w.repoURL(), "--listen", d.listen, "--drift-interval", "0", "--drain-timeout", "5m", "--require-review=false"}, d.args...)
 	cmd := exec.Command(w.bin, append(args, extra...)...)
 	cmd.Env = []string{"PATH=" + filepath.Dir(w.wrapper) + ":" + os.Getenv("PATH"), "HOME=" + w.dir,
-		"STANDS_STATE_DIR=" + d.state, "HCLOUD_ENDPOINT=" + w.hetzner.Endpoint,
+		"STANDS_STATE_DIR=" + d.state, "STANDS_CLOUD_ENDPOINT=" + w.hetzner.Endpoint,
 		"HCLOUD_TOKEN_FILE=" + w.secretFile("hcloud-token", w.hetzner.Token),
 		"STANDS_PASSPHRASE_FILE=" + w.secretFile("passphrase", w.pl.Passphrase),
 		"STANDS_GIT_USER=" + w.gitea.User, "STANDS_GIT_TOKEN_FILE=" + w.secretFile("git-token", w.gitea.Token),
@@ -335,7 +335,7 @@ func (w *world) engine(t *testing.T, state string) *engine.Engine {
 func (w *world) engineOn(t *testing.T, url string) *engine.Engine {
 	t.Helper()
 	eng, err := engine.New(engine.Config{PulumiBin: w.wrapper, BackendURL: url, Passphrase: w.pl.Passphrase,
-		HcloudToken: w.hetzner.Token, HcloudEndpoint: w.hetzner.Endpoint, ProviderBin: w.bin, WorkDir: t.TempDir(), SkipNodes: true})
+		CloudToken: w.hetzner.Token, CloudEndpoint: w.hetzner.Endpoint, ProviderBin: w.bin, WorkDir: t.TempDir(), SkipNodes: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func (d *Daemon) build(ctx context.Context) error {
 	d.own(hcloudToken)
 	// One logger for the loop and the engine: two handlers on one writer would each lock only itself.
 	eng, pass, err := engine.FromSettings(s.Engine, env, s.Engine.Owner, log, func(c *engine.Config) {
-		c.HcloudTokenFunc, c.LeaseCheck, c.Metrics = hcloudToken.Value, d.leaseCheck(), d.metrics
+		c.CloudTokenFunc, c.LeaseCheck, c.Metrics = hcloudToken.Value, d.leaseCheck(), d.metrics
 	})
 	if err != nil {
 		return err

@@ -116,6 +116,9 @@ func (s *Settings) Check(env Env, o Origins) []error {
 	} else if err := checkRepoURL(s.Repo); err != nil {
 		bad("repo", "%v", err)
 	}
+	if err := s.Engine.CheckCloud(); err != nil {
+		bad("cloud", "%q: %v", s.Engine.Cloud, err)
+	}
 	if !slices.Contains(engine.NodesModes, s.Engine.Nodes) {
 		bad("nodes", "%q: want full or skip", s.Engine.Nodes)
 	}

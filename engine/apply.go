@@ -217,14 +217,14 @@ func indexNode(s *manifest.Stand, name string) int {
 	return -1
 }
 
-// cloud is the cloud project, opened as the provider opens it (provider.OpenCloud) with the token as
+// cloud is the cloud project, opened as the provider opens it (provider.Clouds) with the token as
 // it is now (a rotated credential file needs no restart).
 func (e *Engine) cloud() (cloud.Cloud, error) {
-	token, err := e.hcloudToken()
+	token, err := e.cloudToken()
 	if err != nil {
 		return nil, err
 	}
-	return provider.OpenCloud(token, e.cfg.HcloudEndpoint), nil
+	return e.cfg.Clouds.Open(e.cfg.Cloud, token, e.cfg.CloudEndpoint)
 }
 
 // standLabels select a stand's servers: ours, and labelled with its id.

@@ -68,8 +68,8 @@ func testStateBackend(t *testing.T, bc backendCase) {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	cfg := Config{PulumiBin: pl.Bin, BackendURL: bc.url, Passphrase: pl.Passphrase, HcloudToken: hcloudToken,
-		HcloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil)), SkipNodes: true}
+	cfg := Config{PulumiBin: pl.Bin, BackendURL: bc.url, Passphrase: pl.Passphrase, CloudToken: hcloudToken,
+		CloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil)), SkipNodes: true}
 	bc.config(&cfg)
 	eng, err := New(cfg)
 	if err != nil {

@@ -32,23 +32,28 @@ import (
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
-// Config is what the engine needs to reach Pulumi, its backend and Hetzner.
+// Config is what the engine needs to reach Pulumi, its backend and the cloud.
 type Config struct {
 	PulumiBin  string // the pulumi CLI; its folder is handed to the Automation API
 	BackendURL string // file://<state-dir>/pulumi/<owner>, s3://bucket/owner?region=… or postgres://user@host/db?sslmode=…
 	// DBPassword, when set, is asked for a postgres:// backend's password (never in the URL), again
 	// before each operation so a rotated credential needs no restart (pgpass.go).
-	DBPassword  func() (string, error)
-	Passphrase  string // secrets provider passphrase (also keys the spec hash)
-	HcloudToken string
-	// HcloudTokenFunc, when set, is asked for the token at every operation instead of HcloudToken,
+	DBPassword func() (string, error)
+	Passphrase string // secrets provider passphrase (also keys the spec hash)
+	// Cloud names the cloud the servers live in ("": provider.DefaultCloud); Clouds are those beside
+	// the shipped ones that can be named (a test's second cloud: the provider binary then knows it
+	// too, provider.WithCloud).
+	Cloud      string
+	Clouds     provider.Clouds
+	CloudToken string
+	// CloudTokenFunc, when set, is asked for the token at every operation instead of CloudToken,
 	// so a rotated credential file needs no restart.
-	HcloudTokenFunc func() (string, error)
-	HcloudEndpoint  string // empty: Hetzner's own
-	ProviderBin     string // executable that serves the provider when run as pulumi-resource-stands
-	WorkDir         string // plugin link and Pulumi home live here
-	Env             map[string]string
-	Log             *slog.Logger
+	CloudTokenFunc func() (string, error)
+	CloudEndpoint  string // empty: the cloud's own
+	ProviderBin    string // executable that serves the provider when run as pulumi-resource-stands
+	WorkDir        string // plugin link and Pulumi home live here
+	Env            map[string]string
+	Log            *slog.Logger
 	// SkipNodes is servers-only mode: servers are provisioned and everything is rendered, but nothing
 	// is done over SSH (docs/architecture.md#node-work); the default is full node deployment.
 	SkipNodes bool
@@ -207,31 +212,32 @@ func (e *Engine) stack(ctx context.Context, ref stands.StackRef, run pulumi.RunF
 	if err != nil {
 		return auto.Stack{}, err
 	}
-	token, err := e.hcloudToken()
+	token, err := e.cloudToken()
 	if err != nil {
 		return auto.Stack{}, err
 	}
 	// The token of the moment (a rotated credential file is read again), as a file the plugin reads.
-	tokenFile, err := secretFile(dir, "hcloud-token", token)
+	tokenFile, err := secretFile(dir, "cloud-token", token)
 	if err != nil {
 		return auto.Stack{}, err
 	}
 	st.Workspace().SetEnvVar(provider.EnvTokenFile, tokenFile)
-	if e.cfg.HcloudEndpoint != "" {
-		if err := st.SetAllConfig(ctx, auto.ConfigMap{provider.Name + ":" + provider.ConfigEndpoint: {Value: e.cfg.HcloudEndpoint}}); err != nil {
+	st.Workspace().SetEnvVar(provider.EnvCloud, e.cfg.Cloud)
+	if e.cfg.CloudEndpoint != "" {
+		if err := st.SetAllConfig(ctx, auto.ConfigMap{provider.Name + ":" + provider.ConfigEndpoint: {Value: e.cfg.CloudEndpoint}}); err != nil {
 			return auto.Stack{}, fmt.Errorf("set provider config: %w", err)
 		}
 	}
 	return st, nil
 }
 
-func (e *Engine) hcloudToken() (string, error) {
-	if e.cfg.HcloudTokenFunc == nil {
-		return e.cfg.HcloudToken, nil
+func (e *Engine) cloudToken() (string, error) {
+	if e.cfg.CloudTokenFunc == nil {
+		return e.cfg.CloudToken, nil
 	}
-	t, err := e.cfg.HcloudTokenFunc()
+	t, err := e.cfg.CloudTokenFunc()
 	if err != nil {
-		return "", fmt.Errorf("hetzner token: %w", err)
+		return "", fmt.Errorf("the cloud's token: %w", err)
 	}
 	return t, nil
 }

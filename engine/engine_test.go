@@ -69,8 +69,8 @@ func newFixtureWith(t *testing.T, tune func(*Config), opts ...hcloudsim.Option) 
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	cfg := Config{PulumiBin: pl.Bin, BackendURL: pl.BackendURL, Passphrase: pl.Passphrase, HcloudToken: hcloudToken,
-		HcloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil))}
+	cfg := Config{PulumiBin: pl.Bin, BackendURL: pl.BackendURL, Passphrase: pl.Passphrase, CloudToken: hcloudToken,
+		CloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil))}
 	tune(&cfg)
 	eng, err := New(cfg)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
 	"github.com/stands-engine/stands-reconciler/internal/logging"
 )
@@ -24,7 +25,8 @@ type Settings struct {
 	StateDir   string // local state: the default backend, plugins, configsets
 	Backend    string // "" is file://<StateDir>/pulumi/<owner>
 	Pulumi     string // the Pulumi CLI; "": bin/pulumi beside this binary, then PATH
-	Endpoint   string // Hetzner's API; "": Hetzner's own
+	Cloud      string // the cloud the servers live in: provider.DefaultCloud ("" too)
+	Endpoint   string // the cloud's API; "": the cloud's own
 	Nodes      string // full or skip
 	Configsets string // "" is <StateDir>/configsets
 	LockLease  time.Duration
@@ -33,13 +35,25 @@ type Settings struct {
 // NodesModes are the values Settings.Nodes takes.
 var NodesModes = []string{"full", "skip"}
 
-// Check refuses what New would: a node mode it does not know, a password in the backend's URL.
+// Check refuses what New would: a cloud or a node mode it does not know, a password in the
+// backend's URL.
 func (s Settings) Check() error {
+	if err := s.CheckCloud(); err != nil {
+		return fmt.Errorf("--cloud=%s: %w", s.Cloud, err)
+	}
 	if !slices.Contains(NodesModes, s.Nodes) {
 		return fmt.Errorf("--nodes=%s: want full or skip", s.Nodes)
 	}
 	if err := CheckBackendURL(s.Backend); err != nil {
 		return fmt.Errorf("--backend %s %w", logging.RedactPassword(s.Backend), err)
+	}
+	return nil
+}
+
+// CheckCloud refuses a cloud this build does not ship.
+func (s Settings) CheckCloud() error {
+	if s.Cloud != "" && s.Cloud != provider.DefaultCloud {
+		return fmt.Errorf("this build knows %s", provider.DefaultCloud)
 	}
 	return nil
 }
@@ -56,7 +70,7 @@ func CheckBackendURL(backend string) error {
 }
 
 // FromSettings makes the engine for owner from the settings, reading the passphrase and the
-// Hetzner token from env. It returns the passphrase too: it keys the spec hash.
+// cloud's token from env. It returns the passphrase too: it keys the spec hash.
 func FromSettings(s Settings, env func(string) string, owner string, log *slog.Logger, tune ...func(*Config)) (*Engine, string, error) {
 	if err := s.Check(); err != nil {
 		return nil, "", err
@@ -88,8 +102,8 @@ func FromSettings(s Settings, env func(string) string, owner string, log *slog.L
 			return nil, "", fmt.Errorf("create backend folder: %w", err)
 		}
 	}
-	cfg := Config{PulumiBin: bin, BackendURL: backend, Passphrase: pass, HcloudToken: token,
-		HcloudEndpoint: s.Endpoint, WorkDir: stateDir, Log: log, LockLease: s.LockLease,
+	cfg := Config{PulumiBin: bin, BackendURL: backend, Passphrase: pass, Cloud: s.Cloud, CloudToken: token,
+		CloudEndpoint: s.Endpoint, WorkDir: stateDir, Log: log, LockLease: s.LockLease,
 		SkipNodes: s.Nodes == "skip", ConfigsetDir: filepath.Join(stateDir, "configsets")}
 	if s.Configsets != "" {
 		if cfg.ConfigsetDir, err = filepath.Abs(s.Configsets); err != nil {

@@ -31,7 +31,7 @@ func TestBackendLayoutContract(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := Config{PulumiBin: pl.Bin, BackendURL: pl.BackendURL, Passphrase: pl.Passphrase, HcloudToken: hcloudToken,
+			cfg := Config{PulumiBin: pl.Bin, BackendURL: pl.BackendURL, Passphrase: pl.Passphrase, CloudToken: hcloudToken,
 				ProviderBin: exe, WorkDir: t.TempDir(), Log: testenv.Logger(t), SkipNodes: true}
 			if name == "postgres" {
 				pg := testenv.StartPostgres(t)

@@ -12,7 +12,7 @@ bin/hcloudsim -listen 127.0.0.1:0 -example-project -state "$out/hcloud.json" -ac
 sim=$!
 trap 'kill $sim 2>/dev/null || true' EXIT
 for _ in $(seq 50); do [ -s "$out/endpoint" ] && break; sleep 0.1; done
-export HCLOUD_ENDPOINT=$(head -n1 "$out/endpoint")
+export STANDS_CLOUD_ENDPOINT=$(head -n1 "$out/endpoint")
 # The simulated servers are not machines here: servers-only mode (make e2e runs the full mode on VMs).
 # The one-shot commands keep state only where they are told: here a folder, chosen.
 export HCLOUD_TOKEN=test-token STANDS_PASSPHRASE=demo-passphrase STANDS_STATE_DIR="$out/state" STANDS_OWNER=demo STANDS_NODES=skip \
@@ -21,7 +21,7 @@ set -a
 . examples/demo.env
 set +a
 stand=examples/stands-repo/stands/two-node
-echo "# hcloudsim at $HCLOUD_ENDPOINT" >&2
+echo "# hcloudsim at $STANDS_CLOUD_ENDPOINT" >&2
 echo "# preview" >&2;              bin/stands-reconciler preview "$stand" 2> "$out/preview.log"
 echo "# apply" >&2;                bin/stands-reconciler apply --output-dir "$out/connections" "$stand" 2> "$out/apply.log"
 echo "# apply again (no-op)" >&2;  bin/stands-reconciler apply "$stand" 2> "$out/apply-again.log"

@@ -136,7 +136,7 @@ func (d *demo) startReconciler(ctx context.Context) error {
 		"git-token": {"STANDS_GIT_TOKEN_FILE", d.bot.Token}, "webhook-secret": {"STANDS_WEBHOOK_SECRET_FILE", d.hookKey},
 		"vault-secret-id": {"VAULT_SECRET_ID_FILE", secretID}}
 	env := []string{"PATH=/usr/bin:/bin", "HOME=" + d.p.join("stands-reconciler"), "STANDS_STATE_DIR=" + d.p.join("stands-reconciler", "state"),
-		"HCLOUD_ENDPOINT=" + d.simURL, "HCLOUD_TOKEN_FILE=" + d.p.join("secrets", "hcloud-token"),
+		"STANDS_CLOUD_ENDPOINT=" + d.simURL, "HCLOUD_TOKEN_FILE=" + d.p.join("secrets", "hcloud-token"),
 		"VAULT_ADDR=" + d.vault.Addr, "VAULT_ROLE_ID=" + roleID, "STANDS_NODES=" + map[bool]string{false: "skip", true: "full"}[d.p.full]}
 	for name, f := range files {
 		path, err := secretFile(d.p, name, f[1])

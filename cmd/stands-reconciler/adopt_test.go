@@ -25,7 +25,7 @@ func TestAdoptCommand(t *testing.T) {
 	lr := newLocalStandsRepo(t)
 	lr.commit(map[string]string{standPath("a"): daemonStand("a", 6300)})
 	state := t.TempDir()
-	vars := map[string]string{"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
+	vars := map[string]string{"HCLOUD_TOKEN": h.Token, "STANDS_CLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
 		"STANDS_PULUMI_BIN": pl.Bin, "STANDS_STATE_DIR": state,
 		// the daemon's default backend, chosen for the one-shot commands, which have none
 		"STANDS_OWNER": "local", "STANDS_BACKEND_URL": "file://" + filepath.Join(state, "pulumi", "local")}

@@ -37,7 +37,7 @@ func TestApplyPreviewDestroyCommands(t *testing.T) {
 	h := testenv.StartHetzner(t, "cli-token-SENTINEL")
 	state := t.TempDir()
 	vars := map[string]string{
-		"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
+		"HCLOUD_TOKEN": h.Token, "STANDS_CLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
 		"STANDS_PULUMI_BIN": pl.Bin, "STANDS_STATE_DIR": state, "STANDS_OWNER": "demo",
 		"PULUMI_HOME": pl.Home, "STANDS_BACKEND_URL": "file://" + filepath.Join(state, "pulumi", "demo"),
 	}

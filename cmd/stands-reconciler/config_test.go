@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -315,5 +316,67 @@ func TestConfigCheckNamesMissingSafeguards(t *testing.T) {
 		if !strings.Contains(r.stderr, "config: warning: the protection of main lacks "+name+": no protection rule applies to main") {
 			t.Errorf("config check does not name %s:\n%s", name, r.stderr)
 		}
+	}
+}
+
+// TestRenamedSettingsStillWork: a setting renamed keeps its old flag, variable and config key for a
+// release: each sets the new setting, `config check` names the old name as the origin, and stderr
+// says it is deprecated and what to use. The new name wins where both are given, saying nothing.
+func TestRenamedSettingsStillWork(t *testing.T) {
+	ctx := context.Background()
+	dir := privateConfig(t)
+	old := filepath.Join(dir, "old.yml")
+	data, err := os.ReadFile(filepath.Join(dir, "daemon.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(old, append(data, "hcloud-endpoint: http://127.0.0.1:1/file\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]string{"STANDS_PULUMI_BIN": fakePulumi(t), "STANDS_STATE_DIR": t.TempDir(), "STANDS_CONFIG": filepath.Join(dir, "daemon.yml")}
+	with := func(kv ...string) map[string]string {
+		vars := maps.Clone(base)
+		for i := 0; i < len(kv); i += 2 {
+			vars[kv[i]] = kv[i+1]
+		}
+		return vars
+	}
+	cases := []struct {
+		name             string
+		vars             map[string]string
+		args             []string
+		value, origin    string
+		deprecated, want string // stderr holds want ("" when nothing is deprecated)
+	}{
+		{"old variable", with("HCLOUD_ENDPOINT", "http://127.0.0.1:1/var"), nil, "http://127.0.0.1:1/var", "$HCLOUD_ENDPOINT",
+			"$HCLOUD_ENDPOINT is deprecated", "use $STANDS_CLOUD_ENDPOINT"},
+		{"old flag", base, []string{"--hcloud-endpoint", "http://127.0.0.1:1/flag"}, "http://127.0.0.1:1/flag", "--hcloud-endpoint",
+			"--hcloud-endpoint is deprecated", "use --cloud-endpoint"},
+		{"old config key", with("STANDS_CONFIG", old), nil, "http://127.0.0.1:1/file", old + ":11",
+			old + ":11: hcloud-endpoint is deprecated", "use cloud-endpoint"},
+		{"the new name wins", with("HCLOUD_ENDPOINT", "http://127.0.0.1:1/old", "STANDS_CLOUD_ENDPOINT", "http://127.0.0.1:1/new"), nil,
+			"http://127.0.0.1:1/new", "$STANDS_CLOUD_ENDPOINT", "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runCLI(t, ctx, newRecorder(c.vars), append([]string{"config", "check"}, c.args...)...)
+			if r.code != exitOK {
+				t.Fatalf("config check: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			}
+			if v, o := configRow(r.stdout, "cloud-endpoint"); v != c.value || o != c.origin {
+				t.Errorf("cloud-endpoint: %q from %q, want %q from %q", v, o, c.value, c.origin)
+			}
+			switch {
+			case c.deprecated == "" && strings.Contains(r.stderr, "deprecated"):
+				t.Errorf("a deprecation said where none was used:\n%s", r.stderr)
+			case c.deprecated != "" && (!strings.Contains(r.stderr, c.deprecated) || !strings.Contains(r.stderr, c.want)):
+				t.Errorf("stderr does not say %q and %q:\n%s", c.deprecated, c.want, r.stderr)
+			}
+		})
+	}
+	// A cloud this build does not know is refused by name.
+	r := runCLI(t, ctx, newRecorder(with("STANDS_CLOUD", "elsewhere")), "config", "check")
+	if r.code == exitOK || !strings.Contains(r.stdout+r.stderr, `--cloud (from $STANDS_CLOUD): "elsewhere": this build knows hetzner`) {
+		t.Errorf("an unknown cloud: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

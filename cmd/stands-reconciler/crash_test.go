@@ -32,7 +32,7 @@ func TestCrashDuringApply(t *testing.T) {
 	h := testenv.StartHetzner(t, "crash-token", hcloudsim.WithActionDelay(4*time.Second))
 	stateDir := t.TempDir()
 	vars := map[string]string{
-		"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
+		"HCLOUD_TOKEN": h.Token, "STANDS_CLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
 		"STANDS_PULUMI_BIN": pl.Bin, "STANDS_STATE_DIR": stateDir, "STANDS_OWNER": "demo", "PULUMI_HOME": pl.Home,
 		"STANDS_BACKEND_URL": "file://" + filepath.Join(stateDir, "pulumi", "demo"),
 	}

@@ -405,7 +405,7 @@ func (e *daemonEnv) start(extra ...string) {
 	cmd := exec.Command(exe, append([]string{"run", "--repo", e.repo.Info.CloneURL, "--poll-interval", "1s", "--listen", e.listen,
 		"--drift-interval", "0", "--drain-timeout", "2m", "--require-review=false"}, extra...)...)
 	cmd.Env = []string{runMainEnv + "=1", "PATH=" + wrapBin + ":" + os.Getenv("PATH"), "HOME=" + dir,
-		"STANDS_STATE_DIR=" + e.state, "HCLOUD_ENDPOINT=" + e.hetzner.Endpoint,
+		"STANDS_STATE_DIR=" + e.state, "STANDS_CLOUD_ENDPOINT=" + e.hetzner.Endpoint,
 		"HCLOUD_TOKEN_FILE=" + secretFile("hcloud-token", e.hetzner.Token),
 		"STANDS_PASSPHRASE_FILE=" + secretFile("passphrase", pl.Passphrase),
 		"STANDS_GIT_USER=" + e.gitUser, "STANDS_GIT_TOKEN_FILE=" + secretFile("git-token", e.gitToken),

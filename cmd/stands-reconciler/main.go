@@ -278,6 +278,9 @@ func parseFlags(c *settings, args []string, std stdio) (bool, int) {
 		fmt.Fprintf(std.err, "%s: %v\n", fs.Name(), err)
 		return true, exitError
 	}
+	for _, d := range c.Deprecated {
+		fmt.Fprintf(std.err, "%s: %s\n", fs.Name(), d)
+	}
 	// Leave the paths where the commands read them (fs.Args).
 	_ = fs.Parse(append([]string{"--"}, paths...))
 	return false, exitOK

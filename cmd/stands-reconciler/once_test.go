@@ -32,7 +32,7 @@ func TestReconcileOnceLocalRepository(t *testing.T) {
 	dir, repo, commit, statusHead, statusOf := lr.dir, lr.repo, lr.commit, lr.statusHead, lr.status
 	mainHead := commit(map[string]string{standPath("a"): daemonStand("a", 6300)})
 	state := t.TempDir()
-	vars := map[string]string{"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
+	vars := map[string]string{"HCLOUD_TOKEN": h.Token, "STANDS_CLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
 		"STANDS_PULUMI_BIN": pl.Bin, "STANDS_STATE_DIR": state}
 	for k, v := range exampleEnv {
 		vars[k] = v
@@ -163,7 +163,7 @@ func TestReconcileOnceVaultTokenPastMaxTTL(t *testing.T) {
 		}
 	}
 	wrapper, counts := testenv.CountingPulumi(t, pl.Bin)
-	vars := map[string]string{"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
+	vars := map[string]string{"HCLOUD_TOKEN": h.Token, "STANDS_CLOUD_ENDPOINT": h.Endpoint, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_NODES": "skip",
 		"STANDS_PULUMI_BIN": wrapper, "STANDS_STATE_DIR": t.TempDir(), "VAULT_ADDR": v.Addr, "VAULT_TOKEN_FILE": tokenFile}
 	once := func(want int) result {
 		t.Helper()

@@ -25,17 +25,33 @@ type settings struct {
 	vars      map[string]string // flag name → its variable
 	origin    map[string]string // after resolve: flag name → where its value came from
 	file      *daemon.ConfigFile
-	filesOnly bool     // the daemon: a secret's value in the environment is refused
-	args      []string // the command line parsed: a reload parses it again
+	filesOnly bool               // the daemon: a secret's value in the environment is refused
+	args      []string           // the command line parsed: a reload parses it again
+	olds      map[string]oldName // a setting's name → the name it had before, still taken
+	// Deprecated are the old names this command's settings were given by, each with its new one.
+	Deprecated []string
 }
+
+// oldName is a setting's name before it was renamed: its flag, variable and config key still set
+// it for a release, with a warning naming the new one.
+type oldName struct{ flag, variable string }
 
 // configVariable names the config file when --config is not given.
 const configVariable = "STANDS_CONFIG"
 
 func newSettings(fs *flag.FlagSet, getenv env) *settings {
-	s := &settings{fs: fs, getenv: getenv, vars: map[string]string{}}
+	s := &settings{fs: fs, getenv: getenv, vars: map[string]string{}, olds: map[string]oldName{}}
 	fs.StringVar(&s.config, "config", "", "a YAML file of settings keyed by flag name, secrets as file paths under credentials: (docs/operations.md) ($"+configVariable+")")
 	return s
+}
+
+// renamed keeps a setting's old flag and variable working: both set the setting now named name, and
+// say so (Deprecated). The old flag is listed in --help as deprecated.
+func (s *settings) renamed(name, oldFlag, oldVariable string) {
+	s.olds[name] = oldName{oldFlag, oldVariable}
+	s.fs.Func(oldFlag, fmt.Sprintf("deprecated: --%s ($%s)", name, oldVariable), func(v string) error {
+		return s.fs.Set(name, v)
+	})
 }
 
 // bound binds flag name to variable and returns d, the flag's static default.
@@ -54,6 +70,9 @@ func allSettings() map[string]string {
 	bound(c, "print-record", "OUTPUT__CONSOLE", true)
 	bound(c, "output-dir", compat.OutputDirVariable, "")
 	bound(c, "key-file", "STANDS_SSH_KEY_PATH", "")
+	for _, o := range c.olds {
+		c.vars[o.flag] = o.variable
+	}
 	return c.vars
 }
 
@@ -68,7 +87,7 @@ func (s *settings) resolve() error {
 		f, err := daemon.ReadConfigFile(path, func(key string) bool {
 			_, ours := s.vars[key]
 			_, other := allSettings()[key] // another command's: one file serves run, ctl and the one-shot commands
-			return ours || other
+			return ours || other || s.oldKey(key) != ""
 		})
 		if err != nil {
 			return err
@@ -84,24 +103,8 @@ func (s *settings) resolve() error {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		variable := s.vars[name]
-		v := s.getenv(variable)
-		switch {
-		case set[name]:
-			s.origin[name] = "--" + name
-		case v != "":
-			if err := s.fs.Set(name, v); err != nil {
-				return fmt.Errorf("$%s (for --%s): %v", variable, name, err)
-			}
-			s.origin[name] = "$" + variable
-		case s.file != nil && s.file.Values[name].Line > 0:
-			e := s.file.Values[name]
-			if err := s.fs.Set(name, e.Value); err != nil {
-				return fmt.Errorf("%s:%d: %s: %v", s.file.Path, e.Line, name, err)
-			}
-			s.origin[name] = fmt.Sprintf("%s:%d", s.file.Path, e.Line)
-		default:
-			s.origin[name] = "default"
+		if err := s.resolveOne(name, set); err != nil {
+			return err
 		}
 	}
 	if s.filesOnly {
@@ -112,6 +115,60 @@ func (s *settings) resolve() error {
 		}
 	}
 	return nil
+}
+
+// resolveOne sets one setting from the first of its flag, its variable, its config file line and its
+// default that has it, each by its new name before its old one.
+func (s *settings) resolveOne(name string, set map[string]bool) error {
+	variable, old := s.vars[name], s.olds[name]
+	v := s.getenv(variable)
+	if v == "" && old.variable != "" && s.getenv(old.variable) != "" {
+		variable, v = old.variable, s.getenv(old.variable)
+		s.deprecate("$"+old.variable, "$"+s.vars[name])
+	}
+	key := name
+	if s.file != nil && s.file.Values[name].Line == 0 && old.flag != "" && s.file.Values[old.flag].Line > 0 {
+		key = old.flag
+	}
+	switch {
+	case old.flag != "" && set[old.flag]: // it set name too
+		s.origin[name] = "--" + old.flag
+		s.deprecate("--"+old.flag, "--"+name)
+	case set[name]:
+		s.origin[name] = "--" + name
+	case v != "":
+		if err := s.fs.Set(name, v); err != nil {
+			return fmt.Errorf("$%s (for --%s): %v", variable, name, err)
+		}
+		s.origin[name] = "$" + variable
+	case s.file != nil && s.file.Values[key].Line > 0:
+		e := s.file.Values[key]
+		if err := s.fs.Set(name, e.Value); err != nil {
+			return fmt.Errorf("%s:%d: %s: %v", s.file.Path, e.Line, key, err)
+		}
+		s.origin[name] = fmt.Sprintf("%s:%d", s.file.Path, e.Line)
+		if key != name {
+			s.deprecate(fmt.Sprintf("%s:%d: %s", s.file.Path, e.Line, key), name)
+		}
+	default:
+		s.origin[name] = "default"
+	}
+	return nil
+}
+
+// deprecate notes an old name in use.
+func (s *settings) deprecate(old, now string) {
+	s.Deprecated = append(s.Deprecated, fmt.Sprintf("%s is deprecated: use %s (the old name works until the next release)", old, now))
+}
+
+// oldKey is the setting an old config key sets, or "".
+func (s *settings) oldKey(key string) string {
+	for name, o := range s.olds {
+		if o.flag == key {
+			return name
+		}
+	}
+	return ""
 }
 
 // Setting says where a setting's value came from: a flag, a variable, a config file's line or the

@@ -69,7 +69,7 @@ OUTPUT__FILE_PATH=`+out+`
 SECRET_REGISTRY_PASSWORD=`+exampleEnv["SECRET_REGISTRY_PASSWORD"]+`
 SECRET_KV_PASSWORD='`+exampleEnv["SECRET_KV_PASSWORD"]+`'
 `)
-	ours := map[string]string{"HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PULUMI_BIN": pl.Bin, "STANDS_NODES": "skip",
+	ours := map[string]string{"STANDS_CLOUD_ENDPOINT": h.Endpoint, "STANDS_PULUMI_BIN": pl.Bin, "STANDS_NODES": "skip",
 		"STANDS_STATE_DIR": filepath.Join(dir, "state"), "PULUMI_HOME": pl.Home}
 	// A repository as the Stands Engine's users wrote them (testdata/stands-engine): Mako templates, the app
 	// package in a --resource root (§6, §7).
@@ -638,7 +638,7 @@ func TestStandsEngineGuideToTheDaemon(t *testing.T) {
 	envFiles := []string{"--env-file", filepath.Join(tree, "common.env"), "--env-file", filepath.Join(tree, "stands", "devBack.env")}
 	// Ours only where the Stands Engine's world had no name: the simulator, the CLI, servers only, and
 	// the state in a folder (S3 in production).
-	ours := map[string]string{"HCLOUD_ENDPOINT": h.Endpoint, "STANDS_PULUMI_BIN": pl.Bin, "STANDS_NODES": "skip",
+	ours := map[string]string{"STANDS_CLOUD_ENDPOINT": h.Endpoint, "STANDS_PULUMI_BIN": pl.Bin, "STANDS_NODES": "skip",
 		"STANDS_STATE_DIR": state, "PULUMI_HOME": pl.Home, "STANDS_BACKEND_URL": backend}
 	ctx := context.Background()
 	cli := func(args ...string) result {

@@ -1,8 +1,8 @@
 // Package cloud is what the engine and its provider need of a cloud's API: servers by id, name or
 // labels, creating one attached to a network with an SSH key and user data, labelling, resizing and
-// deleting it, and the server types' prices. Hetzner is the one cloud behind it (package
-// cloud/hetzner); a second would be a second package implementing Cloud, and nothing else of the
-// engine would change.
+// deleting it, and the server types' prices. Hetzner is the one cloud shipped (package
+// cloud/hetzner); a second is a package implementing Cloud, opened by name where the provider
+// opens clouds (provider.Clouds; docs/architecture.md#where-do-i-add).
 //
 // Every call waits for what it started to finish. Errors carry their reason (reason.Of), so the
 // engine's classification needs to know no cloud's error codes; a call of one request returns the
@@ -20,6 +20,9 @@ import (
 // ErrNameTaken is CreateServer's error when a server of the name exists: one another run's create
 // made meanwhile (a create the cloud finished after its caller had gone), to look up and reclaim.
 var ErrNameTaken = errors.New("a server of this name exists")
+
+// Opener opens one project of a cloud with a token, at an endpoint ("" for the cloud's own).
+type Opener func(token, endpoint string) Cloud
 
 // Cloud is one project of a cloud, reached with one token.
 type Cloud interface {

@@ -10,7 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -42,17 +44,17 @@ var Version = version.Semver()
 
 // Config keys the provider reads (stack config "stands:<key>").
 const (
-	ConfigToken    = "token"    // Hetzner API token (secret): stacks of earlier versions hold it; EnvToken wins
-	ConfigEndpoint = "endpoint" // Hetzner API endpoint, e.g. hcloudsim's http://127.0.0.1:PORT/v1
+	ConfigToken    = "token"    // the cloud's API token (secret): stacks of earlier versions hold it; EnvTokenFile wins
+	ConfigEndpoint = "endpoint" // the cloud's API endpoint, e.g. hcloudsim's http://127.0.0.1:PORT/v1
 )
 
 // Serve runs the provider for the engine; it returns when the engine is done with it.
-func Serve() error {
+func Serve(opts ...Option) error {
 	if err := dieWithParent(); err != nil {
 		return fmt.Errorf("serve the provider: %w", err)
 	}
 	return pprovider.Main(Name, func(host *pprovider.HostClient) (pulumirpc.ResourceProviderServer, error) {
-		p := New()
+		p := New(opts...)
 		p.host = host
 		return p, nil
 	})
@@ -69,9 +71,14 @@ type resourceType interface {
 }
 
 // EnvTokenFile is the variable the engine gives the Pulumi CLI, and so this plugin: the file holding
-// the Hetzner token, in the operation's workspace. Not the token itself: command lines are readable
-// by everyone, and an environment by every process of the user and every child.
+// the cloud's token, in the operation's workspace. Not the token itself: command lines are readable
+// by everyone, and an environment by every process of the user and every child. The name is the
+// one stacks and workspaces of earlier versions know.
 const EnvTokenFile = "STANDS_PROVIDER_HCLOUD_TOKEN_FILE"
+
+// EnvCloud is the variable the engine names the cloud with, in the operation's workspace: a name
+// Clouds opens ("" is DefaultCloud).
+const EnvCloud = "STANDS_PROVIDER_CLOUD"
 
 // call is what a resource operation may use: the Hetzner client (asked for only when needed, so node
 // work runs without a token) and the engine's log, for progress on long work.
@@ -100,32 +107,72 @@ func (c call) warn(ctx context.Context, msg string) {
 type Provider struct {
 	pulumirpc.UnimplementedResourceProviderServer
 
-	mu      sync.Mutex
-	client  cloud.Cloud
-	types   map[string]resourceType
-	cancel  context.CancelFunc
-	ctx     context.Context
-	newHTTP func(token, endpoint string) cloud.Cloud
-	host    *pprovider.HostClient
+	mu     sync.Mutex
+	client cloud.Cloud
+	types  map[string]resourceType
+	cancel context.CancelFunc
+	ctx    context.Context
+	clouds Clouds
+	host   *pprovider.HostClient
 }
 
-// New returns a provider; Configure gives it its cloud (Hetzner's).
-func New() *Provider {
+// Option tunes a provider.
+type Option func(*Provider)
+
+// WithCloud lets the provider open a cloud of another name than the ones this build ships (a test's
+// second cloud).
+func WithCloud(name string, open cloud.Opener) Option {
+	return func(p *Provider) { p.clouds = p.clouds.With(name, open) }
+}
+
+// New returns a provider; Configure gives it its cloud.
+func New(opts ...Option) *Provider {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Provider{
-		types:   map[string]resourceType{ServerType: serverResource{}, NodeType: nodeResource{}, ImagesType: imagesResource{}, InstanceType: instanceResource{}},
-		ctx:     ctx,
-		cancel:  cancel,
-		newHTTP: OpenCloud,
+	p := &Provider{
+		types:  map[string]resourceType{ServerType: serverResource{}, NodeType: nodeResource{}, ImagesType: imagesResource{}, InstanceType: instanceResource{}},
+		ctx:    ctx,
+		cancel: cancel,
 	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
 }
 
-// OpenCloud opens the cloud project the stands' servers live in, with a token, at an endpoint (""
-// for the cloud's own): the one place a cloud's client is made, for the provider and for the
-// engine's own reads alike. Hetzner is the cloud; a second is chosen here
+// DefaultCloud is the cloud a stand's servers live in unless the settings name another.
+const DefaultCloud = "hetzner"
+
+// Clouds are the clouds that can be opened beside the ones this build ships, by name.
+type Clouds map[string]cloud.Opener
+
+// With is c with one more cloud.
+func (c Clouds) With(name string, open cloud.Opener) Clouds {
+	out := Clouds{name: open}
+	for n, o := range c {
+		if n != name {
+			out[n] = o
+		}
+	}
+	return out
+}
+
+// Names are the clouds Open knows, the shipped first.
+func (c Clouds) Names() []string {
+	return append([]string{DefaultCloud}, slices.Sorted(maps.Keys(c))...)
+}
+
+// Open opens the cloud project the stands' servers live in, by the cloud's name ("" is
+// DefaultCloud), with a token, at an endpoint ("" for the cloud's own): the one place a cloud's
+// client is made, for the provider and for the engine's own reads alike
 // (docs/architecture.md#where-do-i-add).
-func OpenCloud(token, endpoint string) cloud.Cloud {
-	return hetzner.New(token, hetzner.WithEndpoint(endpoint), hetzner.WithApplication(version.String()))
+func (c Clouds) Open(name, token, endpoint string) (cloud.Cloud, error) {
+	if open, ok := c[name]; ok {
+		return open(token, endpoint), nil
+	}
+	if name == "" || name == DefaultCloud {
+		return hetzner.New(token, hetzner.WithEndpoint(endpoint), hetzner.WithApplication(version.String())), nil
+	}
+	return nil, fmt.Errorf("no cloud named %q: this build knows %s", name, strings.Join(c.Names(), ", "))
 }
 
 var marshal = plugin.MarshalOptions{KeepSecrets: true, KeepUnknowns: true, SkipNulls: true}
@@ -194,14 +241,18 @@ func (p *Provider) Configure(_ context.Context, req *pulumirpc.ConfigureRequest)
 	if f := os.Getenv(EnvTokenFile); f != "" {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("configure: read the Hetzner token: %w", err)
+			return nil, fmt.Errorf("configure: read the cloud's token: %w", err)
 		}
 		token = strings.TrimSpace(string(data))
 	}
 	endpoint := stringProp(args, ConfigEndpoint)
 	if token != "" {
+		c, err := p.clouds.Open(os.Getenv(EnvCloud), token, endpoint)
+		if err != nil {
+			return nil, fmt.Errorf("configure: %w", err)
+		}
 		p.mu.Lock()
-		p.client = p.newHTTP(token, endpoint)
+		p.client = c
 		p.mu.Unlock()
 	}
 	return &pulumirpc.ConfigureResponse{AcceptSecrets: true, SupportsPreview: true}, nil

@@ -151,7 +151,11 @@ func TestCreateReclaimsALateServer(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			h := testenv.StartHetzner(t, "late-token")
 			p := New()
-			p.client = &lateCreate{Cloud: OpenCloud(h.Token, h.Endpoint), labels: c.labels}
+			hc, err := Clouds(nil).Open(DefaultCloud, h.Token, h.Endpoint)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.client = &lateCreate{Cloud: hc, labels: c.labels}
 			args := ServerArgs{Name: "o-p-e-web", ServerType: "cx22", Image: "debian-12", Location: "fsn1", Network: "stands-net",
 				SSHKeyName: "stands-admin", Labels: ours, UserData: "#cloud-config\n"}
 			in := properties(args)

@@ -11,7 +11,7 @@ import (
 )
 
 // TestSeamsAreWhereTheDocsSay holds docs/architecture.md's "Where do I add…" for a second cloud and
-// a second forge to the imports: Hetzner's package is made only by the provider (OpenCloud), the
+// a second forge to the imports: Hetzner's package is made only by the provider (Clouds.Open), the
 // Gitea SDK is imported only by gitsource, Gitea's webhook headers are named in one file, and every
 // file the list names exists.
 func TestSeamsAreWhereTheDocsSay(t *testing.T) {
@@ -30,7 +30,7 @@ func TestSeamsAreWhereTheDocsSay(t *testing.T) {
 		})
 	}
 	if got := product(importers[module+"/engine/cloud/hetzner"]); !slices.Equal(got, []string{"engine/provider"}) {
-		t.Errorf("engine/cloud/hetzner is imported by %v: a cloud's client is made in provider.OpenCloud alone", got)
+		t.Errorf("engine/cloud/hetzner is imported by %v: a cloud's client is made in provider.Clouds.Open alone", got)
 	}
 	var sdk []string
 	for imp, by := range importers {

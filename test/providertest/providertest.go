@@ -14,9 +14,9 @@ import (
 
 // Main is a TestMain for packages whose tests run the engine: started as pulumi-resource-stands,
 // the test binary serves the provider instead of running the tests.
-func Main(m *testing.M) {
+func Main(m *testing.M, opts ...provider.Option) {
 	if filepath.Base(os.Args[0]) == provider.BinaryName {
-		if err := provider.Serve(); err != nil {
+		if err := provider.Serve(opts...); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", provider.BinaryName, err)
 			os.Exit(1)
 		}

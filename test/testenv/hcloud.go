@@ -15,7 +15,7 @@ import (
 type Hetzner struct {
 	Sim      *hcloudsim.Sim
 	Machine  *hcloudsim.RecordMachine
-	Endpoint string // for hcloud.WithEndpoint / HCLOUD_ENDPOINT
+	Endpoint string // for hcloud.WithEndpoint / STANDS_CLOUD_ENDPOINT
 	Token    string
 	Client   *hcloud.Client
 }
