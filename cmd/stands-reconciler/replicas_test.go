@@ -70,12 +70,16 @@ func TestReplicas(t *testing.T) {
 		reader.waitStatus(id, 5*time.Minute, func(s reconcile.Status) bool { return s.Phase == reason.Ready })
 	}
 	t.Logf("twelve stands Ready after %s; PostgreSQL connections peaked at %d (3 replicas, 4 workers each)", time.Since(start).Round(time.Second), peak())
-	ups := 0
+	// One `pulumi up` a create. A machine too busy to renew a lease in time (the leases here last
+	// 5 s) makes its holder kill what runs under it, and the stand's next holder runs it again: each
+	// such kill may cost one more, and nothing else may.
+	ups, kills := 0, 0
 	for _, n := range names {
 		ups += ds[n].ups()
+		kills += strings.Count(ds[n].log(), "killed a Pulumi CLI: its stand's lease was about to expire")
 	}
-	if ups != 12 {
-		t.Errorf("%d pulumi up for twelve creates", ups)
+	if ups < 12 || ups > 12+kills {
+		t.Errorf("%d pulumi up for twelve creates, with %d Pulumi CLIs killed as their leases ran out", ups, kills)
 		for _, n := range names {
 			for line := range strings.Lines(ds[n].log()) {
 				if strings.Contains(line, "lease") || strings.Contains(line, "operation failed") {
@@ -239,7 +243,7 @@ func TestReplicas(t *testing.T) {
 		}
 	}
 	noLocks(t, pg)
-	orphans := runCLI(t, t.Context(), newRecorder(map[string]string{"HCLOUD_TOKEN": h.Token, "HCLOUD_ENDPOINT": h.Endpoint,
+	orphans := runCLI(t, t.Context(), newRecorder(map[string]string{"HCLOUD_TOKEN": h.Token, "STANDS_CLOUD_ENDPOINT": h.Endpoint,
 		"STANDS_PASSPHRASE": reader.pl.Passphrase, "STANDS_PULUMI_BIN": reader.pl.Bin, "STANDS_STATE_DIR": t.TempDir(), "STANDS_OWNER": "local",
 		"STANDS_BACKEND_URL": pg.BackendURL(), "STANDS_DB_PASSWORD_FILE": pwFile}), "orphans")
 	if orphans.code != 0 || !strings.Contains(orphans.stdout, `"orphans":[]`) {
