@@ -40,6 +40,7 @@ type Daemon struct {
 	src     *gitsource.Source
 	member  *lease.Member        // with Replicas
 	metrics *prometheus.Registry // what /metrics serves
+	forge   Forge                // WithForge's; nil: the settings' Gitea API
 	closers []io.Closer
 }
 
@@ -49,6 +50,7 @@ type Option func(*options)
 type options struct {
 	log   *slog.Logger
 	serve bool
+	forge Forge
 }
 
 // WithLogger is the logger of the daemon, its loop and its engine (default: none).
@@ -57,6 +59,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // WithoutListeners builds the reconciler without its listeners and watchers: one cycle
 // (`reconcile --once`) needs none.
 func WithoutListeners() Option { return func(o *options) { o.serve = false } }
+
+// WithForge is the code forge's API the daemon's parts use, instead of the Gitea API the settings
+// name (a test's second forge).
+func WithForge(f Forge) Option { return func(o *options) { o.forge = f } }
 
 // Open checks the settings, builds the reconciler and everything it talks to, and opens the
 // listeners: the webhook, probes and /metrics on Listen, the controls on their socket, and the
@@ -70,7 +76,7 @@ func Open(ctx context.Context, s Settings, env Env, origins Origins, opts ...Opt
 	if errs := s.Check(env, origins); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	d := &Daemon{s: s, env: env, log: o.log, metrics: newRegistry()}
+	d := &Daemon{s: s, env: env, log: o.log, metrics: newRegistry(), forge: o.forge}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -150,7 +156,10 @@ func (d *Daemon) build(ctx context.Context) error {
 	if cfg.ControlState, err = s.stateFile("controls.json"); err != nil {
 		return err
 	}
-	forge := s.forge(gitToken, log)
+	forge := d.forge
+	if forge == nil {
+		forge = s.forge(gitToken, log)
+	}
 	if err := d.forgeParts(&cfg, forge, eng, sec); err != nil {
 		return err
 	}

@@ -52,8 +52,8 @@ func (s Settings) Check() error {
 
 // CheckCloud refuses a cloud this build does not ship.
 func (s Settings) CheckCloud() error {
-	if s.Cloud != "" && s.Cloud != provider.DefaultCloud {
-		return fmt.Errorf("this build knows %s", provider.DefaultCloud)
+	if known := provider.Clouds(nil).Names(); s.Cloud != "" && !slices.Contains(known, s.Cloud) {
+		return fmt.Errorf("this build knows %s", strings.Join(known, ", "))
 	}
 	return nil
 }

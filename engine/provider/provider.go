@@ -156,23 +156,34 @@ func (c Clouds) With(name string, open cloud.Opener) Clouds {
 	return out
 }
 
-// Names are the clouds Open knows, the shipped first.
+// shipped are the clouds this build ships, by name: a second is a line here
+// (docs/architecture.md#where-do-i-add).
+var shipped = Clouds{
+	DefaultCloud: func(token, endpoint string) cloud.Cloud {
+		return hetzner.New(token, hetzner.WithEndpoint(endpoint), hetzner.WithApplication(version.String()))
+	},
+}
+
+// Names are the clouds Open knows: the shipped ones, then c's.
 func (c Clouds) Names() []string {
-	return append([]string{DefaultCloud}, slices.Sorted(maps.Keys(c))...)
+	return append(slices.Sorted(maps.Keys(shipped)), slices.Sorted(maps.Keys(c))...)
 }
 
 // Open opens the cloud project the stands' servers live in, by the cloud's name ("" is
 // DefaultCloud), with a token, at an endpoint ("" for the cloud's own): the one place a cloud's
-// client is made, for the provider and for the engine's own reads alike
-// (docs/architecture.md#where-do-i-add).
+// client is made, for the provider and for the engine's own reads alike.
 func (c Clouds) Open(name, token, endpoint string) (cloud.Cloud, error) {
-	if open, ok := c[name]; ok {
-		return open(token, endpoint), nil
+	if name == "" {
+		name = DefaultCloud
 	}
-	if name == "" || name == DefaultCloud {
-		return hetzner.New(token, hetzner.WithEndpoint(endpoint), hetzner.WithApplication(version.String())), nil
+	open, ok := shipped[name]
+	if !ok {
+		open, ok = c[name]
 	}
-	return nil, fmt.Errorf("no cloud named %q: this build knows %s", name, strings.Join(c.Names(), ", "))
+	if !ok {
+		return nil, fmt.Errorf("no cloud named %q: this build knows %s", name, strings.Join(c.Names(), ", "))
+	}
+	return open(token, endpoint), nil
 }
 
 var marshal = plugin.MarshalOptions{KeepSecrets: true, KeepUnknowns: true, SkipNulls: true}
