@@ -15,6 +15,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/compat"
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/internal/credential"
+	"github.com/stands-engine/stands-reconciler/internal/layered"
 	"github.com/stands-engine/stands-reconciler/internal/logging"
 )
 
@@ -73,18 +74,18 @@ type Env func(string) string
 
 // Credential is a secret setting: KEY or KEY_FILE in the environment, or credentials.<Name> in
 // the config file.
-type Credential struct{ Key, Name string }
+type Credential = layered.Credential
 
 // Credentials are the daemon's secrets.
 var Credentials = []Credential{
-	{"HCLOUD_TOKEN", "hcloud-token"},
-	{"STANDS_PASSPHRASE", "passphrase"},
-	{"STANDS_GIT_TOKEN", "git-token"},
-	{"STANDS_GIT_SSH_KEY", "git-ssh-key"},
-	{"STANDS_WEBHOOK_SECRET", "webhook-secret"},
-	{"VAULT_TOKEN", "vault-token"},
-	{"VAULT_SECRET_ID", "vault-secret-id"},
-	{"STANDS_DB_PASSWORD", "db-password"}, // a postgres:// backend's; never in its URL
+	{Key: "HCLOUD_TOKEN", Name: "hcloud-token"},
+	{Key: "STANDS_PASSPHRASE", Name: "passphrase"},
+	{Key: "STANDS_GIT_TOKEN", Name: "git-token"},
+	{Key: "STANDS_GIT_SSH_KEY", Name: "git-ssh-key"},
+	{Key: "STANDS_WEBHOOK_SECRET", Name: "webhook-secret"},
+	{Key: "VAULT_TOKEN", Name: "vault-token"},
+	{Key: "VAULT_SECRET_ID", Name: "vault-secret-id"},
+	{Key: "STANDS_DB_PASSWORD", Name: "db-password"}, // a postgres:// backend's; never in its URL
 }
 
 // CredentialByKey is the credential read from KEY.

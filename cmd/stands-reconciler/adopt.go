@@ -24,7 +24,7 @@ func runAdopt(ctx context.Context, args []string, std stdio, getenv env) int {
 	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
-	getenv = conf.env()
+	getenv = conf.Env()
 	if fs.NArg() != 1 {
 		fmt.Fprintln(std.err, "adopt: give exactly one PATH")
 		return exitUsage

@@ -32,14 +32,14 @@ func (f *engineFlags) register(c *settings) { registerEngine(c, &f.s, &f.logLeve
 
 // registerEngine registers the engine's flags and the log's, for the one-shot commands and the daemon.
 func registerEngine(c *settings, s *engine.Settings, logLevel, logFormat *string, owner string) {
-	fs := c.fs
+	fs := c.FS
 	ownerFlag(c, &s.Owner, owner)
 	fs.StringVar(&s.StateDir, "state-dir", bound(c, "state-dir", "STANDS_STATE_DIR", ".stands"), "folder for local state: the default Pulumi backend, plugins ($STANDS_STATE_DIR)")
 	fs.StringVar(&s.Backend, "backend", bound(c, "backend", compat.BackendVariable, ""), "Pulumi backend URL (the daemon's default: file://<state-dir>/pulumi/<owner>; the one-shot commands have none); s3://bucket/<owner>?region=..&endpoint=..&s3ForcePathStyle=true; postgres://user@host:5432/db?sslmode=verify-full (password: $STANDS_DB_PASSWORD_FILE) ($STANDS_BACKEND_URL)")
 	fs.StringVar(&s.Pulumi, "pulumi", bound(c, "pulumi", "STANDS_PULUMI_BIN", ""), "the Pulumi CLI, laid out as <root>/bin/pulumi (default: bin/pulumi next to this binary, then PATH) ($STANDS_PULUMI_BIN)")
 	fs.StringVar(&s.Cloud, "cloud", bound(c, "cloud", "STANDS_CLOUD", provider.DefaultCloud), "the cloud the stands' servers live in: hetzner ($STANDS_CLOUD)")
 	fs.StringVar(&s.Endpoint, "cloud-endpoint", bound(c, "cloud-endpoint", "STANDS_CLOUD_ENDPOINT", ""), "the cloud's API endpoint (default: the cloud's own), e.g. hcloudsim's ($STANDS_CLOUD_ENDPOINT)")
-	c.renamed("cloud-endpoint", "hcloud-endpoint", "HCLOUD_ENDPOINT")
+	c.Renamed("cloud-endpoint", "hcloud-endpoint", "HCLOUD_ENDPOINT")
 	fs.StringVar(&s.Nodes, "nodes", bound(c, "nodes", "STANDS_NODES", "full"), "node deployment: full (servers, then node setup and app instances over SSH) or skip (servers only) ($STANDS_NODES)")
 	fs.StringVar(logLevel, "log-level", bound(c, "log-level", "LOG_LEVEL", "info"), "log level: debug, info, warn, error ($LOG_LEVEL)")
 	fs.StringVar(logFormat, "log-format", bound(c, "log-format", "STANDS_LOG_FORMAT", "auto"), "log format: auto (text on a terminal, JSON otherwise), text or json; NO_COLOR turns colours off ($STANDS_LOG_FORMAT)")
@@ -151,7 +151,7 @@ func applyOrPreview(ctx context.Context, op string, args []string, std stdio, ge
 	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
-	getenv = conf.env()
+	getenv = conf.Env()
 	if fs.NArg() != 1 {
 		fmt.Fprintf(std.err, "%s: give exactly one PATH\n", op)
 		return exitUsage
@@ -206,7 +206,7 @@ func runDestroy(ctx context.Context, args []string, std stdio, getenv env) int {
 	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
-	getenv = conf.env()
+	getenv = conf.Env()
 	if fs.NArg() != 1 {
 		fmt.Fprintln(std.err, "destroy: give exactly one stand id or PATH")
 		return exitUsage
@@ -265,7 +265,7 @@ func runReport(ctx context.Context, name, about, key string, args []string, std 
 	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
-	getenv = conf.env()
+	getenv = conf.Env()
 	eng, _, err := ef.engine(std, getenv, ef.s.Owner)
 	if err != nil {
 		fmt.Fprintf(std.err, "%s: %v\n", name, err)

@@ -21,7 +21,7 @@ func runConfig(ctx context.Context, args []string, std stdio, getenv env) int {
 	}
 	fs := newFlags("config check", "config check [flags of run]\n\nPrints the daemon's effective configuration — every setting, its value and where it came from (flag,\nvariable, --config file or default), every secret as *** with the file it is read from — and exits 1\nnaming each setting that is missing or wrong, as `run` would refuse to start.", std)
 	conf := newSettings(fs, getenv)
-	conf.filesOnly = true
+	conf.FilesOnly = true
 	var f daemonFlags
 	f.register(conf)
 	unitFile := fs.String("unit", "", "the systemd unit whose TimeoutStopSec must outlast --drain-timeout, with its drop-ins beside it (default: "+
@@ -34,8 +34,8 @@ func runConfig(ctx context.Context, args []string, std stdio, getenv env) int {
 	if done { // the layer itself refused a value; show what it could read anyway
 		problems = append(problems, errors.New("see the error above"))
 	} else {
-		f.s.FilesOnly = conf.filesOnly
-		problems = f.s.Check(daemon.Env(conf.env()), conf)
+		f.s.FilesOnly = conf.FilesOnly
+		problems = f.s.Check(daemon.Env(conf.Env()), conf)
 		unit, err := unitOf(*unitFile)
 		switch {
 		case err != nil:
@@ -45,11 +45,11 @@ func runConfig(ctx context.Context, args []string, std stdio, getenv env) int {
 		default:
 			fmt.Fprintf(std.err, "config: unit %s\n", unit.Path)
 		}
-		problems = append(problems, f.s.Preflight(daemon.Env(conf.env()), conf, unit)...)
+		problems = append(problems, f.s.Preflight(daemon.Env(conf.Env()), conf, unit)...)
 	}
 	printConfig(std, conf)
 	if len(problems) == 0 {
-		printProtection(ctx, std, f.s, daemon.Env(conf.env()))
+		printProtection(ctx, std, f.s, daemon.Env(conf.Env()))
 	}
 	for _, p := range problems {
 		fmt.Fprintf(std.err, "config: %v\n", p)
@@ -84,28 +84,12 @@ func unitOf(path string) (*daemon.Unit, error) {
 func printConfig(std stdio, c *settings) {
 	w := tabwriter.NewWriter(std.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "SETTING\tVALUE\tFROM")
-	c.fs.VisitAll(func(fl *flag.Flag) {
-		origin := c.origin[fl.Name]
-		if origin == "" { // a flag of this run only (--allow-mass-destroy)
-			origin = "default"
-			c.fs.Visit(func(set *flag.Flag) {
-				if set.Name == fl.Name {
-					origin = "--" + fl.Name
-				}
-			})
-		}
+	c.FS.VisitAll(func(fl *flag.Flag) {
+		value := logging.RedactPassword(fl.Value.String())
 		if fl.Name == "config" {
-			origin = "--config"
-			if c.config == "" {
-				origin = "$" + configVariable
-				if c.getenv(configVariable) == "" {
-					origin = "none"
-				}
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\n", fl.Name, quoted(pathOf(c)), origin)
-			return
+			value = c.ConfigPath()
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\n", fl.Name, quoted(logging.RedactPassword(fl.Value.String())), origin)
+		fmt.Fprintf(w, "%s\t%s\t%s\n", fl.Name, quoted(value), c.Setting(fl.Name))
 	})
 	for _, s := range daemon.Credentials {
 		origin, value := c.Credential(s), "***"
@@ -115,13 +99,6 @@ func printConfig(std stdio, c *settings) {
 		fmt.Fprintf(w, "credential %s\t%s\t%s\n", s.Name, value, origin)
 	}
 	_ = w.Flush()
-}
-
-func pathOf(c *settings) string {
-	if c.file != nil {
-		return c.file.Path
-	}
-	return ""
 }
 
 func quoted(v string) string {

@@ -247,8 +247,8 @@ func newFlags(name, synopsis string, std stdio) *flag.FlagSet {
 // settings the command line left alone come from the environment and the config file; a value that
 // does not parse is exit 1, naming where it came from.
 func parseFlags(c *settings, args []string, std stdio) (bool, int) {
-	c.args = args
-	fs := c.fs
+	c.Args = args
+	fs := c.FS
 	usage := fs.Usage
 	fs.Usage = func() {} // printed below, once, where it belongs
 	defer func() { fs.Usage = usage }()
@@ -274,7 +274,7 @@ func parseFlags(c *settings, args []string, std stdio) (bool, int) {
 		}
 		paths, args = append(paths, rest[0]), rest[1:]
 	}
-	if err := c.resolve(); err != nil {
+	if err := c.Resolve(); err != nil {
 		fmt.Fprintf(std.err, "%s: %v\n", fs.Name(), err)
 		return true, exitError
 	}

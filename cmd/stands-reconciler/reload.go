@@ -52,22 +52,22 @@ func (r *reloader) reload() {
 	r.log.Info("reload: reading the settings again")
 	var out bytes.Buffer
 	std := stdio{out: &out, err: &out}
-	conf := newSettings(newFlags("run", "run", std), r.conf.getenv)
-	conf.filesOnly = true
+	conf := newSettings(newFlags("run", "run", std), r.conf.Getenv)
+	conf.FilesOnly = true
 	var f daemonFlags
 	f.register(conf)
-	if done, _ := parseFlags(conf, r.conf.args, std); done {
+	if done, _ := parseFlags(conf, r.conf.Args, std); done {
 		r.log.Error("reload refused: the settings do not read; the running ones stay", "err", strings.TrimSpace(out.String()))
 		return
 	}
 	f.s.FilesOnly = true
-	if errs := f.s.Check(daemon.Env(conf.env()), conf); len(errs) > 0 {
+	if errs := f.s.Check(daemon.Env(conf.Env()), conf); len(errs) > 0 {
 		r.log.Error("reload refused: the settings read again have problems; the running ones stay", "err", errors.Join(errs...))
 		return
 	}
 	changed := 0
-	conf.fs.VisitAll(func(fl *flag.Flag) {
-		running := r.conf.fs.Lookup(fl.Name)
+	conf.FS.VisitAll(func(fl *flag.Flag) {
+		running := r.conf.FS.Lookup(fl.Name)
 		if running == nil || running.Value.String() == fl.Value.String() {
 			return
 		}

@@ -23,7 +23,7 @@ func runRender(ctx context.Context, args []string, std stdio, getenv env) int {
 	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
-	getenv = conf.env()
+	getenv = conf.Env()
 	if fs.NArg() == 0 {
 		fmt.Fprintln(std.err, "render: give at least one PATH (a stand.yml, a stand folder or a repository)")
 		return exitUsage

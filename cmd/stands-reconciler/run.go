@@ -24,7 +24,7 @@ type daemonFlags struct{ s daemon.Settings }
 
 func (f *daemonFlags) register(c *settings) {
 	registerEngine(c, &f.s.Engine, &f.s.LogLevel, &f.s.LogFormat, defaultOwner)
-	fs := c.fs
+	fs := c.FS
 	fs.StringVar(&f.s.Repo, "repo", bound(c, "repo", "STANDS_REPO_URL", ""), "the stands repository: https://…/org/stands.git, ssh://git@…/org/stands.git or a local path ($STANDS_REPO_URL)")
 	fs.StringVar(&f.s.Branch, "branch", bound(c, "branch", "STANDS_BRANCH", "main"), "the tracked branch ($STANDS_BRANCH)")
 	fs.StringVar(&f.s.StatusBranch, "status-branch", bound(c, "status-branch", "STANDS_STATUS_BRANCH", ""), "branch status is committed to (default: the tracked branch; stands-status for a local path) ($STANDS_STATUS_BRANCH)")
@@ -68,7 +68,7 @@ func (f *daemonFlags) register(c *settings) {
 func runDaemon(ctx context.Context, args []string, std stdio, getenv env) int {
 	fs := newFlags("run", "run [flags]\n\nReconciles the stands repository until SIGTERM: polls it (and answers Gitea's push webhook on POST /webhook,\nsigned with the webhook secret), applies and destroys stands, and commits their status.\nSecrets come from files only: HCLOUD_TOKEN_FILE, STANDS_PASSPHRASE_FILE, STANDS_GIT_TOKEN_FILE, STANDS_WEBHOOK_SECRET_FILE,\nVAULT_TOKEN_FILE or VAULT_SECRET_ID_FILE (with --vault-role-id), or the files credentials: names in --config.\nWithout --vault-addr, !secret values come from SECRET_<NAME>_FILE files (local mode).", std)
 	conf := newSettings(fs, getenv)
-	conf.filesOnly = true // an environment is readable in /proc/<pid>/environ: the daemon's holds no secret
+	conf.FilesOnly = true // an environment is readable in /proc/<pid>/environ: the daemon's holds no secret
 	var f daemonFlags
 	f.register(conf)
 	if done, code := parseFlags(conf, args, std); done {
@@ -101,8 +101,8 @@ func runReconcile(ctx context.Context, args []string, std stdio, getenv env) int
 // runOpen opens the daemon from the settings (every problem with them printed, each on a line of its
 // own) and runs it, or one cycle of it.
 func runOpen(ctx context.Context, f *daemonFlags, conf *settings, once bool, std stdio) int {
-	getenv := conf.env()
-	f.s.FilesOnly = conf.filesOnly
+	getenv := conf.Env()
+	f.s.FilesOnly = conf.FilesOnly
 	if errs := f.s.Check(daemon.Env(getenv), conf); len(errs) > 0 {
 		for _, err := range errs {
 			fmt.Fprintf(std.err, "run: %v\n", err)

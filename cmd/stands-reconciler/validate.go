@@ -15,7 +15,7 @@ import (
 const defaultOwner = "local"
 
 func ownerFlag(c *settings, p *string, def string) {
-	c.fs.StringVar(p, "owner", bound(c, "owner", "STANDS_OWNER", def), "owner of stands whose manifest names none ($STANDS_OWNER, $STAND__USER)")
+	c.FS.StringVar(p, "owner", bound(c, "owner", "STANDS_OWNER", def), "owner of stands whose manifest names none ($STANDS_OWNER, $STAND__USER)")
 }
 
 func runValidate(ctx context.Context, args []string, std stdio, getenv env) int {
@@ -28,7 +28,7 @@ func runValidate(ctx context.Context, args []string, std stdio, getenv env) int 
 	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
-	getenv = conf.env()
+	getenv = conf.Env()
 	if fs.NArg() == 0 {
 		fmt.Fprintln(std.err, "validate: give at least one PATH (a stand.yml, a stand folder or a repository)")
 		return exitUsage

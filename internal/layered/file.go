@@ -1,4 +1,4 @@
-package daemon
+package layered
 
 import (
 	"bytes"
@@ -13,16 +13,16 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// ConfigFile is a parsed --config file (docs/operations.md): scalar values by setting, credential
-// files by name, each with the line it was read from.
-type ConfigFile struct {
+// File is a parsed --config file (docs/operations.md): scalar values by setting, credential files
+// by name, each with the line it was read from.
+type File struct {
 	Path        string
-	Values      map[string]ConfigValue
-	Credentials map[string]ConfigValue
+	Values      map[string]Value
+	Credentials map[string]Value
 }
 
-// ConfigValue is one value of a config file and its line.
-type ConfigValue struct {
+// Value is one value of a config file and its line.
+type Value struct {
 	Value string
 	Line  int
 }
@@ -30,10 +30,10 @@ type ConfigValue struct {
 // maxConfigFile bounds what is read: the file is small by nature.
 const maxConfigFile = 1 << 20
 
-// ReadConfigFile reads path: a mapping of settings (flag names, known ones) to scalars, and
-// credentials: a mapping of secret names to files (relative to the config file's folder). An
-// unknown key fails naming its line: a typo must not silently leave a default in force.
-func ReadConfigFile(path string, known func(setting string) bool) (*ConfigFile, error) {
+// ReadFile reads path: a mapping of settings (flag names, known ones) to scalars, and
+// credentials: a mapping of secret names (creds) to files (relative to the config file's folder).
+// An unknown key fails naming its line: a typo must not silently leave a default in force.
+func ReadFile(path string, known func(setting string) bool, creds []Credential) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read --config: %w", err)
@@ -41,7 +41,7 @@ func ReadConfigFile(path string, known func(setting string) bool) (*ConfigFile, 
 	if len(data) > maxConfigFile {
 		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxConfigFile)
 	}
-	f := &ConfigFile{Path: path, Values: map[string]ConfigValue{}, Credentials: map[string]ConfigValue{}}
+	f := &File{Path: path, Values: map[string]Value{}, Credentials: map[string]Value{}}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
@@ -61,7 +61,7 @@ func ReadConfigFile(path string, known func(setting string) bool) (*ConfigFile, 
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if k.Value == "credentials" {
-			if err := f.readCredentials(v, base); err != nil {
+			if err := f.readCredentials(v, base, creds); err != nil {
 				return nil, err
 			}
 			continue
@@ -75,20 +75,20 @@ func ReadConfigFile(path string, known func(setting string) bool) (*ConfigFile, 
 		if v.Kind != yaml.ScalarNode {
 			return nil, fmt.Errorf("%s:%d: %s: want a single value", path, v.Line, k.Value)
 		}
-		f.Values[k.Value] = ConfigValue{Value: v.Value, Line: v.Line}
+		f.Values[k.Value] = Value{Value: v.Value, Line: v.Line}
 	}
 	return f, nil
 }
 
-func (f *ConfigFile) readCredentials(n *yaml.Node, base string) error {
+func (f *File) readCredentials(n *yaml.Node, base string, creds []Credential) error {
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("%s:%d: credentials: want a mapping of secret names to files", f.Path, n.Line)
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		if !slices.ContainsFunc(Credentials, func(s Credential) bool { return s.Name == k.Value }) {
+		if !slices.ContainsFunc(creds, func(s Credential) bool { return s.Name == k.Value }) {
 			var names []string
-			for _, s := range Credentials {
+			for _, s := range creds {
 				names = append(names, s.Name)
 			}
 			return fmt.Errorf("%s:%d: unknown credential %q (want one of %s)", f.Path, k.Line, k.Value, strings.Join(names, ", "))
@@ -100,7 +100,7 @@ func (f *ConfigFile) readCredentials(n *yaml.Node, base string) error {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(base, p)
 		}
-		f.Credentials[k.Value] = ConfigValue{Value: p, Line: v.Line}
+		f.Credentials[k.Value] = Value{Value: p, Line: v.Line}
 	}
 	return nil
 }
