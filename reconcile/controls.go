@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/diff"
@@ -81,7 +80,7 @@ type switches struct {
 	branch     string // Config.Branch, named in the banner
 	now        func() time.Time
 
-	mu        sync.Mutex
+	mu        leafMutex
 	local     Controls
 	repoPause *Switch // PauseFile of the last snapshot
 	// unguarded and unknown are the tracked branch's missing and unread safeguards (SetSafeguards).

@@ -60,7 +60,7 @@ type HealStep struct {
 type healBook struct {
 	limit int // heals of one instance in an hour (Config.HealLimit)
 
-	mu       sync.Mutex
+	mu       leafMutex
 	restarts map[string]map[string]int         // by stand, by instance
 	heals    map[string]map[string][]time.Time // by stand, by instance
 	repair   map[string]bool                   // by stand

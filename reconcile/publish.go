@@ -34,7 +34,7 @@ type publisher struct {
 	seen      map[string]int64  // replicas: record versions the leader last read
 	sharedSt  map[string]*Status
 
-	pendingMu sync.Mutex
+	pendingMu leafMutex
 	pending   bool // a delayed commit is on its way
 	flushCtx  context.Context
 	flush     context.CancelFunc // ends the delay for good: the drain has begun

@@ -63,7 +63,7 @@ const publishEvery = 2 * time.Second
 type claims struct {
 	rep Replicas
 
-	mu     sync.Mutex
+	mu     leafMutex
 	tokens map[string]int64         // the held lease a stand's status continues under (absent: not held)
 	shared map[string][]byte        // the status last written to a stand's record
 	queued map[string]chan struct{} // an operation waiting for a worker; closed, it leaves

@@ -77,7 +77,7 @@ type gate struct {
 	loaded bool
 	state  reviewState
 
-	heldMu sync.Mutex
+	heldMu leafMutex
 	held   map[string]*unreviewed // by stand
 }
 
