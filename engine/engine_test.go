@@ -21,11 +21,13 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optlist"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
+	"github.com/stands-engine/stands-reconciler/engine/cloud"
 	"github.com/stands-engine/stands-reconciler/engine/provider"
 	"github.com/stands-engine/stands-reconciler/hcloudsim"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"github.com/stands-engine/stands-reconciler/test/fakecloud"
 	"github.com/stands-engine/stands-reconciler/test/providertest"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 	"github.com/stands-engine/stands-reconciler/test/testfs"
@@ -33,7 +35,8 @@ import (
 
 // TestMain lets the test binary serve the provider: the engine runs it through the
 // pulumi-resource-stands link, exactly as it runs the reconciler's own binary in production.
-func TestMain(m *testing.M) { providertest.Main(m) }
+// It knows the fake second cloud too, which the engine's story also runs on.
+func TestMain(m *testing.M) { providertest.Main(m, provider.WithCloud(fakecloud.Name, fakecloud.Open)) }
 
 const hcloudToken = "hc-token-SENTINEL-7d2e"
 
@@ -46,10 +49,12 @@ var exampleSecrets = map[string]string{
 type syncBuffer = testenv.Buffer
 
 type fixture struct {
-	*testenv.Hetzner
-	eng     *Engine
-	backend string
-	logs    *syncBuffer
+	*testenv.Hetzner                   // nil on the fake cloud
+	fake             *fakecloud.Server // nil on Hetzner
+	cloud            cloud.Cloud       // the project, opened as the engine opens it
+	eng              *Engine
+	backend          string
+	logs             *syncBuffer
 }
 
 // newFixture: the real Pulumi CLI with a file:// backend, a simulated Hetzner project, and an engine
@@ -62,21 +67,89 @@ func newFixture(t *testing.T) *fixture {
 // newFixtureWith is newFixture with the engine's configuration tuned and the simulator's options.
 func newFixtureWith(t *testing.T, tune func(*Config), opts ...hcloudsim.Option) *fixture {
 	t.Helper()
-	pl := testenv.NewPulumi(t)
 	h := testenv.StartHetzner(t, hcloudToken, opts...)
+	return startEngine(t, &fixture{Hetzner: h}, func(c *Config) { c.CloudEndpoint = h.Endpoint; tune(c) })
+}
+
+// newFixtureOn is newFixture on the cloud named: Hetzner's (hcloudsim) or the fake second cloud.
+func newFixtureOn(t *testing.T, name string) *fixture {
+	t.Helper()
+	if name != fakecloud.Name {
+		return newFixture(t)
+	}
+	fc := fakecloud.Start(t, hcloudToken)
+	return startEngine(t, &fixture{fake: fc}, func(c *Config) {
+		c.SkipNodes, c.Cloud, c.CloudEndpoint = true, fakecloud.Name, fc.URL
+		c.Clouds = provider.Clouds{fakecloud.Name: fakecloud.Open}
+	})
+}
+
+// startEngine makes f's engine: the real Pulumi CLI with a file:// backend, the provider served from
+// this test binary.
+func startEngine(t *testing.T, f *fixture, tune func(*Config)) *fixture {
+	t.Helper()
+	pl := testenv.NewPulumi(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	f.logs = &syncBuffer{}
 	cfg := Config{PulumiBin: pl.Bin, BackendURL: pl.BackendURL, Passphrase: pl.Passphrase, CloudToken: hcloudToken,
-		CloudEndpoint: h.Endpoint, ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(logs, nil))}
+		ProviderBin: exe, WorkDir: t.TempDir(), Log: slog.New(slog.NewJSONHandler(f.logs, nil))}
 	tune(&cfg)
-	eng, err := New(cfg)
+	if f.eng, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if f.cloud, err = cfg.Clouds.Open(cfg.Cloud, hcloudToken, cfg.CloudEndpoint); err != nil {
+		t.Fatal(err)
+	}
+	f.backend = strings.TrimPrefix(pl.BackendURL, "file://")
+	return f
+}
+
+// The cloud as the story on each cloud reads it.
+
+// servers are the project's servers by name, as the cloud's API shows them.
+func (f *fixture) servers(t *testing.T) map[string]*cloud.Server {
+	t.Helper()
+	all, err := f.cloud.Servers(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{Hetzner: h, eng: eng, backend: strings.TrimPrefix(pl.BackendURL, "file://"), logs: logs}
+	out := map[string]*cloud.Server{}
+	for _, s := range all {
+		out[s.Name] = s
+	}
+	return out
+}
+
+// userData is what a server was created with, which no API shows: the simulator's or the fake's record.
+func (f *fixture) userData(id int64) string {
+	if f.fake != nil {
+		return f.fake.UserData(id)
+	}
+	return f.Machine.Servers()[id].UserData
+}
+
+// writes counts the cloud's calls that changed something.
+func (f *fixture) writes() int {
+	if f.fake != nil {
+		return f.fake.Writes()
+	}
+	return f.Sim.Writes("")
+}
+
+// running says whether the server is on.
+func (f *fixture) running(t *testing.T, id int64) bool {
+	t.Helper()
+	if f.fake != nil {
+		return f.fake.On(id)
+	}
+	s, _, err := f.Client.Server.GetByID(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s != nil && s.Status == hcloud.ServerStatusRunning
 }
 
 // load validates a stand of the example repository (optionally overlaid) and computes its hash.
@@ -115,14 +188,21 @@ func examples(t *testing.T, archive string) fs.FS {
 	return fsys
 }
 
-// TestApplyDestroyTwoNode is the engine's end-to-end story on the two-node example.
+// TestApplyDestroyTwoNode is the engine's end-to-end story on the two-node example, on each cloud:
+// Hetzner's (hcloudsim) and the fake second cloud (test/fakecloud), which proves the seam: the engine
+// and its provider run on a cloud no production code names.
 func TestApplyDestroyTwoNode(t *testing.T) {
-	f := newFixture(t)
+	for _, c := range []struct{ name, currency string }{{provider.DefaultCloud, "EUR"}, {fakecloud.Name, "USD"}} {
+		t.Run(c.name, func(t *testing.T) { applyDestroyTwoNode(t, newFixtureOn(t, c.name), c.currency) })
+	}
+}
+
+func applyDestroyTwoNode(t *testing.T, f *fixture, currency string) {
 	ctx := context.Background()
 	stand := load(t, examples(t, ""), "stands/two-node/stand.yml")
 
 	// 0. Plans before the stand exists: its preview creates nothing, neither a stack nor a server.
-	setup := f.Sim.Writes("") // the project's network and SSH key
+	setup := f.writes() // the project's network and SSH key
 	if _, err := f.eng.Preview(ctx, stand); !errors.Is(err, ErrNoStack) {
 		t.Fatalf("preview of a stand without a stack: %v", err)
 	}
@@ -139,11 +219,11 @@ func TestApplyDestroyTwoNode(t *testing.T) {
 	if inv, err := f.eng.Inventory(ctx); err != nil || len(inv) != 0 {
 		t.Errorf("the backend holds %d stacks after a preview (%v)", len(inv), err)
 	}
-	if n := f.Sim.Writes("") - setup; n != 0 {
-		t.Errorf("the preview made %d Hetzner write calls: %+v", n, f.Sim.Calls())
+	if n := f.writes() - setup; n != 0 {
+		t.Errorf("the preview made %d cloud write calls", n)
 	}
 	prices, err := f.eng.Prices(ctx)
-	if p, ok := prices.Of("cx22", "hel1"); err != nil || !ok || p.Monthly <= 0 || p.Currency != "EUR" {
+	if p, ok := prices.Of("cx22", "hel1"); err != nil || !ok || p.Monthly <= 0 || p.Currency != currency {
 		t.Errorf("price of cx22 in hel1: %+v %v (%v)", p, ok, err)
 	}
 
@@ -155,7 +235,7 @@ func TestApplyDestroyTwoNode(t *testing.T) {
 	if !res.Changed || res.Changes["create"] != 2 {
 		t.Fatalf("first apply: changed %v, changes %v", res.Changed, res.Changes)
 	}
-	srvs := f.Servers(t)
+	srvs := f.servers(t)
 	if len(srvs) != 2 {
 		t.Fatalf("%d servers, want 2: %v", len(srvs), srvs)
 	}
@@ -167,11 +247,11 @@ func TestApplyDestroyTwoNode(t *testing.T) {
 		if s.Labels[provider.LabelManagedBy] != provider.ManagedByValue || s.Labels[provider.LabelStand] != "demo_demo_two-node" || s.Labels["stands.dev/node"] != node {
 			t.Errorf("%s labels %v", s.Name, s.Labels)
 		}
-		if len(s.PrivateNet) != 1 || s.ServerType.Name != "cx22" || s.Location.Name != "hel1" {
-			t.Errorf("%s: nets %v type %s location %s", s.Name, s.PrivateNet, s.ServerType.Name, s.Location.Name)
+		if len(s.Private) != 1 || s.Type != "cx22" || s.Location != "hel1" {
+			t.Errorf("%s: nets %v type %s location %s", s.Name, s.Private, s.Type, s.Location)
 		}
 		// The engine's part (the host key) and the stand's template; printed never: it holds a key.
-		ud := f.Machine.Servers()[s.ID].UserData
+		ud := f.userData(s.ID)
 		if !strings.HasPrefix(ud, "Content-Type: multipart/mixed") || !strings.Contains(ud, "hostname: "+s.Name) ||
 			!strings.Contains(ud, "10.0.0.0/16") || !strings.Contains(ud, "ssh_keys:\n  ed25519_private:") {
 			t.Errorf("%s user data is not the host key part and the stand's cloud-init (%d bytes)", s.Name, len(ud))
@@ -191,7 +271,7 @@ func TestApplyDestroyTwoNode(t *testing.T) {
 	if res, err := f.eng.Apply(ctx, stand, false); err != nil || res.Changed {
 		t.Fatalf("no-op apply: %v %+v", err, res)
 	}
-	writes := f.Sim.Writes("")
+	writes := f.writes()
 	res, err = f.eng.Apply(ctx, stand, true)
 	if err != nil {
 		t.Fatalf("forced apply: %v", err)
@@ -199,8 +279,8 @@ func TestApplyDestroyTwoNode(t *testing.T) {
 	if res.Changed || res.Changes["same"] == 0 || res.Changes["create"]+res.Changes["update"]+res.Changes["replace"]+res.Changes["delete"] != 0 {
 		t.Errorf("forced apply of an unchanged stand: %+v", res.Changes)
 	}
-	if got := f.Sim.Writes(""); got != writes {
-		t.Errorf("forced apply made %d Hetzner write calls", got-writes)
+	if got := f.writes(); got != writes {
+		t.Errorf("forced apply made %d cloud write calls", got-writes)
 	}
 
 	// 3. One node on a bigger server type: exactly that server changes.
@@ -254,12 +334,12 @@ apps:
 	if res.Changes["update"] != 1 || res.Changes["same"] != 1 || len(res.Changes) != 2 {
 		t.Errorf("changes %v, want exactly one server resized", res.Changes)
 	}
-	after := f.Servers(t)
+	after := f.servers(t)
 	if after["demo-demo-two-node-db"].ID != srvs["demo-demo-two-node-db"].ID {
 		t.Error("the db server changed")
 	}
 	// Resized in place: the same server (its disk and addresses), the new type, running again.
-	if w := after["demo-demo-two-node-web"]; w == nil || w.ServerType.Name != "cx32" || w.ID != srvs["demo-demo-two-node-web"].ID || w.Status != "running" {
+	if w := after["demo-demo-two-node-web"]; w == nil || w.Type != "cx32" || w.ID != srvs["demo-demo-two-node-web"].ID || !f.running(t, w.ID) {
 		t.Errorf("web server %+v", w)
 	}
 
@@ -267,8 +347,7 @@ apps:
 	// that no stack holds — what a create interrupted before the provider recorded it leaves — goes
 	// too; another stand's does not.
 	for name, standID := range map[string]string{"demo-demo-two-node-extra": "demo_demo_two-node", "demo-demo-other-main": "demo_demo_other"} {
-		if _, _, err := f.Client.Server.Create(ctx, hcloud.ServerCreateOpts{Name: name, ServerType: &hcloud.ServerType{Name: "cx22"},
-			Image: &hcloud.Image{Name: "debian-12"}, Location: &hcloud.Location{Name: "hel1"},
+		if _, err := f.cloud.CreateServer(ctx, cloud.CreateOptions{Name: name, Type: "cx22", Image: "debian-12", Location: "hel1",
 			Labels: map[string]string{provider.LabelManagedBy: provider.ManagedByValue, provider.LabelStand: standID}}); err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +357,7 @@ apps:
 	if err != nil || res.StandID != "demo_demo_two-node" || res.Changes["delete"] != 2 {
 		t.Fatalf("destroy: %v %+v", err, res)
 	}
-	if left := f.Servers(t); len(left) != 1 || left["demo-demo-other-main"] == nil {
+	if left := f.servers(t); len(left) != 1 || left["demo-demo-other-main"] == nil {
 		t.Errorf("servers left after destroy: %v, want only another stand's", left)
 	}
 	if !strings.Contains(f.logs.String(), "deleted a server an interrupted create had left outside the stack") {
