@@ -144,16 +144,17 @@ func (d *Daemon) build(ctx context.Context) error {
 	}
 	cfg := reconcile.Config{Owner: s.Engine.Owner, Passphrase: pass, Workers: s.Workers, MaxDestroyShare: s.MaxDestroyShare,
 		AllowMassDestroy: s.AllowMassDestroy, DriftInterval: s.Drift, DriftApply: s.DriftApply, Log: log,
-		Branch: s.Branch, StatusBranch: d.src.StatusBranch(), OperationTimeout: s.OperationTimeout, PlanOnly: s.PlanOnly,
+		Branch: s.Branch, StatusBranch: d.src.StatusBranch(), OperationTimeout: s.OperationTimeout, Controls: reconcile.ControlsConfig{PlanOnly: s.PlanOnly},
 		NodesMode: eng.NodesMode(), StatusDelay: s.StatusDelay, SecretRefresh: s.SecretRefresh,
-		HealthInterval: s.HealthInterval, Heal: s.Heal, HealLimit: s.HealLimit, Metrics: d.metrics, Prices: eng}
+		Metrics: d.metrics, Prices: reconcile.PricesConfig{Pricer: eng},
+		Health: reconcile.HealthConfig{Interval: s.HealthInterval, Heal: s.Heal, Limit: s.HealLimit}}
 	if eng.NodesMode() == engine.NodesFull {
-		cfg.Checker = eng
+		cfg.Health.Checker = eng
 	}
 	if d.member != nil {
 		cfg.Replicas = d.member
 	}
-	if cfg.ControlState, err = s.stateFile("controls.json"); err != nil {
+	if cfg.Controls.State, err = s.stateFile("controls.json"); err != nil {
 		return err
 	}
 	forge := d.forge
@@ -176,7 +177,7 @@ func (d *Daemon) build(ctx context.Context) error {
 func (d *Daemon) forgeParts(cfg *reconcile.Config, forge Forge, eng *engine.Engine, sec reconcile.Secrets) error {
 	s, log := &d.s, d.log
 	var err error
-	if cfg.ReviewState, err = s.stateFile("reviews.json"); err != nil {
+	if cfg.Review.State, err = s.stateFile("reviews.json"); err != nil {
 		return err
 	}
 	if forge != nil {
@@ -186,7 +187,7 @@ func (d *Daemon) forgeParts(cfg *reconcile.Config, forge Forge, eng *engine.Engi
 			if err != nil {
 				return err
 			}
-			cfg.Plans, cfg.Reviews = planner, planner
+			cfg.Plans, cfg.Review.Reviews = planner, planner
 		}
 		cfg.Expiries = expiry.New(expiry.Config{Branch: s.Branch, Log: log,
 			Merged: func(id, by string) { d.rec.ApproveRemoval(id, by) }}, forge, d.src)
@@ -197,10 +198,10 @@ func (d *Daemon) forgeParts(cfg *reconcile.Config, forge Forge, eng *engine.Engi
 		// No pull requests to review in: a local repository, or no token for the API.
 		log.Info("changes are applied as they land: reviews need the Gitea API")
 	case !s.Previews:
-		cfg.RequireReview = true
+		cfg.Review.Require = true
 		log.Warn("--previews=false: no plan can be reviewed, so only ctl approve lets a change through (or --require-review=false)")
 	default:
-		cfg.RequireReview = true
+		cfg.Review.Require = true
 	}
 	return nil
 }

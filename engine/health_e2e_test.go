@@ -190,8 +190,10 @@ func healthLoopOnNodes(t *testing.T, ctx context.Context, f *fixture, repo edita
 	const interval = 20 * time.Second
 	src := gitsource.New(dir, "main", gitsource.WithStatusBranch("stands-status"))
 	start := func(heal bool) (*reconcile.Reconciler, context.CancelFunc) {
-		r := reconcile.New(reconcile.Config{Owner: "demo", Passphrase: "stands-test-passphrase", // loadWith's: the same spec hash NodesMode: NodesFull, Log: testenv.Logger(t),
-			Checker: f.eng, HealthInterval: interval, Heal: heal, HealSettle: 5 * time.Second, StatusBranch: "stands-status"}, src, f.eng, nil)
+		// The passphrase is loadWith's: the same spec hash.
+		r := reconcile.New(reconcile.Config{Owner: "demo", Passphrase: "stands-test-passphrase", NodesMode: NodesFull, Log: testenv.Logger(t),
+			Health:       reconcile.HealthConfig{Checker: f.eng, Interval: interval, Heal: heal, Settle: 5 * time.Second},
+			StatusBranch: "stands-status"}, src, f.eng, nil)
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); r.Run(rctx, 5*time.Second) }()

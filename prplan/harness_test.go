@@ -61,8 +61,8 @@ func (h *harness) start() {
 	h.plc.Guards = judge.Guards{Owner: h.cfg.Owner, MaxDestroyShare: h.cfg.MaxDestroyShare, AllowMassDestroy: h.cfg.AllowMassDestroy}
 	h.pl = New(h.plc, h.forge, h.eng, h.forge, h.sec)
 	h.cfg.Plans = h.pl
-	if h.cfg.RequireReview {
-		h.cfg.Reviews = h.pl
+	if h.cfg.Review.Require {
+		h.cfg.Review.Reviews = h.pl
 	}
 	h.r = reconcile.New(h.cfg, h.src, h.eng, h.sec)
 }

@@ -130,7 +130,7 @@ func TestReviewedRemovalAndMerge(t *testing.T) {
 // needs no review.
 func TestOnlyReviewedChangesApply(t *testing.T) {
 	h := newHarness(t, repoWith("a", "b", "c"), func(c *reconcile.Config, _ *Config) {
-		c.RequireReview, c.ReviewState = true, t.TempDir()+"/reviews.json"
+		c.Review.Require, c.Review.State = true, t.TempDir()+"/reviews.json"
 	})
 	f := h.forge
 	h.mustCycle()
@@ -213,7 +213,7 @@ func TestOnlyReviewedChangesApply(t *testing.T) {
 		t.Errorf("a new secret value was not applied to a: %d ups, %+v", h.eng.UpsOf("local_a_dev"), h.statusOf(t, "local_a_dev"))
 	}
 	// Also with what the gate let through forgotten: the stack's print says what was reviewed.
-	h.cfg.ReviewState = t.TempDir() + "/reviews.json"
+	h.cfg.Review.State = t.TempDir() + "/reviews.json"
 	h.start()
 	h.sec.Mu.Lock()
 	h.sec.Values["kv-password"] = "rotated-once-more-value"
@@ -228,7 +228,7 @@ func TestOnlyReviewedChangesApply(t *testing.T) {
 // first ran is a change like any other, not part of a first import.
 func TestFirstImportIsTheFirstCommitOnly(t *testing.T) {
 	h := newHarness(t, repoWith(), func(c *reconcile.Config, _ *Config) {
-		c.RequireReview, c.ReviewState = true, t.TempDir()+"/reviews.json"
+		c.Review.Require, c.Review.State = true, t.TempDir()+"/reviews.json"
 	})
 	h.mustCycle()
 	h.src.Commit(map[string]string{fakes.StandFile("a"): fakes.StandYML("a", "")})

@@ -46,7 +46,7 @@ type OperatorAction struct {
 	At     time.Time `json:"at"`
 }
 
-// Controls are the local switches, kept in Config.ControlState across restarts: an emergency pause
+// Controls are the local switches, kept in Config.Controls.State across restarts: an emergency pause
 // must survive the restart systemd may do.
 type Controls struct {
 	Paused   *Switch `json:"paused,omitempty"`
@@ -70,13 +70,13 @@ type ControlView struct {
 var ErrUnknownStand = errors.New("no such stand")
 
 // switches are the operator's controls and what the tracked branch says of them: the local
-// switches (kept in Config.ControlState), the committed PauseFile, the --plan-only setting, and the
+// switches (kept in Config.Controls.State), the committed PauseFile, the --plan-only setting, and the
 // tracked branch's missing and unread safeguards. They hold operations (held) and head STATUS.md
 // (banner). Their lock is a leaf: taken under the loop's (Reconciler.mu) or alone, never the other
 // way round, and nothing is called while it is held.
 type switches struct {
 	configured bool   // --plan-only
-	state      string // Config.ControlState
+	state      string // Config.Controls.State
 	branch     string // Config.Branch, named in the banner
 	now        func() time.Time
 
@@ -90,7 +90,7 @@ type switches struct {
 // newSwitches reads the local switches an earlier run kept. An unreadable file is an error, and
 // the switches then start paused: a pause an operator turned on must not be lost with the file.
 func newSwitches(cfg Config) (*switches, error) {
-	sw := &switches{configured: cfg.PlanOnly, state: cfg.ControlState, branch: cfg.Branch, now: cfg.Now}
+	sw := &switches{configured: cfg.Controls.PlanOnly, state: cfg.Controls.State, branch: cfg.Branch, now: cfg.Now}
 	if _, err := statefile.Read(sw.state, &sw.local); err != nil {
 		sw.local = Controls{Paused: &Switch{By: "the reconciler itself", At: sw.now().UTC(), Reason: "its operator controls file could not be read"}}
 		return sw, fmt.Errorf("read the operator controls %s: %w", sw.state, err)

@@ -54,7 +54,9 @@ func TestPause(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			state := filepath.Join(t.TempDir(), "controls.json")
-			h := newHarness(t, repoWith("a", "b", "c"), func(cfg *Config) { cfg.ControlState, cfg.DriftInterval, cfg.AllowMassDestroy = state, time.Hour, true })
+			h := newHarness(t, repoWith("a", "b", "c"), func(cfg *Config) {
+				cfg.Controls.State, cfg.DriftInterval, cfg.AllowMassDestroy = state, time.Hour, true
+			})
 			h.mustCycle()
 			h.now = h.now.Add(2 * time.Hour) // drift checks due
 			c.pause(h)
@@ -112,7 +114,7 @@ func TestPause(t *testing.T) {
 		if err := os.WriteFile(state, []byte("{not json"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		h := newHarness(t, repoWith("a"), func(cfg *Config) { cfg.ControlState = state })
+		h := newHarness(t, repoWith("a"), func(cfg *Config) { cfg.Controls.State = state })
 		h.mustCycle()
 		if h.eng.TotalUps() != 0 {
 			t.Errorf("%d ups with the controls unreadable", h.eng.TotalUps())
@@ -161,7 +163,7 @@ func TestPlanOnly(t *testing.T) {
 	}
 
 	// Drift checks run in plan-only mode; the drift is reported, not applied.
-	h2 := newHarness(t, repoWith("a"), func(cfg *Config) { cfg.DriftInterval, cfg.DriftApply, cfg.PlanOnly = time.Hour, true, false })
+	h2 := newHarness(t, repoWith("a"), func(cfg *Config) { cfg.DriftInterval, cfg.DriftApply, cfg.Controls.PlanOnly = time.Hour, true, false })
 	h2.mustCycle()
 	h2.r.sw.configured = true // --plan-only, as if the daemon were started again with it
 	h2.eng.Drifted["local_a_dev"] = true

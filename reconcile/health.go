@@ -58,7 +58,7 @@ type HealStep struct {
 // cycle. Its lock is a leaf: taken under the loop's (decide) or alone, and nothing is called while it
 // is held.
 type healBook struct {
-	limit int // heals of one instance in an hour (Config.HealLimit)
+	limit int // heals of one instance in an hour (Config.Health.Limit)
 
 	mu       leafMutex
 	restarts map[string]map[string]int         // by stand, by instance
@@ -134,9 +134,9 @@ func (hb *healBook) repairAsked(id string) bool {
 	return hb.repair[id]
 }
 
-// runHealth checks the applied stands every HealthInterval (±10%) until ctx ends.
+// runHealth checks the applied stands every Health.Interval (±10%) until ctx ends.
 func (r *Reconciler) runHealth(ctx context.Context) {
-	for waitJittered(ctx, r.cfg.HealthInterval, nil) {
+	for waitJittered(ctx, r.cfg.Health.Interval, nil) {
 		r.HealthCycle(ctx)
 	}
 }
@@ -144,7 +144,7 @@ func (r *Reconciler) runHealth(ctx context.Context) {
 // HealthCycle checks every applied stand that no operation holds, and heals what --heal allows. It
 // returns when all checks (and restarts) are done; a heal's apply runs in a later cycle.
 func (r *Reconciler) HealthCycle(ctx context.Context) {
-	if r.cfg.Checker == nil {
+	if r.cfg.Health.Checker == nil {
 		return
 	}
 	type job struct {
@@ -198,7 +198,7 @@ func (r *Reconciler) checkStand(ctx context.Context, id string, ref stands.Stack
 		return
 	}
 	h, ok := r.check(ctx, id, ref, log)
-	if !ok || !r.cfg.Heal || h.Healthy() {
+	if !ok || !r.cfg.Health.Heal || h.Healthy() {
 		return
 	}
 	r.mu.Lock()
@@ -214,7 +214,7 @@ func (r *Reconciler) checkStand(ctx context.Context, id string, ref stands.Stack
 	select {
 	case <-ctx.Done():
 		return
-	case <-time.After(r.cfg.HealSettle):
+	case <-time.After(r.cfg.Health.Settle):
 	}
 	if h, ok = r.check(ctx, id, ref, log); !ok || h.Healthy() {
 		return
@@ -226,10 +226,10 @@ func (r *Reconciler) checkStand(ctx context.Context, id string, ref stands.Stack
 // unreadable: nothing is concluded about its servers).
 func (r *Reconciler) check(ctx context.Context, id string, ref stands.StackRef, log *slog.Logger) (*stands.Health, bool) {
 	cctx, cancel := context.WithTimeout(ctx, healthTimeout)
-	h, err := r.cfg.Checker.Health(cctx, ref)
+	h, err := r.cfg.Health.Checker.Health(cctx, ref)
 	cancel()
 	if err != nil {
-		r.metrics.healthChecks.WithLabelValues("error").Inc()
+		r.metrics.healthCheck("error")
 		log.Warn("health check not made", "err", err)
 		return nil, false
 	}
@@ -240,7 +240,7 @@ func (r *Reconciler) check(ctx context.Context, id string, ref stands.StackRef, 
 	case !h.Healthy():
 		result = "unhealthy"
 	}
-	r.metrics.healthChecks.WithLabelValues(result).Inc()
+	r.metrics.healthCheck(result)
 	r.heals.restartedBySystemd(id, h)
 	r.mu.Lock()
 	st := r.state(id)
@@ -278,7 +278,7 @@ func (r *Reconciler) restartUnhealthy(ctx context.Context, id string, ref stands
 		}
 		log.Info("healing: restarting the instance", "instance", in.Instance, "problems", strings.Join(in.Problems, "; "))
 		cctx, cancel := context.WithTimeout(ctx, healthTimeout)
-		err := r.cfg.Checker.Restart(cctx, ref, in.Instance)
+		err := r.cfg.Health.Checker.Restart(cctx, ref, in.Instance)
 		cancel()
 		if ctx.Err() != nil {
 			// The stand's lease neared expiry or the reconciler stops: whether the unit restarted
@@ -293,7 +293,7 @@ func (r *Reconciler) restartUnhealthy(ctx context.Context, id string, ref stands
 			log.Warn("healing: restart failed", "instance", in.Instance, "err", err)
 			step.Result = "restart failed"
 		}
-		r.metrics.heals.WithLabelValues("restart", map[bool]string{true: "ok", false: "failed"}[err == nil]).Inc()
+		r.metrics.heal("restart", map[bool]string{true: "ok", false: "failed"}[err == nil])
 		r.healed(id, step)
 		restarted = append(restarted, in.Instance)
 	}
@@ -320,7 +320,7 @@ func (r *Reconciler) scheduleRepair(id string, restarted []string, h *stands.Hea
 	for _, in := range still {
 		r.healed(id, HealStep{Instance: in, Action: "apply", At: r.cfg.Now().UTC(), Result: "scheduled"})
 	}
-	r.metrics.heals.WithLabelValues("apply", "scheduled").Inc()
+	r.metrics.heal("apply", "scheduled")
 	r.Trigger()
 }
 
@@ -339,7 +339,7 @@ func (r *Reconciler) mayHeal(id, instance string) bool {
 			return false
 		}
 	}
-	r.metrics.heals.WithLabelValues("none", "limit").Inc()
+	r.metrics.heal("none", "limit")
 	r.record(id, outcome{kind: outHealed, heal: &HealStep{Instance: instance, Action: "none", At: now.UTC(),
 		Result: fmt.Sprintf("not healed: healed %d times in the last hour (--heal-limit); left to a human", recent)}})
 	return false

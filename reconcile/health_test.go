@@ -96,7 +96,7 @@ func stopped(instance string) *stands.Health {
 func healthHarness(t *testing.T, tune func(*Config)) (*harness, *fakeChecker, *fakes.Forge) {
 	chk, forge := newFakeChecker(), fakes.NewForge()
 	h := newHarness(t, repoWith("a"), func(c *Config) {
-		c.Checker, c.HealthInterval, c.Forge, c.HealSettle = chk, time.Minute, forge, time.Millisecond
+		c.Health.Checker, c.Health.Interval, c.Forge, c.Health.Settle = chk, time.Minute, forge, time.Millisecond
 		if tune != nil {
 			tune(c)
 		}
@@ -177,7 +177,7 @@ func TestHealthDegradedOnceAndRecovered(t *testing.T) {
 // TestHealthNodeUnreachable: a server SSH does not reach makes the stand Degraded NodeUnreachable;
 // it is neither applied again nor destroyed, healed or not.
 func TestHealthNodeUnreachable(t *testing.T) {
-	h, chk, _ := healthHarness(t, func(c *Config) { c.Heal = true })
+	h, chk, _ := healthHarness(t, func(c *Config) { c.Health.Heal = true })
 	ups := h.eng.TotalUps()
 	chk.set("a", &stands.Health{Unreachable: []stands.UnreachableNode{{Server: "local-a-dev-main", Error: "dial tcp: i/o timeout"}}})
 	for range 3 {
@@ -199,7 +199,7 @@ func TestHealthNodeUnreachable(t *testing.T) {
 // reading its instances back; every step is in the status.
 func TestHealRestartsThenApplies(t *testing.T) {
 	t.Run("a restart heals", func(t *testing.T) {
-		h, chk, _ := healthHarness(t, func(c *Config) { c.Heal = true })
+		h, chk, _ := healthHarness(t, func(c *Config) { c.Health.Heal = true })
 		chk.heals = true
 		chk.set("a", stopped("web--front"))
 		h.r.HealthCycle(context.Background())
@@ -215,7 +215,7 @@ func TestHealRestartsThenApplies(t *testing.T) {
 		}
 	})
 	t.Run("a restart does not help", func(t *testing.T) {
-		h, chk, _ := healthHarness(t, func(c *Config) { c.Heal = true })
+		h, chk, _ := healthHarness(t, func(c *Config) { c.Health.Heal = true })
 		chk.set("a", stopped("web--front"))
 		h.r.HealthCycle(context.Background())
 		if st := h.src.statusOf(t, "local_a_dev"); st.Phase != reason.Degraded || len(st.Healing) != 2 || st.Healing[1].Action != "apply" {
@@ -238,7 +238,7 @@ func TestHealRestartsThenApplies(t *testing.T) {
 
 // TestHealNotInPlanOnly: plan-only acts on no server: a Degraded stand is reported, not restarted.
 func TestHealNotInPlanOnly(t *testing.T) {
-	h, chk, _ := healthHarness(t, func(c *Config) { c.Heal = true })
+	h, chk, _ := healthHarness(t, func(c *Config) { c.Health.Heal = true })
 	if err := h.r.SetPlanOnly(true, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestHealNotInPlanOnly(t *testing.T) {
 // TestHealLimit: a flapping instance is healed at most HealLimit times an hour, the limit recorded
 // once; an hour later it is healed again.
 func TestHealLimit(t *testing.T) {
-	h, chk, _ := healthHarness(t, func(c *Config) { c.Heal, c.HealLimit = true, 2 })
+	h, chk, _ := healthHarness(t, func(c *Config) { c.Health.Heal, c.Health.Limit = true, 2 })
 	chk.heals = true
 	flap := func() {
 		chk.set("a", stopped("web--front"))
@@ -324,7 +324,7 @@ func TestHealthNotWhenItCannotJudge(t *testing.T) {
 		t.Errorf("checked while paused")
 	}
 
-	skipped := newHarness(t, repoWith("a"), func(c *Config) { c.Checker, c.HealthInterval = chk, time.Minute })
+	skipped := newHarness(t, repoWith("a"), func(c *Config) { c.Health.Checker, c.Health.Interval = chk, time.Minute })
 	skipped.mustCycle()
 	before = chk.checks
 	skipped.r.HealthCycle(context.Background())

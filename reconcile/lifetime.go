@@ -15,7 +15,7 @@ import (
 )
 
 // lifetimes are the stands' ends and costs (docs/lifetime.md): the server types' prices, read again
-// every PricesInterval, and what a stand's declared end and servers make of its status. The prices
+// every Prices.Interval, and what a stand's declared end and servers make of its status. The prices
 // are swapped whole (an atomic pointer) and read without a lock; when they were read is the cycles'
 // own (cycles never overlap).
 type lifetimes struct {
@@ -30,7 +30,7 @@ type lifetimes struct {
 }
 
 func newLifetimes(cfg Config) *lifetimes {
-	return &lifetimes{pricer: cfg.Prices, interval: cfg.PricesInterval, branch: cfg.Branch, now: cfg.Now, log: cfg.Log}
+	return &lifetimes{pricer: cfg.Prices.Pricer, interval: cfg.Prices.Interval, branch: cfg.Branch, now: cfg.Now, log: cfg.Log}
 }
 
 // stamp sets a new status's end and cost from the stand as the tracked branch declares it. A stand

@@ -23,7 +23,7 @@ func TestStatusShowsLifetimeAndCost(t *testing.T) {
 	files[fakes.StandFile("a")] = fakes.StandYML("a", "  expires: 2026-12-24T18:00:00+03:00")
 	files[fakes.StandFile("c")] = fakes.StandYML("c", "  protect: true")
 	files[manifest.LifetimeFile] = "default: 3d\nmaximum: 30d\n"
-	h := newHarness(t, files, func(c *Config) { c.Prices = fakes.NewEngine() })
+	h := newHarness(t, files, func(c *Config) { c.Prices.Pricer = fakes.NewEngine() })
 	first := h.now
 	h.mustCycle()
 
@@ -72,7 +72,7 @@ func TestStatusShowsLifetimeAndCost(t *testing.T) {
 
 // TestLifetimeWithoutPrices: a cost the prices cannot tell is left out and counted as unknown.
 func TestLifetimeWithoutPrices(t *testing.T) {
-	h := newHarness(t, repoWith("a"), func(c *Config) { c.Prices = failingPricer{} })
+	h := newHarness(t, repoWith("a"), func(c *Config) { c.Prices.Pricer = failingPricer{} })
 	h.mustCycle()
 	if st := h.src.statusOf(t, "local_a_dev"); st.MonthlyCost != nil || st.Expires != nil {
 		t.Errorf("cost %+v, end %v", st.MonthlyCost, st.Expires)
@@ -143,7 +143,7 @@ func TestPastItsEndNothingIsDestroyed(t *testing.T) {
 // removal in the same commit is not.
 func TestARemovalMergedAtTheEndPassesTheGate(t *testing.T) {
 	h := newHarness(t, repoWith("a", "b", "c", "d"), func(c *Config) {
-		c.RequireReview, c.ReviewState = true, t.TempDir()+"/reviews.json"
+		c.Review.Require, c.Review.State = true, t.TempDir()+"/reviews.json"
 	})
 	h.mustCycle() // the first import
 	h.r.ApproveRemoval("local_a_dev", "merge_at_expiry (.stands/lifetime.yml:3:18): #7")

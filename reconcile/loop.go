@@ -43,7 +43,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 	r.interval.Store(int64(interval))
 	var beside sync.WaitGroup
 	defer beside.Wait()
-	if r.cfg.Checker != nil && r.cfg.HealthInterval > 0 {
+	if r.cfg.Health.Checker != nil && r.cfg.Health.Interval > 0 {
 		beside.Go(func() { r.runHealth(ctx) })
 	}
 	if r.claims != nil {
@@ -105,7 +105,7 @@ func (r *Reconciler) Wait() {
 // an error only when the final statuses could not be committed: a shutdown that had to cancel is
 // still a clean stop. Run must have returned.
 func (r *Reconciler) Shutdown(ctx context.Context) error {
-	r.pub.flush()
+	r.pub.flushNow()
 	if r.cfg.Plans != nil {
 		r.cfg.Plans.Close()
 	}

@@ -12,10 +12,11 @@ import (
 // metrics are the reconciler's, for /metrics, declared and registered on Config.Metrics here: a
 // counter or a duration is one field and its line in newMetrics. What describes the stands (their
 // phases, the running operations, the time since the last successful sync, the outside services)
-// is read from the reconciler's own state when scraped (Collect), so it cannot disagree with the
-// status files; the counters and durations are recorded where a cycle or an operation ends.
+// is read from the reconciler's own state when scraped (Collect, through read), so it cannot
+// disagree with the status files; the counters and durations are recorded where a cycle or an
+// operation ends.
 type metrics struct {
-	r          *Reconciler
+	read       func() gauges
 	cycles     *prometheus.HistogramVec
 	operations *prometheus.HistogramVec
 	fetchFails prometheus.Counter
@@ -33,10 +34,24 @@ type metrics struct {
 	unreviewed   *prometheus.Desc
 }
 
-func newMetrics(r *Reconciler, reg prometheus.Registerer) *metrics {
+// gauges is what a scrape reads of the loop's state, taken at one moment.
+type gauges struct {
+	phases     map[reason.Phase]int
+	blocked    map[reason.Reason]int
+	decided    int // operations decided, running or waiting for a worker
+	active     int // operations holding a worker
+	health     Health
+	lastSync   time.Time
+	now        time.Time
+	paused     bool
+	planOnly   bool
+	unreviewed int
+}
+
+func newMetrics(read func() gauges, reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
 	m := &metrics{
-		r: r,
+		read: read,
 		cycles: f.NewHistogramVec(prometheus.HistogramOpts{Name: "stands_cycle_duration_seconds",
 			Help: "Duration of reconcile cycles (fetch, judge, inventory, decide, publish), by result.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}, []string{"result"}),
 		operations: f.NewHistogramVec(prometheus.HistogramOpts{Name: "stands_operation_duration_seconds",
@@ -86,60 +101,63 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
-	r := m.r
-	r.mu.Lock()
-	counts := map[reason.Phase]int{}
-	for _, p := range reason.Phases {
-		counts[p] = 0
-	}
-	// Every reason that blocks is served, 0 included, as the phases are: an alert on one sees it.
-	blocked := map[reason.Reason]int{}
-	for _, why := range reason.All() {
-		if why.Phase() == reason.Blocked {
-			blocked[why] = 0
-		}
-	}
-	decided := 0
-	for id, st := range r.stands {
-		if st.status != nil && r.claims.holds(id) { // with replicas, each counts its own: their sum is every stand
-			counts[st.status.Phase]++
-			if st.status.Phase == reason.Blocked {
-				blocked[st.status.Reason]++
-			}
-		}
-		if st.running {
-			decided++
-		}
-	}
-	h, last, active := r.health, r.lastSync, r.active
-	paused, planOnly := r.sw.paused() != nil, r.sw.planOnly()
-	unreviewed := r.gate.pending()
-	r.mu.Unlock()
-	h.Leases = r.claims.ready()
-	for p, n := range counts {
+	g := m.read()
+	for p, n := range g.phases {
 		ch <- prometheus.MustNewConstMetric(m.phases, prometheus.GaugeValue, float64(n), string(p))
 	}
-	for why, n := range blocked {
+	for why, n := range g.blocked {
 		ch <- prometheus.MustNewConstMetric(m.blocked, prometheus.GaugeValue, float64(n), string(why))
 	}
-	ch <- prometheus.MustNewConstMetric(m.running, prometheus.GaugeValue, float64(active))
-	ch <- prometheus.MustNewConstMetric(m.unreviewed, prometheus.GaugeValue, float64(unreviewed))
-	ch <- prometheus.MustNewConstMetric(m.queued, prometheus.GaugeValue, float64(max(decided-active, 0)))
-	for name, on := range map[string]bool{"paused": paused, "plan_only": planOnly} {
+	ch <- prometheus.MustNewConstMetric(m.running, prometheus.GaugeValue, float64(g.active))
+	ch <- prometheus.MustNewConstMetric(m.unreviewed, prometheus.GaugeValue, float64(g.unreviewed))
+	ch <- prometheus.MustNewConstMetric(m.queued, prometheus.GaugeValue, float64(max(g.decided-g.active, 0)))
+	for name, on := range map[string]bool{"paused": g.paused, "plan_only": g.planOnly} {
 		ch <- prometheus.MustNewConstMetric(m.controls, prometheus.GaugeValue, b2f(on), name)
 	}
 	since := -1.0
-	if !last.IsZero() {
-		since = r.cfg.Now().Sub(last).Seconds()
+	if !g.lastSync.IsZero() {
+		since = g.now.Sub(g.lastSync).Seconds()
 	}
 	ch <- prometheus.MustNewConstMetric(m.sinceSync, prometheus.GaugeValue, since)
-	for name, err := range h.Dependencies() {
+	for name, err := range g.health.Dependencies() {
 		up := 1.0
 		if err != nil {
 			up = 0
 		}
 		ch <- prometheus.MustNewConstMetric(m.down, prometheus.GaugeValue, up, name)
 	}
+}
+
+// gauges reads the loop's state for a scrape.
+func (r *Reconciler) gauges() gauges {
+	g := gauges{phases: map[reason.Phase]int{}, blocked: map[reason.Reason]int{}, now: r.cfg.Now()}
+	for _, p := range reason.Phases {
+		g.phases[p] = 0
+	}
+	// Every reason that blocks is served, 0 included, as the phases are: an alert on one sees it.
+	for _, why := range reason.All() {
+		if why.Phase() == reason.Blocked {
+			g.blocked[why] = 0
+		}
+	}
+	r.mu.Lock()
+	for id, st := range r.stands {
+		if st.status != nil && r.claims.holds(id) { // with replicas, each counts its own: their sum is every stand
+			g.phases[st.status.Phase]++
+			if st.status.Phase == reason.Blocked {
+				g.blocked[st.status.Reason]++
+			}
+		}
+		if st.running {
+			g.decided++
+		}
+	}
+	g.health, g.lastSync, g.active = r.health, r.lastSync, r.active
+	g.paused, g.planOnly = r.sw.paused() != nil, r.sw.planOnly()
+	g.unreviewed = r.gate.pending()
+	r.mu.Unlock()
+	g.health.Leases = r.claims.ready()
+	return g
 }
 
 func b2f(b bool) float64 {
@@ -164,3 +182,14 @@ func (m *metrics) operation(kind opKind, d time.Duration, err error) {
 	}
 	m.operations.WithLabelValues(string(kind), result).Observe(d.Seconds())
 }
+
+func (m *metrics) fetchFailed() { m.fetchFails.Inc() }
+
+// secretError counts an error of the secret store: op is read or write.
+func (m *metrics) secretError(op string) { m.secretErrs.WithLabelValues(op).Inc() }
+
+// healthCheck counts a live health check by its result (healthy, unhealthy, unreachable, error).
+func (m *metrics) healthCheck(result string) { m.healthChecks.WithLabelValues(result).Inc() }
+
+// heal counts a heal step by action (restart, apply, none) and result.
+func (m *metrics) heal(action, result string) { m.heals.WithLabelValues(action, result).Inc() }

@@ -210,7 +210,7 @@ func (r *Reconciler) saveConnection(ctx context.Context, id string, record json.
 	}
 	defer cancel()
 	if err := r.sec.WriteConnection(ctx, id, record); err != nil {
-		r.metrics.secretErrs.WithLabelValues("write").Inc()
+		r.metrics.secretError("write")
 		log.Warn("connection record not stored; retrying later", "err", err)
 		return false
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -37,14 +38,18 @@ type publisher struct {
 	pendingMu leafMutex
 	pending   bool // a delayed commit is on its way
 	flushCtx  context.Context
-	flush     context.CancelFunc // ends the delay for good: the drain has begun
+	endDelay  context.CancelFunc // ends the delay for good: the drain has begun
 }
 
 func newPublisher(cfg Config, src Source) *publisher {
 	p := &publisher{src: src, delay: cfg.StatusDelay, log: cfg.Log, published: map[string][]byte{}, seen: map[string]int64{}, sharedSt: map[string]*Status{}}
-	p.flushCtx, p.flush = context.WithCancel(context.Background())
+	p.flushCtx, p.endDelay = context.WithCancel(context.Background())
 	return p
 }
+
+// flushNow ends the delay of commits for good: the one on its way goes at once, and every later
+// change is committed at once.
+func (p *publisher) flushNow() { p.endDelay() }
 
 // load reads, once, the status files the repository already has, so a restart neither rewrites them
 // nor forgets a stand's phase; seed hands them to the loop before any commit can go.
@@ -92,9 +97,14 @@ func (r *Reconciler) loadPublished(ctx context.Context) error {
 // and no status waits longer than the delay. The wait counts as an operation, so Wait sees it; a
 // drain ends it at once, and from then on every change is committed at once.
 func (r *Reconciler) publishSoon(ctx context.Context) {
-	p := r.pub
+	r.pub.soon(ctx, &r.ops, r.publish)
+}
+
+// soon runs commit at once, or after the delay with whatever changed meanwhile (publishSoon); ops
+// counts the wait.
+func (p *publisher) soon(ctx context.Context, ops *sync.WaitGroup, commit func(context.Context) error) {
 	if p.delay <= 0 || p.flushCtx.Err() != nil {
-		_ = r.publish(ctx)
+		_ = commit(ctx)
 		return
 	}
 	p.pendingMu.Lock()
@@ -103,9 +113,9 @@ func (r *Reconciler) publishSoon(ctx context.Context) {
 		return // the commit on its way takes this change too: it reads the statuses when it goes
 	}
 	p.pending = true
-	r.ops.Add(1)
+	ops.Add(1)
 	go func() {
-		defer r.ops.Done()
+		defer ops.Done()
 		t := time.NewTimer(p.delay)
 		select {
 		case <-t.C:
@@ -117,7 +127,7 @@ func (r *Reconciler) publishSoon(ctx context.Context) {
 		p.pendingMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		_ = r.publish(ctx)
+		_ = commit(ctx)
 	}()
 }
 
@@ -128,18 +138,60 @@ func (r *Reconciler) publish(ctx context.Context) error {
 	if r.claims != nil {
 		return r.publishShared(ctx)
 	}
-	r.pub.mu.Lock()
-	defer r.pub.mu.Unlock()
-	r.mu.Lock()
-	all := map[string]*Status{}
-	for id, st := range r.stands {
-		if st.status != nil {
-			all[id] = st.status
+	return r.pub.commit(ctx, func() (map[string]*Status, []string, mdtext.Markup) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		all := map[string]*Status{}
+		for id, st := range r.stands {
+			if st.status != nil {
+				all[id] = st.status
+			}
+		}
+		return all, r.unreadable, r.sw.banner()
+	})
+}
+
+// commit commits what read returns (the statuses, the unreadable stands, the banner), read under the
+// publisher's lock so that two commits never interleave.
+func (p *publisher) commit(ctx context.Context, read func() (map[string]*Status, []string, mdtext.Markup)) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	all, unreadable, banner := read()
+	return p.commitLocked(ctx, all, unreadable, banner)
+}
+
+// commitShared is commit on the leader with replicas: the records that changed since it last read
+// them are read from rep, and the statuses committed are the records'.
+func (p *publisher) commitShared(ctx context.Context, rep Replicas, read func() ([]string, mdtext.Markup)) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	versions, err := rep.Versions(ctx)
+	if err != nil {
+		p.log.Warn("stand records not read; status committed at the next change", "err", err)
+		return err
+	}
+	var changed []string
+	for name, v := range versions {
+		if p.seen[name] != v {
+			changed = append(changed, name)
 		}
 	}
-	unreadable, banner := r.unreadable, r.sw.banner()
-	r.mu.Unlock()
-	return r.pub.commitLocked(ctx, all, unreadable, banner)
+	if len(changed) > 0 {
+		slices.Sort(changed)
+		recs, err := rep.Records(ctx, changed)
+		if err != nil {
+			p.log.Warn("stand records not read; status committed at the next change", "err", err)
+			return err
+		}
+		for name, rec := range recs {
+			p.seen[name] = rec.Version
+			if s, ok := decodeRecord(name, rec.Body); ok {
+				p.sharedSt[name] = s
+			}
+		}
+	}
+	unreadable, banner := read()
+	return p.commitLocked(ctx, p.sharedSt, unreadable, banner)
 }
 
 // commitLocked commits the status files of all that differ from the last commit, and STATUS.md.

@@ -112,10 +112,8 @@ type Config struct {
 	// InventoryTimeout the inventory of a cycle (DefaultInventoryTimeout).
 	OperationTimeout time.Duration
 	InventoryTimeout time.Duration
-	// PlanOnly decides and reports, and applies and destroys nothing (controls.go). ControlState is
-	// the file that keeps the operator's local switches across restarts ("" keeps them in memory).
-	PlanOnly     bool
-	ControlState string
+	// Controls: the operator's switches (controls.go).
+	Controls ControlsConfig
 	// NodesMode is the engine's node mode (engine.NodesFull or NodesSkipped; "" unknown): a stack
 	// applied in another is applied again.
 	NodesMode string
@@ -125,34 +123,58 @@ type Config struct {
 	// read, is kept (0: every cycle reads them again). A secret changed in the store is applied at
 	// the next commit or within this time.
 	SecretRefresh time.Duration
-	// Checker, with HealthInterval > 0, checks every applied stand's instances on its servers that
-	// often (health.go): a failure makes the stand Degraded, recovery Ready again. Heal restarts an
-	// unhealthy instance, and applies the stand again when that does not help, at most HealLimit
-	// times an hour per instance (3); HealSettle is the wait after restarts before the check that
-	// judges them (15s).
-	Checker        Checker
-	HealthInterval time.Duration
-	Heal           bool
-	HealLimit      int
-	HealSettle     time.Duration
+	// Health: the live health check and --heal (health.go).
+	Health HealthConfig
 	// Expiries, when set, gets each cycle's endings (leader only; not while a manifest cannot be
 	// read or the secret store is down: a stand that seems gone may not be).
 	Expiries Expiries
-	// Prices, when set, prices each stand's servers for its status and STATUS.md, read again every
-	// PricesInterval (an hour).
-	Prices         Pricer
-	PricesInterval time.Duration
+	// Prices, when its Pricer is set, prices each stand's servers for its status and STATUS.md
+	// (lifetime.go).
+	Prices PricesConfig
 	// Metrics, when set, gets the loop's metrics (metrics.go).
 	Metrics prometheus.Registerer
-	// RequireReview applies a change of a stand only when it was reviewed (review.go); Reviews
-	// asks pull requests (nil: only the first import and ctl approve let changes through).
-	// ReviewState keeps what was let through across restarts ("" in memory only).
-	RequireReview bool
-	Reviews       Reviews
-	ReviewState   string
+	// Review: the review gate (review.go).
+	Review ReviewConfig
 	// Replicas, when set, makes this reconciler one of several on one PostgreSQL (replicas.go): it
 	// operates the stands whose leases it holds, and commits status only while it is the leader.
 	Replicas Replicas
+}
+
+// ControlsConfig is the operator's switches' part of Config.
+type ControlsConfig struct {
+	// PlanOnly decides and reports, and applies and destroys nothing. State is the file that keeps
+	// the operator's local switches across restarts ("" keeps them in memory).
+	PlanOnly bool
+	State    string
+}
+
+// HealthConfig is the live health check's part of Config. With Interval > 0, Checker checks every
+// applied stand's instances on its servers that often: a failure makes the stand Degraded, recovery
+// Ready again. Heal restarts an unhealthy instance, and applies the stand again when that does not
+// help, at most Limit times an hour per instance (DefaultHealLimit); Settle is the wait after
+// restarts before the check that judges them (15s).
+type HealthConfig struct {
+	Checker  Checker
+	Interval time.Duration
+	Heal     bool
+	Limit    int
+	Settle   time.Duration
+}
+
+// PricesConfig is the lifetimes' part of Config: Pricer, when set, is asked for the prices every
+// Interval (an hour).
+type PricesConfig struct {
+	Pricer   Pricer
+	Interval time.Duration
+}
+
+// ReviewConfig is the review gate's part of Config. Require applies a change of a stand only when
+// it was reviewed; Reviews asks pull requests (nil: only the first import and ctl approve let
+// changes through). State keeps what was let through across restarts ("" in memory only).
+type ReviewConfig struct {
+	Require bool
+	Reviews Reviews
+	State   string
 }
 
 // Defaults of the deadlines: a two-node stand's first apply takes minutes (cloud-init, image pulls),
@@ -255,14 +277,14 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 	if cfg.InventoryTimeout <= 0 {
 		cfg.InventoryTimeout = DefaultInventoryTimeout
 	}
-	if cfg.HealLimit <= 0 {
-		cfg.HealLimit = DefaultHealLimit
+	if cfg.Health.Limit <= 0 {
+		cfg.Health.Limit = DefaultHealLimit
 	}
-	if cfg.PricesInterval <= 0 {
-		cfg.PricesInterval = time.Hour
+	if cfg.Prices.Interval <= 0 {
+		cfg.Prices.Interval = time.Hour
 	}
-	if cfg.HealSettle <= 0 {
-		cfg.HealSettle = defaultHealSettle
+	if cfg.Health.Settle <= 0 {
+		cfg.Health.Settle = defaultHealSettle
 	}
 	if sec == nil {
 		sec = envSecrets{}
@@ -272,8 +294,8 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 		warned: map[manifest.Diagnostic]bool{},
 		claims: newClaims(cfg.Replicas)}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
-	r.life, r.gate, r.heals = newLifetimes(cfg), newGate(cfg), newHealBook(cfg.HealLimit)
-	r.metrics = newMetrics(r, cfg.Metrics)
+	r.life, r.gate, r.heals = newLifetimes(cfg), newGate(cfg), newHealBook(cfg.Health.Limit)
+	r.metrics = newMetrics(r.gauges, cfg.Metrics)
 	var err error
 	if r.sw, err = newSwitches(cfg); err != nil {
 		r.log.Error("operator controls unreadable: starting paused; fix or remove the file, then `stands-reconciler ctl resume`", "err", err)
@@ -379,7 +401,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		r.mu.Lock()
 		r.health.Source = err
 		r.mu.Unlock()
-		r.metrics.fetchFails.Inc()
+		r.metrics.fetchFailed()
 		return fmt.Errorf("fetch stands repository: %w", err)
 	}
 	log := r.log.With("commit", mdtext.Short(snap.Source))
@@ -405,7 +427,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 	var hold reason.Reason
 	switch {
 	case d.secretsErr != nil:
-		r.metrics.secretErrs.WithLabelValues("read").Inc()
+		r.metrics.secretError("read")
 		hold = reason.VaultUnavailable
 		// An outage is logged at its start and then every tenth cycle, as a failed cycle is.
 		if r.secretsDown++; r.secretsDown <= 3 || r.secretsDown%10 == 0 {

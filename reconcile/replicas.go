@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -76,6 +77,12 @@ func newClaims(rep Replicas) *claims {
 		return nil
 	}
 	return &claims{rep: rep, tokens: map[string]int64{}, shared: map[string][]byte{}, queued: map[string]chan struct{}{}}
+}
+
+// sharing takes the share's lock (one share at a time); call what it returns to let it go.
+func (c *claims) sharing() (unlock func()) {
+	c.shareMu.Lock()
+	return c.shareMu.Unlock
 }
 
 // holds says whether this replica operates the stand: always without replicas. A lease found lost
@@ -178,14 +185,14 @@ func (c *claims) ready() error {
 // record, which the replica that held it before wrote.
 func (r *Reconciler) claim(ctx context.Context, ids []string) {
 	c := r.claims
-	if c == nil || !c.rep.Renewing() {
+	if c == nil || !r.cfg.Replicas.Renewing() {
 		return // cut off from the store: nothing is acquired or handed over; the held leases run out
 	}
-	me := c.rep.Name()
+	me := r.cfg.Replicas.Name()
 	var taken, handoff []string
 	tokens := map[string]int64{}
 	for _, id := range ids {
-		owner := c.rep.Owner(id)
+		owner := r.cfg.Replicas.Owner(id)
 		r.mu.Lock()
 		running := r.state(id).running
 		r.mu.Unlock()
@@ -196,7 +203,7 @@ func (r *Reconciler) claim(ctx context.Context, ids []string) {
 		case held && owner != "" && owner != me:
 			c.evict(id) // waiting for a worker: it leaves, and the stand is handed over next
 		case !held && owner == me:
-			l, _, ok, holder, err := c.rep.Acquire(ctx, id)
+			l, _, ok, holder, err := r.cfg.Replicas.Acquire(ctx, id)
 			switch {
 			case err != nil:
 				r.log.Warn("stand lease not acquired; tried again next cycle", "stand", id, "err", err)
@@ -230,11 +237,11 @@ func (r *Reconciler) handOver(ctx context.Context, ids []string) {
 		if busy {
 			continue
 		}
-		if err := c.rep.Release(ctx, id); err != nil {
+		if err := r.cfg.Replicas.Release(ctx, id); err != nil {
 			r.log.Warn("stand lease not released; it expires on its own", "stand", id, "err", err)
 			continue
 		}
-		r.log.Info("stand handed over to the replica it belongs to now", "stand", id, "to", c.rep.Owner(id))
+		r.log.Info("stand handed over to the replica it belongs to now", "stand", id, "to", r.cfg.Replicas.Owner(id))
 	}
 }
 
@@ -258,7 +265,7 @@ func (r *Reconciler) known(ev *judge.Evaluation) []string {
 // takeUp makes newly held stands continue from their records: the status their last holder wrote
 // (a record that cannot be read leaves the status as this replica knew it, which it then writes).
 func (r *Reconciler) takeUp(ctx context.Context, ids []string, tokens map[string]int64) {
-	recs, err := r.claims.rep.Records(ctx, ids)
+	recs, err := r.cfg.Replicas.Records(ctx, ids)
 	if err != nil {
 		r.log.Warn("stand records not read; their statuses continue from the status files", "err", err)
 	}
@@ -292,8 +299,7 @@ func decodeRecord(id string, body []byte) (*Status, bool) {
 // writes the stand's status from then on.
 func (r *Reconciler) share(ctx context.Context) {
 	c := r.claims
-	c.shareMu.Lock()
-	defer c.shareMu.Unlock()
+	defer c.sharing()()
 	type write struct {
 		id   string
 		body []byte
@@ -310,7 +316,7 @@ func (r *Reconciler) share(ctx context.Context) {
 	}
 	r.mu.Unlock()
 	for _, w := range writes {
-		err := c.rep.Put(ctx, w.id, w.body)
+		err := r.cfg.Replicas.Put(ctx, w.id, w.body)
 		switch {
 		case errors.Is(err, stands.ErrLeaseLost):
 			r.log.Warn("status not shared: the stand's lease has passed on, and its new holder writes it", "stand", w.id)
@@ -336,38 +342,11 @@ func (r *Reconciler) publishShared(ctx context.Context) error {
 		return nil
 	}
 	defer cancel()
-	p := r.pub
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	versions, err := r.claims.rep.Versions(ctx)
-	if err != nil {
-		r.log.Warn("stand records not read; status committed at the next change", "err", err)
-		return err
-	}
-	var changed []string
-	for name, v := range versions {
-		if p.seen[name] != v {
-			changed = append(changed, name)
-		}
-	}
-	if len(changed) > 0 {
-		slices.Sort(changed)
-		recs, err := r.claims.rep.Records(ctx, changed)
-		if err != nil {
-			r.log.Warn("stand records not read; status committed at the next change", "err", err)
-			return err
-		}
-		for name, rec := range recs {
-			p.seen[name] = rec.Version
-			if s, ok := decodeRecord(name, rec.Body); ok {
-				p.sharedSt[name] = s
-			}
-		}
-	}
-	r.mu.Lock()
-	unreadable, banner := r.unreadable, r.sw.banner()
-	r.mu.Unlock()
-	return p.commitLocked(ctx, p.sharedSt, unreadable, banner)
+	return r.pub.commitShared(ctx, r.cfg.Replicas, func() ([]string, mdtext.Markup) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.unreadable, r.sw.banner()
+	})
 }
 
 // runPublisher makes the leader commit what the others wrote, every status delay (publishEvery
@@ -396,15 +375,15 @@ func (r *Reconciler) mayStart(id string) bool {
 	if c == nil {
 		return true
 	}
-	owner := c.rep.Owner(id)
-	return owner == "" || owner == c.rep.Name()
+	owner := r.cfg.Replicas.Owner(id)
+	return owner == "" || owner == r.cfg.Replicas.Name()
 }
 
 // leave gives up an operation that has not started: another replica joined while it waited for a
 // worker, and the stand is that replica's now. claim hands the stand over at the next cycle, instead
 // of this replica working through a queue of others' stands.
 func (r *Reconciler) leave(o op, log *slog.Logger) {
-	log.Info("operation left, unstarted, to the replica the stand belongs to now", "to", r.claims.rep.Owner(o.id))
+	log.Info("operation left, unstarted, to the replica the stand belongs to now", "to", r.cfg.Replicas.Owner(o.id))
 	r.claims.started(o.id)
 	r.mu.Lock()
 	r.state(o.id).running = false
@@ -418,7 +397,7 @@ func (r *Reconciler) underLease(ctx context.Context, name string) (context.Conte
 	if r.claims == nil {
 		return ctx, func() {}, true
 	}
-	l, ok, err := r.claims.rep.Current(ctx, name)
+	l, ok, err := r.cfg.Replicas.Current(ctx, name)
 	if err != nil || !ok {
 		r.log.Debug("write skipped: the lease is not this replica's any more", "lease", name, "err", err)
 		return ctx, func() {}, false

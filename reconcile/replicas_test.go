@@ -467,7 +467,7 @@ func TestHealOfACutOffReplicaStops(t *testing.T) {
 		Problems: []string{"unit failed"}}}})
 	chk.hang = true
 	log := &opLog{}
-	a := startReplica(t, pg, src, eng, log, "a", 1, func(c *Config) { c.Checker, c.Heal, c.HealSettle = chk, true, time.Millisecond })
+	a := startReplica(t, pg, src, eng, log, "a", 1, func(c *Config) { c.Health.Checker, c.Health.Heal, c.Health.Settle = chk, true, time.Millisecond })
 	b := startReplica(t, pg, src, eng, log, "b", 1)
 	waitLive(t, a, b)
 	cycleAll(t, a)

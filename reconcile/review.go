@@ -18,7 +18,7 @@ import (
 )
 
 // Apply only what was reviewed (docs/pr-workflow.md#apply-only-what-was-reviewed). With
-// Config.RequireReview, each create, update and destroy a commit of the tracked branch asks for is a
+// Config.Review.Require, each create, update and destroy a commit of the tracked branch asks for is a
 // change of the stand's print (judge.Print: its spec, secrets as placeholders: what a plan shows and
 // a review approves; "" for a removal), and it starts only when that change was reviewed:
 //   - the stack's recorded print is the same (only secret values or policy changed since the
@@ -37,7 +37,7 @@ type Reviews interface {
 	Reviewed(ctx context.Context, id, print string) (stands.ChangeReview, error)
 }
 
-// reviewState is what the gate keeps across restarts (Config.ReviewState).
+// reviewState is what the gate keeps across restarts (Config.Review.State).
 type reviewState struct {
 	// Baseline is the commit of the gate's first run ("" before it): a first import when no stack
 	// existed then.
@@ -61,7 +61,7 @@ type unreviewed struct {
 	statused           bool // stands/<id> says so on commit
 }
 
-// gate is the review gate: which changes were let through (kept in Config.ReviewState across
+// gate is the review gate: which changes were let through (kept in Config.Review.State across
 // restarts) and which are held. Two locks of its own: mu over what was let through, held across the
 // question to the forge (Reviews) and the state file, so taken with no other lock held and taking
 // none; heldMu over the changes held, a leaf taken under the loop's lock (decide) or alone.
@@ -82,7 +82,7 @@ type gate struct {
 }
 
 func newGate(cfg Config) *gate {
-	return &gate{required: cfg.RequireReview, reviews: cfg.Reviews, file: cfg.ReviewState, passphrase: cfg.Passphrase, now: cfg.Now,
+	return &gate{required: cfg.Review.Require, reviews: cfg.Review.Reviews, file: cfg.Review.State, passphrase: cfg.Passphrase, now: cfg.Now,
 		log: cfg.Log, held: map[string]*unreviewed{}}
 }
 
@@ -152,6 +152,13 @@ func (g *gate) review(ctx context.Context, actions []diff.Action, d *desiredStat
 		g.save()
 	}
 	return held
+}
+
+// approveRemoval lets a stand's destroy through, when changes must be reviewed at all.
+func (g *gate) approveRemoval(id, by string) {
+	if g.required {
+		g.approve(id, "", by)
+	}
 }
 
 // approve lets a stand's change to print through and keeps it.
@@ -290,7 +297,5 @@ func (r *Reconciler) reportUnreviewed(ctx context.Context) {
 // ApproveRemoval lets the destroy of a stand through the review gate: its removal pull request was
 // merged by the reconciler at its end, as the repository's lifetime policy allows (by says so).
 func (r *Reconciler) ApproveRemoval(id, by string) {
-	if r.gate.required {
-		r.gate.approve(id, "", by)
-	}
+	r.gate.approveRemoval(id, by)
 }
