@@ -269,13 +269,13 @@ func (e *Engine) prepare(ctx context.Context, in stands.Input, create, readOnly 
 	if err != nil {
 		return auto.Stack{}, nil, nil, fmt.Errorf("open stack %s/%s: %w", s.Project, s.Env, err)
 	}
-	outs, err := st.Outputs(ctx)
-	if err != nil {
-		return auto.Stack{}, nil, nil, fmt.Errorf("read outputs of %s/%s: %w", s.Project, s.Env, err)
-	}
-	dep, err := exportDeployment(ctx, st)
+	dep, err := e.readDeployment(ctx, stands.StackRef{Project: s.Project, Env: s.Env})
 	if err != nil {
 		return auto.Stack{}, nil, nil, err
+	}
+	outs, err := dep.outputs()
+	if err != nil {
+		return auto.Stack{}, nil, nil, fmt.Errorf("read outputs of %s/%s: %w", s.Project, s.Env, err)
 	}
 	if err := checkOwned(st, outs, dep); err != nil {
 		return auto.Stack{}, nil, nil, err
@@ -460,7 +460,11 @@ func (e *Engine) Refresh(ctx context.Context, in stands.Input) (_ *stands.Result
 	if err != nil {
 		return nil, fmt.Errorf("pulumi refresh %s: %w", in.Stand.ID, err)
 	}
-	outs, err := st.Outputs(ctx)
+	dep, err := e.readDeployment(ctx, stands.StackRef{Project: in.Stand.Project, Env: in.Stand.Env})
+	if err != nil {
+		return nil, err
+	}
+	outs, err := dep.outputs()
 	if err != nil {
 		return nil, fmt.Errorf("read outputs of %s: %w", in.Stand.ID, err)
 	}
@@ -590,13 +594,13 @@ func (e *Engine) Destroy(ctx context.Context, ref stands.StackRef) (_ *stands.Re
 	if err != nil {
 		return nil, fmt.Errorf("open stack %s: %w", id, err)
 	}
-	outs, err := st.Outputs(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read outputs of %s: %w", id, err)
-	}
-	dep, err := exportDeployment(ctx, st)
+	dep, err := e.readDeployment(ctx, ref)
 	if err != nil {
 		return nil, err
+	}
+	outs, err := dep.outputs()
+	if err != nil {
+		return nil, fmt.Errorf("read outputs of %s: %w", id, err)
 	}
 	if err := checkOwned(st, outs, dep); err != nil {
 		return nil, err

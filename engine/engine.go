@@ -196,18 +196,21 @@ func (e *Engine) stack(ctx context.Context, ref stands.StackRef, run pulumi.RunF
 	if err != nil {
 		return auto.Stack{}, err
 	}
-	opts := append([]auto.LocalWorkspaceOption{auto.Project(proj), auto.SecretsProvider("passphrase")}, wsOpts...)
+	opts := append([]auto.LocalWorkspaceOption{auto.Project(proj), auto.SecretsProvider("passphrase"), auto.Program(run)}, wsOpts...)
+	lw, err := auto.NewLocalWorkspace(ctx, opts...)
+	if err != nil {
+		return auto.Stack{}, fmt.Errorf("workspace of %s/%s: %w", ref.Project, ref.Env, err)
+	}
+	ws := &stackWorkspace{Workspace: lw, e: e, ref: ref}
 	var st auto.Stack
-	if create {
-		st, err = auto.UpsertStackInlineSource(ctx, fqn(ref), ref.Project, run, opts...)
-		if err != nil {
-			// Another process may have created the stack between our check and our create.
-			if sel, selErr := auto.SelectStackInlineSource(ctx, fqn(ref), ref.Project, run, opts...); selErr == nil {
-				st, err = sel, nil
-			}
+	if create && !ws.exists(ctx) {
+		st, err = auto.NewStack(ctx, fqn(ref), ws)
+		if auto.IsCreateStack409Error(err) {
+			// Another process created the stack between our look and our create.
+			st, err = auto.SelectStack(ctx, fqn(ref), ws)
 		}
 	} else {
-		st, err = auto.SelectStackInlineSource(ctx, fqn(ref), ref.Project, run, opts...)
+		st, err = auto.SelectStack(ctx, fqn(ref), ws)
 	}
 	if err != nil {
 		return auto.Stack{}, err
@@ -224,9 +227,7 @@ func (e *Engine) stack(ctx context.Context, ref stands.StackRef, run pulumi.RunF
 	st.Workspace().SetEnvVar(provider.EnvTokenFile, tokenFile)
 	st.Workspace().SetEnvVar(provider.EnvCloud, e.cfg.Cloud)
 	if e.cfg.CloudEndpoint != "" {
-		if err := st.SetAllConfig(ctx, auto.ConfigMap{provider.Name + ":" + provider.ConfigEndpoint: {Value: e.cfg.CloudEndpoint}}); err != nil {
-			return auto.Stack{}, fmt.Errorf("set provider config: %w", err)
-		}
+		st.Workspace().SetEnvVar(provider.EnvEndpoint, e.cfg.CloudEndpoint)
 	}
 	return st, nil
 }

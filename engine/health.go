@@ -189,14 +189,11 @@ func (e *Engine) decrypter(typ, salt string) (config.Decrypter, error) {
 	return d, nil
 }
 
-// secretSig marks a secret value in a checkpoint (Pulumi's sig.Secret).
-const secretSig = "1b47061264138c4ac30d75fd1eb44270"
-
 // decryptAll returns a checkpoint value with its secrets decrypted.
 func decryptAll(ctx context.Context, d config.Decrypter, v any) (any, error) {
 	switch x := v.(type) {
 	case map[string]any:
-		if x["4dabf18193072939515e22adb298388d"] == secretSig {
+		if x[sigKey] == secretSig {
 			plain, ok := x["plaintext"].(string)
 			if ct, isCT := x["ciphertext"].(string); isCT {
 				var err error

@@ -7,6 +7,7 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,7 +46,7 @@ var Version = version.Semver()
 // Config keys the provider reads (stack config "stands:<key>").
 const (
 	ConfigToken    = "token"    // the cloud's API token (secret): stacks of earlier versions hold it; EnvTokenFile wins
-	ConfigEndpoint = "endpoint" // the cloud's API endpoint, e.g. hcloudsim's http://127.0.0.1:PORT/v1
+	ConfigEndpoint = "endpoint" // the cloud's API endpoint: stacks of earlier versions set it; EnvEndpoint wins
 )
 
 // Serve runs the provider for the engine; it returns when the engine is done with it.
@@ -79,6 +80,11 @@ const EnvTokenFile = "STANDS_PROVIDER_HCLOUD_TOKEN_FILE"
 // EnvCloud is the variable the engine names the cloud with, in the operation's workspace: a name
 // Clouds opens ("" is DefaultCloud).
 const EnvCloud = "STANDS_PROVIDER_CLOUD"
+
+// EnvEndpoint is the variable the engine gives the cloud's API endpoint in (e.g. hcloudsim's
+// http://127.0.0.1:PORT/v1; unset: the cloud's own): in the workspace's environment rather than the
+// stack's config, which would cost a Pulumi process (config set-all) on every operation.
+const EnvEndpoint = "STANDS_PROVIDER_ENDPOINT"
 
 // call is what a resource operation may use: the Hetzner client (asked for only when needed, so node
 // work runs without a token) and the engine's log, for progress on long work.
@@ -250,7 +256,7 @@ func (p *Provider) Configure(_ context.Context, req *pulumirpc.ConfigureRequest)
 		}
 		token = strings.TrimSpace(string(data))
 	}
-	endpoint := stringProp(args, ConfigEndpoint)
+	endpoint := cmp.Or(os.Getenv(EnvEndpoint), stringProp(args, ConfigEndpoint))
 	if token != "" {
 		c, err := p.clouds.Open(os.Getenv(EnvCloud), token, endpoint)
 		if err != nil {
