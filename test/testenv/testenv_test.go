@@ -18,6 +18,7 @@ import (
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/go-git/go-git/v5/storage/memory"
 
+	"github.com/stands-engine/stands-reconciler/internal/localserver"
 	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
@@ -81,6 +82,40 @@ func TestGitea(t *testing.T) {
 	bad := &githttp.BasicAuth{Username: g.User, Password: "wrong"}
 	if _, err := git.Clone(memory.NewStorage(), memfs.New(), &git.CloneOptions{URL: repo.CloneURL, Auth: bad}); err == nil {
 		t.Error("clone with a wrong token succeeded")
+	}
+}
+
+// TestGiteaFromATemplate: two servers started from one new template folder make it once (no
+// half-made folder left), share the admin's token, which each accepts, and keep their own data.
+func TestGiteaFromATemplate(t *testing.T) {
+	tmpl := t.TempDir()
+	start := func() *Gitea {
+		g, err := localserver.NewGitea(context.Background(), localserver.GiteaConfig{
+			Bin: Binary(t, "gitea", "STANDS_GITEA_BIN"), StaticRoot: giteaStaticRoot(t), Dir: t.TempDir(),
+			HTTPPort: FreePort(t), SSHPort: FreePort(t), AppName: "stands-test", Admin: "stands", Template: tmpl,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Stop)
+		return &Gitea{g}
+	}
+	a, b := start(), start()
+	entries, err := os.ReadDir(tmpl)
+	if err != nil || len(entries) != 1 || strings.HasPrefix(entries[0].Name(), "making-") {
+		t.Fatalf("the template folder holds %v (%v), want one template", entries, err)
+	}
+	if a.Token != b.Token {
+		t.Error("two servers of one template have different tokens: the second made its own")
+	}
+	a.CreateRepo(t, "only-on-a")
+	for _, g := range []*Gitea{a, b} {
+		if _, _, err := g.API(t).GetMyUserInfo(); err != nil {
+			t.Errorf("%s refuses the template's token: %v", g.URL, err)
+		}
+	}
+	if _, _, err := b.API(t).GetRepo(b.User, "only-on-a"); err == nil {
+		t.Error("a repository made on one server shows on the other")
 	}
 }
 
