@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
@@ -67,10 +68,13 @@ func revealed(v any) (any, bool, error) {
 	switch v := v.(type) {
 	case map[string]any:
 		if v[sigKey] == secretSig {
-			text, _ := v["plaintext"].(string)
+			text, ok := v["plaintext"].(string)
+			if !ok {
+				return nil, true, errors.New("a secret with neither ciphertext nor plaintext")
+			}
 			var plain any
 			if err := json.Unmarshal([]byte(text), &plain); err != nil {
-				return nil, true, fmt.Errorf("a secret the export did not reveal: %w", err)
+				return nil, true, errors.New("a secret that is not JSON") // its text is not shown: a secret
 			}
 			inner, _, err := revealed(plain)
 			return inner, true, err

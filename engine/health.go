@@ -142,16 +142,17 @@ func (e *Engine) stateOutputs(ctx context.Context, ref stands.StackRef, types ..
 	}
 	out := map[string][]resource.PropertyMap{}
 	var dec config.Decrypter
+	decrypter := func() (config.Decrypter, error) {
+		if dec == nil {
+			dec, err = e.decrypter(latest.Secrets.Type, latest.Secrets.State.Salt)
+		}
+		return dec, err
+	}
 	for _, r := range latest.Resources {
 		if !slices.Contains(types, r.Type) {
 			continue
 		}
-		if dec == nil {
-			if dec, err = e.decrypter(latest.Secrets.Type, latest.Secrets.State.Salt); err != nil {
-				return nil, fmt.Errorf("the state of %s/%s: %w", ref.Project, ref.Env, err)
-			}
-		}
-		outs, err := decryptAll(ctx, dec, r.Outputs)
+		outs, err := decryptAll(ctx, decrypter, r.Outputs)
 		if err != nil {
 			return nil, fmt.Errorf("the state of %s/%s: %w", ref.Project, ref.Env, err)
 		}
@@ -189,43 +190,12 @@ func (e *Engine) decrypter(typ, salt string) (config.Decrypter, error) {
 	return d, nil
 }
 
-// decryptAll returns a checkpoint value with its secrets decrypted.
-func decryptAll(ctx context.Context, d config.Decrypter, v any) (any, error) {
-	switch x := v.(type) {
-	case map[string]any:
-		if x[sigKey] == secretSig {
-			plain, ok := x["plaintext"].(string)
-			if ct, isCT := x["ciphertext"].(string); isCT {
-				var err error
-				if plain, err = d.DecryptValue(ctx, ct); err != nil {
-					return nil, fmt.Errorf("decrypt a secret: %w", err)
-				}
-			} else if !ok {
-				return nil, errors.New("a secret with neither ciphertext nor plaintext")
-			}
-			var inner any
-			if err := json.Unmarshal([]byte(plain), &inner); err != nil {
-				return nil, errors.New("a secret that is not JSON") // its text is not shown: a secret
-			}
-			return decryptAll(ctx, d, inner)
-		}
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			var err error
-			if out[k], err = decryptAll(ctx, d, e); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			var err error
-			if out[i], err = decryptAll(ctx, d, e); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
+// decryptAll returns a checkpoint value with its secrets decrypted, no longer marked as secrets.
+func decryptAll(ctx context.Context, decrypter func() (config.Decrypter, error), v any) (any, error) {
+	shown, err := revealAll(ctx, decrypter, v)
+	if err != nil {
+		return nil, err
 	}
-	return v, nil
+	plain, _, err := revealed(shown)
+	return plain, err
 }
