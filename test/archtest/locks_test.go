@@ -121,18 +121,7 @@ func (lt loopTypes) check(fset *token.FileSet, f *ast.File, fd *ast.FuncDecl) (b
 		}
 		imports[name] = true
 	}
-	ast.Inspect(fd.Body, func(n ast.Node) bool { // first every local set from a known type's field
-		if as, ok := n.(*ast.AssignStmt); ok && len(as.Lhs) == len(as.Rhs) {
-			for i, l := range as.Lhs {
-				if id, ok := l.(*ast.Ident); ok {
-					if typ := lt.typeOf(as.Rhs[i], vars); typ != "" {
-						vars[id.Name] = typ
-					}
-				}
-			}
-		}
-		return true
-	})
+	lt.locals(fd.Body, vars) // first every local set from a known type's field
 	ast.Inspect(fd.Body, func(n ast.Node) bool {
 		block, ok := n.(*ast.BlockStmt)
 		if !ok {
@@ -196,6 +185,22 @@ func (lt loopTypes) leafCall(call *ast.CallExpr, method string, vars map[string]
 func (lt loopTypes) isUnlock(call *ast.CallExpr, owner, field string, vars map[string]string) bool {
 	o, f, ok := lt.leafCall(call, "Unlock", vars)
 	return ok && o == owner && f == field
+}
+
+// locals adds to vars each local of body set from a known type's value (typeOf).
+func (lt loopTypes) locals(body *ast.BlockStmt, vars map[string]string) {
+	ast.Inspect(body, func(n ast.Node) bool {
+		if as, ok := n.(*ast.AssignStmt); ok && len(as.Lhs) == len(as.Rhs) {
+			for i, l := range as.Lhs {
+				if id, ok := l.(*ast.Ident); ok {
+					if typ := lt.typeOf(as.Rhs[i], vars); typ != "" {
+						vars[id.Name] = typ
+					}
+				}
+			}
+		}
+		return true
+	})
 }
 
 // typeOf is the type of x (an identifier, or a field of one) when the check knows it; "" otherwise.

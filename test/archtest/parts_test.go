@@ -128,18 +128,7 @@ func (pc partsCheck) read(lt loopTypes, fset *token.FileSet, fd *ast.FuncDecl) [
 			vars[n.Name] = strings.TrimPrefix(receiverName(fl.Type), "*")
 		}
 	}
-	ast.Inspect(fd.Body, func(n ast.Node) bool {
-		if as, ok := n.(*ast.AssignStmt); ok && len(as.Lhs) == len(as.Rhs) {
-			for i, l := range as.Lhs {
-				if id, ok := l.(*ast.Ident); ok {
-					if typ := lt.typeOf(as.Rhs[i], vars); typ != "" {
-						vars[id.Name] = typ
-					}
-				}
-			}
-		}
-		return true
-	})
+	lt.locals(fd.Body, vars)
 	recv := self
 	if fd.Recv == nil {
 		recv = "func"
