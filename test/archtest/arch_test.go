@@ -4,6 +4,7 @@
 package archtest
 
 import (
+	"bytes"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -158,9 +159,11 @@ func violations(deps, prefixes []string) []string {
 func output(t *testing.T, cmd *exec.Cmd) []byte {
 	t.Helper()
 	cmd.Dir = testenv.RepoRoot()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("%v: %v", cmd.Args, err)
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, stderr.Bytes())
 	}
 	return out
 }
