@@ -35,7 +35,12 @@ func editedSingle(t *testing.T, edit func(manifest string) string, overlay ...st
 // appliedSingle is a fixture with in (the single stand, or a variant of it) applied.
 func appliedSingle(t *testing.T, in stands.Input) *fixture {
 	t.Helper()
-	f := newFixture(t)
+	return applied(t, newFixture(t), in)
+}
+
+// applied is f with in applied.
+func applied(t *testing.T, f *fixture, in stands.Input) *fixture {
+	t.Helper()
 	if _, err := f.eng.Apply(context.Background(), in, false); err != nil {
 		t.Fatalf("apply: %v\n%s", err, f.logs)
 	}
@@ -207,9 +212,11 @@ func TestSharedBackendTwoOwners(t *testing.T) {
 
 // TestProtectHoldsServers: a stand protected at its last apply has none of its servers replaced or
 // deleted, in the plan (which names the server and the input forcing it) or the apply (refused
-// before Pulumi starts, no Hetzner delete), until protect: false is applied; then the same change
-// goes through (the control).
-func TestProtectHoldsServers(t *testing.T) {
+// before Pulumi starts, no delete on the cloud), until protect: false is applied; then the same
+// change goes through (the control). On each cloud: protect is the engine's, whatever the cloud.
+func TestProtectHoldsServers(t *testing.T) { onEachCloud(t, protectHoldsServers) }
+
+func protectHoldsServers(t *testing.T, f *fixture) {
 	variant := func(protect bool, image, node string) stands.Input {
 		return editedSingle(t, func(m string) string {
 			m = strings.Replace(m, "image: debian-12", "image: "+image, 1)
@@ -217,19 +224,10 @@ func TestProtectHoldsServers(t *testing.T) {
 			return strings.Replace(m, "nodes:\n  main:", "nodes:\n  "+node+":", 1)
 		})
 	}
-	f := appliedSingle(t, variant(true, "debian-12", "main"))
+	applied(t, f, variant(true, "debian-12", "main"))
 	ctx := context.Background()
-	id := f.Servers(t)["demo-demo-single-main"].ID
-	deleteCalls := func() int {
-		n := 0
-		for _, c := range f.Sim.Calls() {
-			if c.Method == http.MethodDelete {
-				n++
-			}
-		}
-		return n
-	}
-	deletes := deleteCalls()
+	id := f.servers(t)["demo-demo-single-main"].ID
+	deletes := f.deletes()
 	for _, c := range []struct {
 		name string
 		in   stands.Input
@@ -254,11 +252,11 @@ func TestProtectHoldsServers(t *testing.T) {
 	if res, err := f.eng.Apply(ctx, bigger, false); err != nil || res.Changes["update"] != 1 {
 		t.Fatalf("resize of the protected stand: %+v %v", res, err)
 	}
-	if s := f.Servers(t)["demo-demo-single-main"]; s.ID != id || s.ServerType.Name != "cx32" || s.Status != "running" {
-		t.Errorf("after the resize: id %d (was %d), %s, %s", s.ID, id, s.ServerType.Name, s.Status)
+	if s := f.servers(t)["demo-demo-single-main"]; s.ID != id || s.Type != "cx32" || !f.running(t, s.ID) {
+		t.Errorf("after the resize: id %d (was %d), %s, running %v", s.ID, id, s.Type, f.running(t, s.ID))
 	}
-	if n := deleteCalls() - deletes; n != 0 || f.Servers(t)["demo-demo-single-main"].ID != id {
-		t.Fatalf("%d Hetzner deletes while protected", n)
+	if n := f.deletes() - deletes; n != 0 || f.servers(t)["demo-demo-single-main"].ID != id {
+		t.Fatalf("%d cloud deletes while protected", n)
 	}
 	if _, err := f.eng.Apply(ctx, variant(false, "debian-12", "main"), false); err != nil {
 		t.Fatalf("apply protect: false: %v", err)
@@ -266,7 +264,7 @@ func TestProtectHoldsServers(t *testing.T) {
 	if _, err := f.eng.Apply(ctx, variant(false, "ubuntu-24.04", "main"), false); err != nil {
 		t.Fatalf("the other image once unprotected: %v", err)
 	}
-	if s := f.Servers(t)["demo-demo-single-main"]; s == nil || s.ID == id {
+	if s := f.servers(t)["demo-demo-single-main"]; s == nil || s.ID == id {
 		t.Errorf("server after the unprotected change: %+v", s)
 	}
 }

@@ -20,10 +20,17 @@ import (
 // each to its floor: what the engine can read itself (whether a stack exists, its state and outputs)
 // it reads from the backend (stackworkspace.go, readDeployment). On the way it holds that read equal
 // to the CLI's own: the outputs `pulumi stack output` gives and the deployment `pulumi stack export`
-// gives.
+// gives. On each cloud: the same floors hold on the fake second cloud, so the seam costs no process.
 func TestPulumiProcessesPerOperation(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	f := newFixtureWith(t, func(c *Config) { c.SkipNodes, c.Metrics = true, reg })
+	for _, name := range clouds {
+		t.Run(name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			pulumiProcessesPerOperation(t, newFixtureOn(t, name, func(c *Config) { c.Metrics = reg }), reg)
+		})
+	}
+}
+
+func pulumiProcessesPerOperation(t *testing.T, f *fixture, reg *prometheus.Registry) {
 	ctx := context.Background()
 	stand := load(t, examples(t, ""), "stands/two-node/stand.yml")
 	bigger := load(t, examples(t, ""), "stands/two-node/stand.yml")

@@ -33,6 +33,7 @@ type Server struct {
 	networks map[string]*network
 	keys     map[string]int64
 	writes   int
+	deletes  int
 	down     bool
 }
 
@@ -79,6 +80,13 @@ func (s *Server) Writes() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.writes
+}
+
+// Deletes counts the servers deleted.
+func (s *Server) Deletes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deletes
 }
 
 // UserData is a server's user data, which the API never shows.
@@ -242,6 +250,7 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request, srv *server) {
 func (s *Server) delete(w http.ResponseWriter, _ *http.Request, srv *server) {
 	s.mu.Lock()
 	delete(s.servers, srv.ID)
+	s.deletes++
 	s.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
