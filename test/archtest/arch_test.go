@@ -393,3 +393,34 @@ func markupConversions(t *testing.T, name string, src []byte) []string {
 	})
 	return out
 }
+
+// TestVetWithE2ESeesEveryFile: .ci/run's test step skips make unit's go vet ./... (VETTED=1) because
+// lint's go vet -tags e2e ./... has just vetted every file a plain go vet builds; that holds while no
+// file of the module is built only without the tag. The control: a package with a `!e2e` file.
+func TestVetWithE2ESeesEveryFile(t *testing.T) {
+	if missing := filesOnlyWithoutE2E(t, "./..."); len(missing) > 0 {
+		t.Errorf("files go vet -tags e2e does not build (make lint's vet misses them): %s", strings.Join(missing, ", "))
+	}
+	if missing := filesOnlyWithoutE2E(t, "./test/archtest/testdata/vettags"); !slices.Equal(missing, []string{"plain_only.go"}) {
+		t.Errorf("the check does not see a file built only without the tag: %q", missing)
+	}
+}
+
+// filesOnlyWithoutE2E are the Go files (tests included) of the packages of pattern that a build
+// without tags has and one with -tags e2e has not.
+func filesOnlyWithoutE2E(t *testing.T, pattern string) []string {
+	t.Helper()
+	const format = `{{range .GoFiles}}{{$.Dir}}/{{.}} {{end}}{{range .TestGoFiles}}{{$.Dir}}/{{.}} {{end}}{{range .XTestGoFiles}}{{$.Dir}}/{{.}} {{end}}`
+	plain := strings.Fields(string(output(t, goCmd(t, "list", "-f", format, pattern))))
+	tagged := strings.Fields(string(output(t, goCmd(t, "list", "-tags", "e2e", "-f", format, pattern))))
+	if len(plain) == 0 {
+		t.Fatalf("go list %s listed no file", pattern)
+	}
+	var missing []string
+	for _, f := range plain {
+		if !slices.Contains(tagged, f) {
+			missing = append(missing, filepath.Base(f))
+		}
+	}
+	return missing
+}
