@@ -133,13 +133,7 @@ func (e *Engine) readDeployment(ctx context.Context, ref stands.StackRef) (*depl
 	if err := json.Unmarshal(cp.Checkpoint.Latest, d); err != nil {
 		return nil, fmt.Errorf("parse the state of %s/%s: %w", ref.Project, ref.Env, err)
 	}
-	var dec config.Decrypter
-	decrypter := func() (config.Decrypter, error) {
-		if dec == nil {
-			dec, err = e.decrypter(d.Secrets.Type, d.Secrets.State.Salt)
-		}
-		return dec, err
-	}
+	decrypter := e.decrypterFor(d.Secrets.Type, d.Secrets.State.Salt)
 	for i := range d.Resources {
 		if d.Resources[i].Outputs == nil {
 			continue

@@ -141,13 +141,7 @@ func (e *Engine) stateOutputs(ctx context.Context, ref stands.StackRef, types ..
 		return nil, nil
 	}
 	out := map[string][]resource.PropertyMap{}
-	var dec config.Decrypter
-	decrypter := func() (config.Decrypter, error) {
-		if dec == nil {
-			dec, err = e.decrypter(latest.Secrets.Type, latest.Secrets.State.Salt)
-		}
-		return dec, err
-	}
+	decrypter := e.decrypterFor(latest.Secrets.Type, latest.Secrets.State.Salt)
 	for _, r := range latest.Resources {
 		if !slices.Contains(types, r.Type) {
 			continue
@@ -160,6 +154,12 @@ func (e *Engine) stateOutputs(ctx context.Context, ref stands.StackRef, types ..
 		out[r.Type] = append(out[r.Type], resource.NewPropertyMapFromMap(m))
 	}
 	return out, nil
+}
+
+// decrypterFor defers decrypter until a secret needs it: a state without secrets reads under any
+// secrets provider. decrypter keeps each salt's, so calling it again costs a lookup.
+func (e *Engine) decrypterFor(typ, salt string) func() (config.Decrypter, error) {
+	return func() (config.Decrypter, error) { return e.decrypter(typ, salt) }
 }
 
 // decrypter is the passphrase secrets provider's crypter for a stack's salt. Deriving its key is
