@@ -123,9 +123,32 @@ func (r *Repo) ChangeBy(user, msg string, write map[string]string, remove ...str
 	return r.Change(msg, write, remove...)
 }
 
-// ChangeOn is Change pushed to branch (created from main), e.g. a pull request's head.
+// ChangeOn is Change pushed to branch (created from main), e.g. a pull request's head. A push that
+// loses a race (the branch moved between the fetch and the push: the reconciler commits status to
+// main while a test pushes) is made again on top of the branch as it is then, as a person would.
 func (r *Repo) ChangeOn(branch, msg string, write map[string]string, remove ...string) string {
 	r.t.Helper()
+	for attempt := 1; ; attempt++ {
+		h, err := r.commitOn(branch, msg, write, remove)
+		if err == nil {
+			return h
+		}
+		if !raced(err) || attempt == 5 {
+			r.t.Fatalf("push over HTTP (attempt %d): %v", attempt, err)
+		}
+		r.t.Logf("push to %s lost a race (%v): again on top of it", branch, err)
+	}
+}
+
+// raced says whether a push failed because the ref moved meanwhile: go-git's own check against the
+// refs it was shown, or the server's refusal to update a ref that is no longer where it was.
+func raced(err error) bool {
+	return errors.Is(err, git.ErrNonFastForwardUpdate) || strings.Contains(err.Error(), "failed to update ref") ||
+		strings.Contains(err.Error(), "non-fast-forward")
+}
+
+// commitOn makes one commit on top of branch (or main) as the server has it now, and pushes it.
+func (r *Repo) commitOn(branch, msg string, write map[string]string, remove []string) (string, error) {
 	t := r.t
 	// Start from the branch when it exists (a pull request's next commit), else from main.
 	for _, b := range []string{"main", branch} {
@@ -171,10 +194,7 @@ func (r *Repo) ChangeOn(branch, msg string, write map[string]string, remove ...s
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.local.Push(&git.PushOptions{Auth: r.auth, RefSpecs: []config.RefSpec{config.RefSpec("refs/heads/master:refs/heads/" + branch)}}); err != nil {
-		t.Fatalf("push over HTTP: %v", err)
-	}
-	return h.String()
+	return h.String(), r.local.Push(&git.PushOptions{Auth: r.auth, RefSpecs: []config.RefSpec{config.RefSpec("refs/heads/master:refs/heads/" + branch)}})
 }
 
 // WaitBranch waits until Gitea knows a pushed branch: it records a push asynchronously, and answers

@@ -15,6 +15,8 @@ import (
 	"github.com/go-git/go-billy/v5/memfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/go-git/go-git/v5/storage/memory"
 
@@ -220,5 +222,70 @@ func TestContextEndsBeforeTheBinary(t *testing.T) {
 	}
 	if !ok || !got.Equal(binary.Add(-3*time.Minute)) {
 		t.Errorf("the context's deadline %v (set %v); want 3m before the binary's %v", got, ok, binary)
+	}
+}
+
+// TestChangeOnAfterARace: a push that lost a race with another writer's (main moved after the
+// fetch) is recognised as one, and ChangeOn lands its change on top of the other's.
+func TestChangeOnAfterARace(t *testing.T) {
+	g := StartGitea(t)
+	r := g.CreateRepo(t, "race")
+	r.Commit("a.txt", "a", "first")
+	local, err := git.Init(memory.NewStorage(), memfs.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{r.Info.CloneURL}}); err != nil {
+		t.Fatal(err)
+	}
+	// A second clone of main, as another writer has it.
+	if err := local.Fetch(&git.FetchOptions{Auth: r.auth, RefSpecs: []config.RefSpec{"+refs/heads/main:refs/remotes/origin/main"}}); err != nil {
+		t.Fatal(err)
+	}
+	tip, err := local.Reference("refs/remotes/origin/main", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := local.Storer.SetReference(plumbing.NewHashReference("refs/heads/master", tip.Hash())); err != nil {
+		t.Fatal(err)
+	}
+	other := &Repo{Info: r.Info, t: t, local: local, auth: r.auth}
+	other.Commit("b.txt", "b", "the other writer's")
+
+	// r's clone still has main without b: a commit on top of it loses.
+	wt, err := r.local.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, wt, "c.txt", "stale")
+	if _, err := wt.Commit("stale", &git.CommitOptions{Author: &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	err = r.local.Push(&git.PushOptions{Auth: r.auth, RefSpecs: []config.RefSpec{"refs/heads/master:refs/heads/main"}})
+	if err == nil || !raced(err) {
+		t.Fatalf("a push behind main: %v, want it seen as a lost race", err)
+	}
+	r.Commit("c.txt", "c", "c on top")
+	// Read back from the server's main, as another clone fetches it.
+	if err := local.Fetch(&git.FetchOptions{Auth: r.auth, RefSpecs: []config.RefSpec{"+refs/heads/main:refs/remotes/origin/main"}}); err != nil {
+		t.Fatal(err)
+	}
+	tip, err = local.Reference("refs/remotes/origin/main", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit, err := local.CommitObject(tip.Hash())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{"a.txt": "a", "b.txt": "b", "c.txt": "c"} {
+		f, err := commit.File(file)
+		if err != nil {
+			t.Errorf("%s on main: %v", file, err)
+			continue
+		}
+		if got, _ := f.Contents(); got != want {
+			t.Errorf("%s on main: %q, want %q", file, got, want)
+		}
 	}
 }
