@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +43,8 @@ type Daemon struct {
 	metrics *prometheus.Registry // what /metrics serves
 	forge   Forge                // WithForge's; nil: the settings' Gitea API
 	closers []io.Closer
+	// approvals is the tracked branch's protection's required approvals, as last read.
+	approvals atomic.Int64
 }
 
 // Option tunes Open.
@@ -166,7 +169,7 @@ func (d *Daemon) build(ctx context.Context) error {
 	}
 	d.rec = reconcile.New(cfg, d.src, eng, sec)
 	if forge != nil {
-		w := newProtectionWatch(forge, s.Branch, log, d.metrics, d.rec.SetSafeguards)
+		w := newProtectionWatch(forge, s.Branch, log, d.metrics, d.rec.SetSafeguards, d.approvals.Store)
 		d.own(goAsLongAs(w.run))
 	}
 	return nil
@@ -220,6 +223,7 @@ func (d *Daemon) plans(forge Forge, eng *engine.Engine, sec reconcile.Secrets, l
 	return prplan.New(prplan.Config{Branch: loop.Branch, Passphrase: loop.Passphrase, StateFile: state, Log: d.log, Metrics: d.metrics,
 		Guards:  judge.Guards{Owner: loop.Owner, MaxDestroyShare: loop.MaxDestroyShare, AllowMassDestroy: loop.AllowMassDestroy},
 		Workers: d.s.PlanWorkers, Budget: prplan.Budget{Wall: d.s.PlanBudget, RenderCPU: d.s.PlanRenderCPU},
+		RequiredApprovals: func() int { return max(d.s.RequiredApprovals, int(d.approvals.Load())) },
 		Sandbox: func(ctx context.Context, job string, cpu time.Duration, write func(io.Writer) error, read func(io.Reader) error) (time.Duration, error) {
 			lim := sandbox.DefaultLimits
 			if cpu > 0 && cpu < lim.CPU {

@@ -49,7 +49,7 @@ func testSettings(t *testing.T) (Settings, Env) {
 		LogLevel: "info", LogFormat: "json", Repo: repo, Branch: "main", GitName: "stands-reconciler", GitEmail: "r@localhost",
 		Listen: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)), ControlSocket: filepath.Join(sockDir, "control.sock"),
 		Poll: time.Hour, Drain: time.Minute, OperationTimeout: time.Hour, StatusDelay: 0, Workers: 2, HealLimit: 3,
-		PlanWorkers: 2, PlanBudget: time.Minute, PlanRenderCPU: time.Minute,
+		PlanWorkers: 2, PlanBudget: time.Minute, PlanRenderCPU: time.Minute, RequiredApprovals: 1,
 		MaxDestroyShare: 0.5, Previews: true, FilesOnly: true, LeaseTTL: 30 * time.Second, LeaseGrace: 10 * time.Second,
 	}
 	return s, func(k string) string { return vars[k] }

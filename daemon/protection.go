@@ -38,17 +38,19 @@ func CheckProtection(ctx context.Context, r ProtectionReader, branch string) ([]
 // protectionWatch reports the tracked branch's safeguards: in the log whenever what is known of them
 // changes, in metrics, and in STATUS.md's header (through report).
 type protectionWatch struct {
-	r       ProtectionReader
-	branch  string
-	log     *slog.Logger
-	report  func(missing, unknown []string)
-	missing *prometheus.GaugeVec
-	read    prometheus.Gauge
-	last    string
+	r      ProtectionReader
+	branch string
+	log    *slog.Logger
+	report func(missing, unknown []string)
+	// approvals gets the rule's required approvals at each read (the review gate asks as many).
+	approvals func(n int64)
+	missing   *prometheus.GaugeVec
+	read      prometheus.Gauge
+	last      string
 }
 
-func newProtectionWatch(r ProtectionReader, branch string, log *slog.Logger, reg prometheus.Registerer, report func(missing, unknown []string)) *protectionWatch {
-	return &protectionWatch{r: r, branch: branch, log: log, report: report,
+func newProtectionWatch(r ProtectionReader, branch string, log *slog.Logger, reg prometheus.Registerer, report func(missing, unknown []string), approvals func(int64)) *protectionWatch {
+	return &protectionWatch{r: r, branch: branch, log: log, report: report, approvals: approvals,
 		missing: promauto.With(reg).NewGaugeVec(prometheus.GaugeOpts{Name: "stands_branch_safeguard_missing",
 			Help: "1 for each safeguard the tracked branch's protection lacks, 0 for each it has; a safeguard the token cannot read has no series."}, []string{"safeguard"}),
 		read: promauto.With(reg).NewGauge(prometheus.GaugeOpts{Name: "stands_branch_protection_read",
@@ -80,7 +82,7 @@ func (w *protectionWatch) run(ctx context.Context) {
 // once checks the protection and reports it; false when it could not be read.
 func (w *protectionWatch) once(ctx context.Context) bool {
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
-	findings, err := CheckProtection(cctx, w.r, w.branch)
+	p, err := w.r.Protection(cctx, w.branch)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -89,6 +91,8 @@ func (w *protectionWatch) once(ctx context.Context) bool {
 		}
 		return false
 	}
+	w.approvals(p.RequiredApprovals)
+	findings := safeguard.Check(p, prplan.PlanContext)
 	missing, unknown := safeguard.Lacking(findings), safeguard.Unread(findings)
 	for _, f := range findings {
 		switch f.State {

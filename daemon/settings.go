@@ -56,6 +56,9 @@ type Settings struct {
 	DriftApply        bool
 	Previews          bool
 	RequireReview     bool // apply only reviewed changes (docs/pr-workflow.md#apply-only-what-was-reviewed)
+	// RequiredApprovals is how many approvals that count a change needs at least; main's protection
+	// may ask more (docs/pr-workflow.md#four-eyes).
+	RequiredApprovals int
 	PlanOnly          bool
 	Heal              bool
 	// Replicas: one of several reconcilers on one postgres:// backend (docs/replicas.md).
@@ -200,6 +203,9 @@ func (s *Settings) checkReplicas(bad func(name, format string, a ...any)) {
 func (s *Settings) checkWork(bad func(name, format string, a ...any)) {
 	if s.Workers < 1 {
 		bad("workers", "%d: want at least 1", s.Workers)
+	}
+	if s.RequiredApprovals < 1 {
+		bad("required-approvals", "%d: want at least 1: an approval by a second person is the review", s.RequiredApprovals)
 	}
 	if s.PlanWorkers < 1 {
 		bad("plan-workers", "%d: want at least 1", s.PlanWorkers)

@@ -101,16 +101,90 @@ func (g *Gitea) Reviews(ctx context.Context, index int64) ([]stands.Review, erro
 		}
 		for _, r := range rs {
 			user := ""
-			if r.Reviewer != nil {
+			if r.Reviewer != nil && r.Reviewer.ID > 0 { // Gitea's ghost (-1) stands for a deleted user
 				user = r.Reviewer.UserName
 			}
 			out = append(out, stands.Review{User: user, State: stands.ReviewState(r.State), Commit: r.CommitID, Dismissed: r.Dismissed,
-				Stale: r.Stale, Submitted: r.Submitted})
+				Stale: r.Stale, Official: r.Official, Submitted: r.Submitted})
 		}
 		if len(rs) < 50 {
 			return out, nil
 		}
 	}
+}
+
+// Contributors names who took part in pull request index: who opened it, the authors and
+// committers of its commits (where Gitea knows the address), and everyone who pushed to it, as its
+// timeline names them (a push of commits, a force-push). A commit's author and committer are what
+// its writer says; who pushed is what Gitea saw, so a pusher is named even under a borrowed name.
+func (g *Gitea) Contributors(ctx context.Context, index int64) (stands.Contributors, error) {
+	c, err := g.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pr, _, err := c.GetPullRequest(g.owner, g.repo, index)
+	if err != nil {
+		return nil, fmt.Errorf("%w: read pull request %d: %w", ErrUnavailable, index, err)
+	}
+	out := stands.Contributors{}
+	add := func(u *gitea.User, did string) {
+		if u != nil && u.UserName != "" && out[u.UserName] == "" {
+			out[u.UserName] = did
+		}
+	}
+	add(pr.Poster, "opened it")
+	for page := 1; ; page++ {
+		events, _, err := c.ListIssueTimeline(g.owner, g.repo, index, gitea.ListIssueCommentOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
+		if err != nil {
+			return nil, fmt.Errorf("%w: read the timeline of pull request %d: %w", ErrUnavailable, index, err)
+		}
+		for _, e := range events {
+			if e.Type == "pull_push" {
+				add(e.Poster, "pushed to it")
+			}
+		}
+		if len(events) < 50 {
+			break
+		}
+	}
+	for page := 1; ; page++ {
+		commits, _, err := c.ListPullRequestCommits(g.owner, g.repo, index, gitea.ListPullRequestCommitsOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
+		if err != nil {
+			return nil, fmt.Errorf("%w: list the commits of pull request %d: %w", ErrUnavailable, index, err)
+		}
+		for _, cm := range commits {
+			sha := ""
+			if cm.CommitMeta != nil {
+				sha = mdtext.Short(cm.SHA)
+			}
+			add(cm.Author, "authored "+sha)
+			add(cm.Committer, "committed "+sha)
+		}
+		if len(commits) < 50 {
+			return out, nil
+		}
+	}
+}
+
+// CanWrite says whether user may push to the repository now. Gitea answers a token of the
+// repository's administrators (or the user's own); any other is refused, and said so.
+func (g *Gitea) CanWrite(ctx context.Context, user string) (bool, error) {
+	c, err := g.client(ctx)
+	if err != nil {
+		return false, err
+	}
+	p, resp, err := c.CollaboratorPermission(g.owner, g.repo, user)
+	switch {
+	case resp != nil && resp.StatusCode == http.StatusForbidden:
+		return false, fmt.Errorf("read the permission of %s: Gitea answers the repository's administrators only: %w", user, err)
+	case err != nil:
+		return false, fmt.Errorf("%w: read the permission of %s: %w", ErrUnavailable, user, err)
+	}
+	switch p.Permission {
+	case gitea.AccessModeWrite, gitea.AccessModeAdmin, gitea.AccessModeOwner:
+		return true, nil
+	}
+	return false, nil
 }
 
 // BranchTip is the commit a branch of the repository points at, "" when there is no such branch.

@@ -2,6 +2,7 @@ package gitsource
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 func read(t *testing.T, s *stands.Snapshot, name string) string {
@@ -195,6 +197,7 @@ func TestFetchPullFindsTheMergeBase(t *testing.T) {
 
 // TestReviewsAndAuthors: a pull request lists with the user who opened it, and its reviews with the
 // head each approved, as Gitea keeps them; a push after an approval leaves it on the older head.
+// Everyone who took part is named, a pusher under a borrowed name too, and who may write is read.
 func TestReviewsAndAuthors(t *testing.T) {
 	g := testenv.StartGitea(t)
 	api := g.API(t)
@@ -233,6 +236,44 @@ func TestReviewsAndAuthors(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no approval among %+v", reviews)
+	}
+
+	// Who took part: dev opened it, the admin pushed to it (git over HTTP), and rev pushed a commit
+	// through the API under dev's name; Gitea's timeline names rev as its pusher all the same.
+	borrowed := gitea.Identity{Name: dev.Name, Email: dev.Name + "@example.test"}
+	if _, _, err := rev.Client(t, g).CreateFile(p.Info.Owner.UserName, p.Info.Name, "b.txt", gitea.CreateFileOptions{
+		FileOptions: gitea.FileOptions{Message: "a commit under dev's name", BranchName: "change", Author: borrowed, Committer: borrowed},
+		Content:     base64.StdEncoding.EncodeToString([]byte("b"))}); err != nil {
+		t.Fatal(err)
+	}
+	// Gitea notes a push on the pull request's timeline from a queue, after the push returned.
+	took := wait.Value(t, "the pull request's contributors to name rev", time.Minute, func() (stands.Contributors, bool) {
+		c, err := forge.Contributors(ctx, idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, c[rev.Name] != ""
+	})
+	for user, did := range map[string]string{dev.Name: "opened it", g.User: "pushed to it", rev.Name: "pushed to it"} {
+		if took[user] != did {
+			t.Errorf("%s: %q, want %q (all: %v)", user, took[user], did, took)
+		}
+	}
+
+	// Who may write, as the admin's token reads it; another user's token may not ask.
+	reader := g.CreateUser(t, "reader")
+	p.AddReader(api, reader.Name)
+	for user, want := range map[string]bool{rev.Name: true, reader.Name: false, g.User: true} {
+		if got, err := forge.CanWrite(ctx, user); err != nil || got != want {
+			t.Errorf("%s may write: %v %v, want %v", user, got, err, want)
+		}
+	}
+	asRev, err := NewGitea(p.Info.CloneURL, func() (string, error) { return rev.Token, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := asRev.CanWrite(ctx, reader.Name); err == nil || !strings.Contains(err.Error(), "administrators only") {
+		t.Errorf("a writer's token asked another's permission: %v", err)
 	}
 }
 

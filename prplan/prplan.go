@@ -35,6 +35,11 @@ type Forge interface {
 	SetStatus(ctx context.Context, sha, context string, state stands.CommitState, description, targetURL string) error
 	// Reviews lists a pull request's reviews, every one.
 	Reviews(ctx context.Context, index int64) ([]stands.Review, error)
+	// Contributors names who took part in a pull request's change: who opened it, who pushed to it,
+	// and the authors and committers of its commits.
+	Contributors(ctx context.Context, index int64) (stands.Contributors, error)
+	// CanWrite says whether user may push to the repository, as the forge says now.
+	CanWrite(ctx context.Context, user string) (bool, error)
 }
 
 // Previewer previews stands without changing anything (the engine).
@@ -68,7 +73,10 @@ type Config struct {
 	// Sandbox renders a pull request's stands where a runaway template can be killed; nil renders
 	// them in this process.
 	Sandbox Sandbox
-	Log     *slog.Logger
+	// RequiredApprovals is how many approvals that count a change needs (docs/pr-workflow.md#four-eyes),
+	// asked at each question: the tracked branch's protection may change. nil, or under 1: one.
+	RequiredApprovals func() int
+	Log               *slog.Logger
 	// Metrics, when set, gets the plans' metrics (stands_pull_request_plans_total).
 	Metrics prometheus.Registerer
 }

@@ -14,8 +14,9 @@ import (
 
 // A reviewed change (docs/pr-workflow.md#apply-only-what-was-reviewed) is a stand's print
 // (judge.Print: its spec with secrets as placeholders, which is what a plan shows and a reviewer
-// approves) that a pull request's successful plan showed, approved on that pull request by someone
-// other than its author, of the head planned, after the plan showed it, and not dismissed since.
+// approves) that a pull request's successful plan showed, approved on that pull request by a
+// second person (approval below), of the head planned, after the plan showed it, and not
+// withdrawn since.
 
 // plannedChange is one stand's change in a head's successful plan.
 type plannedChange struct {
@@ -91,7 +92,10 @@ func (pl *Planner) Reviewed(ctx context.Context, id, print string) (stands.Chang
 		if err != nil {
 			return stands.ChangeReview{}, err
 		}
-		by, not := approval(reviews, c)
+		by, not, err := pl.approval(ctx, reviews, c)
+		if err != nil {
+			return stands.ChangeReview{}, err
+		}
 		if not == "" {
 			return stands.ChangeReview{Reviewed: true, PR: c.index, By: by}, nil
 		}
@@ -107,26 +111,90 @@ type candidate struct {
 	since  time.Time
 }
 
-// approval finds the review that approves c: by someone other than the author, of the head
-// planned, submitted after the plan showed the change, not dismissed. Else it says why not.
-func approval(reviews []stands.Review, c candidate) (by, why string) {
-	why = "has no approval"
-	for _, r := range reviews {
-		if r.State != stands.Approved {
+// approval finds the reviews that approve c (docs/pr-workflow.md#four-eyes): as many as
+// Config.RequiredApprovals asks, of different people. Each reviewer's last verdict is theirs (a
+// request for changes withdraws an earlier approval); it must approve the head planned, after the
+// plan showed the change, not dismissed, by someone who may write to the repository and took no
+// part in the change: neither opened it, pushed to it, nor authored or committed a commit of it.
+// Else it says why each verdict does not count. Who took part and who may write are asked of the
+// forge only for an approval that passes every other rule.
+func (pl *Planner) approval(ctx context.Context, reviews []stands.Review, c candidate) (by, why string, err error) {
+	need := 1
+	if pl.cfg.RequiredApprovals != nil {
+		need = max(need, pl.cfg.RequiredApprovals())
+	}
+	var took stands.Contributors
+	var yes, not []string
+	for _, r := range lastVerdicts(reviews) {
+		switch {
+		case r.State == stands.RequestChanges:
+			not = append(not, "changes requested by "+r.User)
+			continue
+		case r.Dismissed:
+			not = append(not, r.User+"'s approval was dismissed")
+			continue
+		case r.User == c.author:
+			not = append(not, "approved by "+r.User+", its author")
+			continue
+		case r.Commit != c.head:
+			not = append(not, r.User+" approved at another head than the one planned (a push followed the approval)")
+			continue
+		case r.Submitted.Before(c.since):
+			not = append(not, r.User+" approved before its plan showed this change")
 			continue
 		}
-		switch {
-		case r.Dismissed:
-			why = "has an approval that was dismissed"
-		case r.User == c.author:
-			why = "is approved by its author only"
-		case r.Commit != c.head:
-			why = "is approved at another head than the one planned (a push followed the approval)"
-		case r.Submitted.Before(c.since):
-			why = "was approved before its plan showed this change"
-		default:
-			return r.User, ""
+		if took == nil {
+			if took, err = pl.forge.Contributors(ctx, c.index); err != nil {
+				return "", "", err
+			}
+		}
+		if did, ok := took[r.User]; ok {
+			not = append(not, "approved by "+r.User+", who "+did)
+			continue
+		}
+		if !r.Official {
+			// Not an error of the gate's: a permission the token may not read holds the change
+			// saying why, and the next cycle asks again.
+			switch w, err := pl.forge.CanWrite(ctx, r.User); {
+			case err != nil:
+				not = append(not, fmt.Sprintf("approved by %s, whose approval is not official and whose permission cannot be read (%v)", r.User, err))
+				continue
+			case !w:
+				not = append(not, "approved by "+r.User+", who may not write to the repository")
+				continue
+			}
+		}
+		if yes = append(yes, r.User); len(yes) == need {
+			return strings.Join(yes, ", "), "", nil
 		}
 	}
-	return "", why
+	why = "has no approval that counts"
+	switch {
+	case len(yes) > 0:
+		why = fmt.Sprintf("has %d of the %d approvals it needs (by %s)", len(yes), need, strings.Join(yes, ", "))
+	case len(not) == 0:
+		return "", "has no approval", nil
+	}
+	if len(not) > 0 {
+		why += ": " + strings.Join(not, "; ")
+	}
+	return "", why, nil
+}
+
+// lastVerdicts is each reviewer's last approval or request for changes, in the order given
+// (Gitea's: as submitted). Comments decide nothing, nor does a review whose user is gone.
+func lastVerdicts(reviews []stands.Review) []stands.Review {
+	last := map[string]int{}
+	for i, r := range reviews {
+		if r.User != "" && (r.State == stands.Approved || r.State == stands.RequestChanges) {
+			last[r.User] = i
+		}
+	}
+	var out []stands.Review
+	for i, r := range reviews {
+		if j, ok := last[r.User]; ok && j == i {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -33,8 +33,8 @@ func printOfFiles(t *testing.T, files map[string]string, id string) string {
 	return p
 }
 
-// TestReviewedChanges: a change counts as reviewed only when a successful plan showed it and
-// someone other than the author approved the planned head after that plan, and the approval stands.
+// TestReviewedChanges: a change counts as reviewed only when a successful plan showed it and a
+// second person who may write approved the planned head after that plan, and the approval stands.
 // Each way of missing one of those is a row; a removal and a merged pull request count too.
 func TestReviewedChanges(t *testing.T) {
 	resizeA := map[string]string{fakes.StandFile("a"): resized("a", "cx32")}
@@ -43,7 +43,9 @@ func TestReviewedChanges(t *testing.T) {
 		name   string
 		review func(f *fakes.Forge)
 		push   bool // the author pushes another change after the review
+		need   int  // approvals required (Config.RequiredApprovals); 0: the default
 		want   bool
+		by     string // who approved it, when it counts: "rev" unless said
 		why    string
 	}{
 		{name: "approved by a reviewer", review: func(f *fakes.Forge) {
@@ -52,7 +54,7 @@ func TestReviewedChanges(t *testing.T) {
 		{name: "no review", review: func(*fakes.Forge) {}, why: "has no approval"},
 		{name: "approved by its author", review: func(f *fakes.Forge) {
 			f.Review(1, stands.Review{User: "author", State: stands.Approved, Commit: "head1", Submitted: later()})
-		}, why: "approved by its author only"},
+		}, why: "approved by author, its author"},
 		{name: "a comment, not an approval", review: func(f *fakes.Forge) {
 			f.Review(1, stands.Review{User: "rev", State: "COMMENT", Commit: "head1", Submitted: later()})
 		}, why: "has no approval"},
@@ -65,10 +67,57 @@ func TestReviewedChanges(t *testing.T) {
 		{name: "a push after the approval", review: func(f *fakes.Forge) {
 			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
 		}, push: true, why: "approved at another head"},
+		// Four eyes: a second person who may write, whose last verdict approves.
+		{name: "approved by someone who pushed to it", review: func(f *fakes.Forge) {
+			f.Push(1, "rev")
+			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
+		}, why: "rev, who pushed to it"},
+		{name: "approved by a reader", review: func(f *fakes.Forge) {
+			f.Readers = map[string]bool{"rev": true}
+			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
+		}, why: "rev, who may not write"},
+		{name: "approved by a reader Gitea counts", review: func(f *fakes.Forge) {
+			f.Readers = map[string]bool{"rev": true}
+			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later(), Official: true})
+		}, want: true},
+		{name: "approved, then changes requested", review: func(f *fakes.Forge) {
+			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
+			f.Review(1, stands.Review{User: "rev", State: "COMMENT", Commit: "head1", Submitted: later()})
+			f.Review(1, stands.Review{User: "rev", State: stands.RequestChanges, Commit: "head1", Submitted: later()})
+		}, why: "changes requested by rev"},
+		{name: "changes requested, then approved", review: func(f *fakes.Forge) {
+			f.Review(1, stands.Review{User: "rev", State: stands.RequestChanges, Commit: "head1", Submitted: later()})
+			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
+		}, want: true},
+		{name: "a pusher's approval and a second writer's", review: func(f *fakes.Forge) {
+			f.Push(1, "pusher")
+			f.Review(1, stands.Review{User: "pusher", State: stands.Approved, Commit: "head1", Submitted: later()})
+			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
+		}, want: true},
+		{name: "approved by a user since deleted", review: func(f *fakes.Forge) {
+			f.Review(1, stands.Review{User: "", State: stands.Approved, Commit: "head1", Submitted: later(), Official: true})
+		}, why: "has no approval"},
+		// As many as the protection or the setting requires, of different people.
+		{name: "two required, one given", need: 2, review: func(f *fakes.Forge) {
+			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
+			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
+		}, why: "has 1 of the 2 approvals it needs (by rev)"},
+		{name: "two required, one counts", need: 2, review: func(f *fakes.Forge) {
+			f.Readers = map[string]bool{"reader": true}
+			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
+			f.Review(1, stands.Review{User: "reader", State: stands.Approved, Commit: "head1", Submitted: later()})
+		}, why: "has 1 of the 2 approvals it needs (by rev): approved by reader, who may not write"},
+		{name: "two required, two given", need: 2, review: func(f *fakes.Forge) {
+			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
+			f.Review(1, stands.Review{User: "rev2", State: stands.Approved, Commit: "head1", Submitted: later()})
+		}, want: true, by: "rev, rev2"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h, f := newPreviewHarness(t, "a", "b")
+			h := newHarness(t, repoWith("a", "b"), func(_ *reconcile.Config, c *Config) {
+				c.RequiredApprovals = func() int { return tc.need }
+			})
+			f := h.forge
 			h.mustCycle()
 			cut := h.files()
 			f.Open(1, "head1", cut, resizeA, true)
@@ -92,7 +141,10 @@ func TestReviewedChanges(t *testing.T) {
 			if got.Reviewed != tc.want || !strings.Contains(got.Why, tc.why) {
 				t.Errorf("reviewed %v (%+v), want %v saying %q", got.Reviewed, got, tc.want, tc.why)
 			}
-			if tc.want && (got.PR != 1 || got.By != "rev") {
+			if tc.by == "" {
+				tc.by = "rev"
+			}
+			if tc.want && (got.PR != 1 || got.By != tc.by) {
 				t.Errorf("reviewed by %q on #%d", got.By, got.PR)
 			}
 		})

@@ -85,14 +85,25 @@ type Review struct {
 	// Dismissed: taken back (by someone, or by a push when the branch's protection says so); Stale:
 	// the pull request's head moved since.
 	Dismissed, Stale bool
-	Submitted        time.Time
+	// Official: the forge counts it towards the tracked branch's required approvals (Gitea: the
+	// reviewer may write, or is on the protection's approvers list, when it was submitted).
+	Official  bool
+	Submitted time.Time
 }
 
 // ReviewState is a review's verdict, as Gitea names it.
 type ReviewState string
 
-// Approved is the verdict of an approval.
-const Approved ReviewState = "APPROVED"
+// The verdicts that decide: an approval, and a request for changes, which withdraws its reviewer's
+// earlier approvals.
+const (
+	Approved       ReviewState = "APPROVED"
+	RequestChanges ReviewState = "REQUEST_CHANGES"
+)
+
+// Contributors names who took part in a pull request's change, each with what they did: opened it,
+// pushed to it, authored or committed one of its commits. By the forge's user name.
+type Contributors map[string]string
 
 // ChangeReview is what is known of the review of one change of a stand (a print; "" a removal).
 type ChangeReview struct {

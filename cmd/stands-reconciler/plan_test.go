@@ -410,6 +410,81 @@ func TestPullRequestPlans(t *testing.T) {
 		}
 	})
 
+	// Four eyes (docs/pr-workflow.md#four-eyes), on real Gitea and the bot's writer token: a writer
+	// who pushed onto the pull request, a reader and a writer who then asked for changes approve
+	// it; merged, the change is held, naming each. A later pull request that a writer who pushed
+	// nothing approved lets the stand through.
+	e.run("four eyes: only a second writer's approval counts", func(t *testing.T) {
+		pusher, viewer, second := e.gitea.CreateUser(t, "pusher"), e.gitea.CreateUser(t, "viewer"), e.gitea.CreateUser(t, "second")
+		e.repo.AddWriter(admin, pusher.Name)
+		e.repo.AddWriter(admin, second.Name)
+		e.repo.AddReader(admin, viewer.Name)
+		e.repo.ChangeOn("eyes", "a on 6343", map[string]string{standPath("a"): daemonStand("a", 6343)})
+		pr := e.repo.Open(devAPI, "eyes", "Move a to 6343")
+		pushed, _, err := pusher.Client(t, e.gitea).CreateFile(owner, repo, "eyes.txt", gitea.CreateFileOptions{
+			FileOptions: gitea.FileOptions{Message: "a note", BranchName: "eyes"}, Content: base64.StdEncoding.EncodeToString([]byte("looked\n"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := pushed.Commit.SHA
+		e.waitComment(pr, head)
+		if st := e.planStatus(head); st.State != gitea.StatusSuccess {
+			t.Fatalf("stands/plan of the pushed head: %+v", st)
+		}
+		review := func(u *testenv.User, state gitea.ReviewStateType) {
+			t.Helper()
+			if _, _, err := u.Client(t, e.gitea).CreatePullReview(owner, repo, pr, gitea.CreatePullReviewOptions{State: state, Body: "four eyes", CommitID: head}); err != nil {
+				t.Fatalf("%s %s: %v", u.Name, state, err)
+			}
+		}
+		review(viewer, gitea.ReviewStateApproved)
+		review(pusher, gitea.ReviewStateApproved)
+		review(second, gitea.ReviewStateApproved)
+		review(second, gitea.ReviewStateRequestChanges)
+		ups := e.ups()
+		if err := e.repo.TryMerge(devAPI, pr); err != nil {
+			t.Fatalf("this test's protection refused the merge: %v", err)
+		}
+		st := e.waitStatus("local_a_dev", 2*time.Minute, func(s *reconcile.Status) bool {
+			return s.Reason == reason.Unreviewed && strings.Contains(s.Message, "changes requested by second")
+		})
+		for _, why := range []string{"approved by pusher, who pushed to it", "approved by viewer, whose approval is not official", "changes requested by second"} {
+			if !strings.Contains(st.Message, why) {
+				t.Errorf("the held change's status does not say %q: %s %q", why, st.Phase, st.Message)
+			}
+		}
+		if st.Phase != reason.Blocked {
+			t.Errorf("the change approved by no second writer: %s %s", st.Phase, st.Reason)
+		}
+		e.waitLog("cycle planned", e.logCount("cycle planned")+2, time.Minute)
+		if n := e.ups() - ups; n != 0 {
+			t.Fatalf("%d pulumi up for a change no second writer approved", n)
+		}
+
+		head2 := e.repo.ChangeOn("eyes-2", "a on 6344", map[string]string{standPath("a"): daemonStand("a", 6344)})
+		pr2 := e.repo.Open(devAPI, "eyes-2", "Move a to 6344")
+		e.waitComment(pr2, head2)
+		if st := e.planStatus(head2); st.State != gitea.StatusSuccess {
+			t.Fatalf("stands/plan of %s: %+v", head2[:12], st)
+		}
+		if _, _, err := second.Client(t, e.gitea).CreatePullReview(owner, repo, pr2, gitea.CreatePullReviewOptions{State: gitea.ReviewStateApproved, Body: "fine", CommitID: head2}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.repo.TryMerge(devAPI, pr2); err != nil {
+			t.Fatalf("the merge: %v", err)
+		}
+		merged, _, err := admin.GetPullRequest(owner, repo, pr2)
+		if err != nil || merged.MergedCommitID == nil {
+			t.Fatalf("the merged pull request: %v", err)
+		}
+		e.waitStatus("local_a_dev", 3*time.Minute, func(s *reconcile.Status) bool {
+			return s.Phase == reason.Ready && s.LastSuccessfulCommit == *merged.MergedCommitID
+		})
+		if e.ups() == ups {
+			t.Error("a change a second writer approved was not applied")
+		}
+	})
+
 	e.stop()
 
 	e.run("no secret in comments or commit statuses", func(t *testing.T) {

@@ -470,6 +470,10 @@ type Forge struct {
 	Down     bool              // branch lookups fail, as with Gitea unreachable
 	TooLarge bool              // every head is over the snapshot's size limit
 	Reviewed map[int64][]stands.Review
+	// Pushers names who pushed to a pull request besides its author; Readers the users who may
+	// only read the repository (everyone else may write).
+	Pushers map[int64][]string
+	Readers map[string]bool
 }
 
 func NewForge() *Forge {
@@ -584,6 +588,38 @@ func (f *Forge) Reviews(_ context.Context, n int64) ([]stands.Review, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
 	return slices.Clone(f.Reviewed[n]), nil
+}
+
+// Push records user pushing to pull request n.
+func (f *Forge) Push(n int64, user string) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if f.Pushers == nil {
+		f.Pushers = map[int64][]string{}
+	}
+	f.Pushers[n] = append(f.Pushers[n], user)
+}
+
+// Contributors: the pull request's author and who pushed to it.
+func (f *Forge) Contributors(_ context.Context, n int64) (stands.Contributors, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	out := stands.Contributors{}
+	for _, pr := range f.Prs {
+		if pr.Index == n {
+			out[pr.Author] = "opened it"
+		}
+	}
+	for _, u := range f.Pushers[n] {
+		out[u] = "pushed to it"
+	}
+	return out, nil
+}
+
+func (f *Forge) CanWrite(_ context.Context, user string) (bool, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	return !f.Readers[user], nil
 }
 
 func (f *Forge) FileURL(branch, path string) string {
