@@ -246,13 +246,14 @@ func TestReviewsAndAuthors(t *testing.T) {
 		Content:     base64.StdEncoding.EncodeToString([]byte("b"))}); err != nil {
 		t.Fatal(err)
 	}
-	// Gitea notes a push on the pull request's timeline from a queue, after the push returned.
-	took := wait.Value(t, "the pull request's contributors to name rev", time.Minute, func() (stands.Contributors, bool) {
+	// Gitea notes each push on the pull request's timeline from a queue, after the push returned,
+	// in no set order: wait for both pushers.
+	took := wait.Value(t, "the pull request's contributors to name both pushers", time.Minute, func() (stands.Contributors, bool) {
 		c, err := forge.Contributors(ctx, idx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c, c[rev.Name] != ""
+		return c, c[rev.Name] != "" && c[g.User] != ""
 	})
 	for user, did := range map[string]string{dev.Name: "opened it", g.User: "pushed to it", rev.Name: "pushed to it"} {
 		if took[user] != did {
