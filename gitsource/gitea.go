@@ -64,25 +64,42 @@ func (g *Gitea) PullRequests(ctx context.Context, base string) ([]stands.PullReq
 		return nil, err
 	}
 	var out []stands.PullRequest
+	err = eachPage(func(o gitea.ListOptions) ([]*gitea.PullRequest, error) {
+		prs, _, err := c.ListRepoPullRequests(g.owner, g.repo, gitea.ListPullRequestsOptions{State: gitea.StateOpen, ListOptions: o})
+		return prs, err
+	}, func(pr *gitea.PullRequest) {
+		if pr.Base == nil || pr.Head == nil || pr.Base.Ref != base {
+			return
+		}
+		author := ""
+		if pr.Poster != nil {
+			author = pr.Poster.UserName
+		}
+		out = append(out, stands.PullRequest{Index: pr.Index, Title: pr.Title, Author: author, HeadSHA: pr.Head.Sha, HeadRef: pr.Head.Ref,
+			SameRepo: pr.Head.RepoID == pr.Base.RepoID, URL: pr.HTMLURL})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: list pull requests: %w", ErrUnavailable, err)
+	}
+	return out, nil
+}
+
+// pageSize is how many items each page of a Gitea list asks for.
+const pageSize = 50
+
+// eachPage hands each item of a Gitea list to each, asking list for pages 1, 2, … until one comes
+// back short.
+func eachPage[T any](list func(gitea.ListOptions) ([]T, error), each func(T)) error {
 	for page := 1; ; page++ {
-		prs, _, err := c.ListRepoPullRequests(g.owner, g.repo, gitea.ListPullRequestsOptions{State: gitea.StateOpen,
-			ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
+		items, err := list(gitea.ListOptions{Page: page, PageSize: pageSize})
 		if err != nil {
-			return nil, fmt.Errorf("%w: list pull requests: %w", ErrUnavailable, err)
+			return err
 		}
-		for _, pr := range prs {
-			if pr.Base == nil || pr.Head == nil || pr.Base.Ref != base {
-				continue
-			}
-			author := ""
-			if pr.Poster != nil {
-				author = pr.Poster.UserName
-			}
-			out = append(out, stands.PullRequest{Index: pr.Index, Title: pr.Title, Author: author, HeadSHA: pr.Head.Sha, HeadRef: pr.Head.Ref,
-				SameRepo: pr.Head.RepoID == pr.Base.RepoID, URL: pr.HTMLURL})
+		for _, it := range items {
+			each(it)
 		}
-		if len(prs) < 50 {
-			return out, nil
+		if len(items) < pageSize {
+			return nil
 		}
 	}
 }
@@ -94,23 +111,21 @@ func (g *Gitea) Reviews(ctx context.Context, index int64) ([]stands.Review, erro
 		return nil, err
 	}
 	var out []stands.Review
-	for page := 1; ; page++ {
-		rs, _, err := c.ListPullReviews(g.owner, g.repo, index, gitea.ListPullReviewsOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
-		if err != nil {
-			return nil, fmt.Errorf("%w: list the reviews of pull request %d: %w", ErrUnavailable, index, err)
+	err = eachPage(func(o gitea.ListOptions) ([]*gitea.PullReview, error) {
+		rs, _, err := c.ListPullReviews(g.owner, g.repo, index, gitea.ListPullReviewsOptions{ListOptions: o})
+		return rs, err
+	}, func(r *gitea.PullReview) {
+		user := ""
+		if r.Reviewer != nil && r.Reviewer.ID > 0 { // Gitea's ghost (-1) stands for a deleted user
+			user = r.Reviewer.UserName
 		}
-		for _, r := range rs {
-			user := ""
-			if r.Reviewer != nil && r.Reviewer.ID > 0 { // Gitea's ghost (-1) stands for a deleted user
-				user = r.Reviewer.UserName
-			}
-			out = append(out, stands.Review{User: user, State: stands.ReviewState(r.State), Commit: r.CommitID, Dismissed: r.Dismissed,
-				Stale: r.Stale, Official: r.Official, Submitted: r.Submitted})
-		}
-		if len(rs) < 50 {
-			return out, nil
-		}
+		out = append(out, stands.Review{User: user, State: stands.ReviewState(r.State), Commit: r.CommitID, Dismissed: r.Dismissed,
+			Stale: r.Stale, Official: r.Official, Submitted: r.Submitted})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: list the reviews of pull request %d: %w", ErrUnavailable, index, err)
 	}
+	return out, nil
 }
 
 // Contributors names who took part in pull request index: who opened it, the authors and
@@ -133,37 +148,32 @@ func (g *Gitea) Contributors(ctx context.Context, index int64) (stands.Contribut
 		}
 	}
 	add(pr.Poster, "opened it")
-	for page := 1; ; page++ {
-		events, _, err := c.ListIssueTimeline(g.owner, g.repo, index, gitea.ListIssueCommentOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
-		if err != nil {
-			return nil, fmt.Errorf("%w: read the timeline of pull request %d: %w", ErrUnavailable, index, err)
+	err = eachPage(func(o gitea.ListOptions) ([]*gitea.TimelineComment, error) {
+		events, _, err := c.ListIssueTimeline(g.owner, g.repo, index, gitea.ListIssueCommentOptions{ListOptions: o})
+		return events, err
+	}, func(e *gitea.TimelineComment) {
+		if e.Type == "pull_push" {
+			add(e.Poster, "pushed to it")
 		}
-		for _, e := range events {
-			if e.Type == "pull_push" {
-				add(e.Poster, "pushed to it")
-			}
-		}
-		if len(events) < 50 {
-			break
-		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: read the timeline of pull request %d: %w", ErrUnavailable, index, err)
 	}
-	for page := 1; ; page++ {
-		commits, _, err := c.ListPullRequestCommits(g.owner, g.repo, index, gitea.ListPullRequestCommitsOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: 50}})
-		if err != nil {
-			return nil, fmt.Errorf("%w: list the commits of pull request %d: %w", ErrUnavailable, index, err)
+	err = eachPage(func(o gitea.ListOptions) ([]*gitea.Commit, error) {
+		commits, _, err := c.ListPullRequestCommits(g.owner, g.repo, index, gitea.ListPullRequestCommitsOptions{ListOptions: o})
+		return commits, err
+	}, func(cm *gitea.Commit) {
+		sha := ""
+		if cm.CommitMeta != nil {
+			sha = mdtext.Short(cm.SHA)
 		}
-		for _, cm := range commits {
-			sha := ""
-			if cm.CommitMeta != nil {
-				sha = mdtext.Short(cm.SHA)
-			}
-			add(cm.Author, "authored "+sha)
-			add(cm.Committer, "committed "+sha)
-		}
-		if len(commits) < 50 {
-			return out, nil
-		}
+		add(cm.Author, "authored "+sha)
+		add(cm.Committer, "committed "+sha)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: list the commits of pull request %d: %w", ErrUnavailable, index, err)
 	}
+	return out, nil
 }
 
 // CanWrite says whether user may push to the repository now. Gitea answers a token of the
