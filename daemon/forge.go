@@ -20,3 +20,7 @@ type Forge interface {
 }
 
 var _ Forge = (*gitsource.Gitea)(nil)
+
+// The review gate reads the tracked branch's history from the source (reconcile.History): without
+// it, every reviewed change would be held.
+var _ reconcile.History = (*gitsource.Source)(nil)

@@ -29,6 +29,7 @@ type Actual struct {
 	ID        string // stand id recorded in the stack
 	Owned     bool   // carries the reconciler's mark
 	SpecHash  string // of the last successful apply
+	Print     string // its print (judge.Print), "" when none was recorded
 	Protected bool   // the last applied manifest had stand.protect: true
 }
 

@@ -128,6 +128,23 @@ func (g *Gitea) Reviews(ctx context.Context, index int64) ([]stands.Review, erro
 	return out, nil
 }
 
+// Merged is the commit that merged pull request index, "" while it is not merged; open says it is
+// open still.
+func (g *Gitea) Merged(ctx context.Context, index int64) (string, bool, error) {
+	c, err := g.client(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	pr, _, err := c.GetPullRequest(g.owner, g.repo, index)
+	if err != nil {
+		return "", false, fmt.Errorf("%w: read pull request %d: %w", ErrUnavailable, index, err)
+	}
+	if !pr.HasMerged || pr.MergedCommitID == nil {
+		return "", pr.State == gitea.StateOpen, nil
+	}
+	return *pr.MergedCommitID, false, nil
+}
+
 // Contributors names who took part in pull request index: who opened it, the authors and
 // committers of its commits (where Gitea knows the address), and everyone who pushed to it, as its
 // timeline names them (a push of commits, a force-push). A commit's author and committer are what

@@ -196,3 +196,32 @@ func (s *Source) older(c *object.Commit, want string, keyAt func(*object.Commit)
 	}
 	return nil, nil
 }
+
+// maxFirstParents bounds OnFirstParents' walk: a year of a status commit every minute on the
+// tracked branch is half a million; reading a commit costs microseconds.
+const maxFirstParents = 1 << 20
+
+// OnFirstParents says whether commit is tip or one of its first parents, its first parent's, and
+// so on: the tracked branch's own history, not what a merge brought in. A merge the branch no
+// longer holds (reset, force-pushed) is not on it.
+func (s *Source) OnFirstParents(ctx context.Context, tip, commit string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.store.repo().CommitObject(plumbing.NewHash(tip))
+	if err != nil {
+		return false, fmt.Errorf("read commit %s: %w", tip, err)
+	}
+	want := plumbing.NewHash(commit)
+	for range maxFirstParents {
+		if c.Hash == want {
+			return true, nil
+		}
+		if c.NumParents() == 0 || ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		if c, err = c.Parent(0); err != nil {
+			return false, fmt.Errorf("read the history of %s: %w", tip, err)
+		}
+	}
+	return false, fmt.Errorf("read the history of %s: over %d commits", tip, maxFirstParents)
+}

@@ -123,3 +123,48 @@ func writeAndCommitAs(t *testing.T, dir, file, content string) {
 	}
 	gitAs(t, dir, "t", "add", file)
 }
+
+// TestOnFirstParents: the branch's own history holds its commits and its merges, not the commits a
+// merge brought in, and after a reset not what was reset away.
+func TestOnFirstParents(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	gitAs(t, dir, "dev", "init", "--quiet", "--initial-branch=main", work)
+	first := writeAndCommit(t, work, "dev", "a.txt", "a\n", "first")
+	gitAs(t, work, "dev", "checkout", "--quiet", "-b", "topic")
+	topic := writeAndCommit(t, work, "dev", "b.txt", "b\n", "topic")
+	gitAs(t, work, "dev", "checkout", "--quiet", "main")
+	writeAndCommit(t, work, "dev", "c.txt", "c\n", "on main")
+	gitAs(t, work, "merger", "merge", "--quiet", "--no-ff", "-m", "merge topic", "topic")
+	merge := gitAs(t, work, "merger", "rev-parse", "HEAD")
+	tip := writeAndCommit(t, work, "dev", "d.txt", "d\n", "after")
+
+	src := New("file://"+work, "main")
+	ctx := context.Background()
+	if _, err := src.Fetch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, tip, commit string
+		want              bool
+	}{
+		{"the tip itself", tip, tip, true},
+		{"a merge on the branch", tip, merge, true},
+		{"the first commit", tip, first, true},
+		{"a commit the merge brought in", tip, topic, false},
+		{"a commit after the tip", merge, tip, false},
+	} {
+		if got, err := src.OnFirstParents(ctx, c.tip, c.commit); err != nil || got != c.want {
+			t.Errorf("%s: %v %v, want %v", c.name, got, err, c.want)
+		}
+	}
+	// A reset away from the merge, and a new commit where it was.
+	gitAs(t, work, "dev", "reset", "--quiet", "--hard", first)
+	reset := writeAndCommit(t, work, "dev", "e.txt", "e\n", "instead")
+	if _, err := src.Fetch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := src.OnFirstParents(ctx, reset, merge); err != nil || got {
+		t.Errorf("a merge reset away: %v %v, want false", got, err)
+	}
+}

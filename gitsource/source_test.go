@@ -277,6 +277,20 @@ func TestReviewsAndAuthors(t *testing.T) {
 		t.Errorf("a writer's token asked another's permission: %v", err)
 	}
 
+	// Merged: nothing while it is open, its merge commit once merged.
+	if m, open, err := forge.Merged(ctx, idx); err != nil || m != "" || !open {
+		t.Errorf("an open pull request merged at %q, open %v (%v)", m, open, err)
+	}
+	if err := p.TryMerge(api, idx); err != nil {
+		t.Fatal(err)
+	}
+	tip, _, err := api.GetRepoBranch(p.Info.Owner.UserName, p.Info.Name, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err := forge.Merged(ctx, idx); err != nil || m != tip.Commit.ID {
+		t.Errorf("merged at %q (%v), want main's tip %s", m, err, tip.Commit.ID)
+	}
 }
 
 // TestUnavailableSaysWhereItFailed: a fetch that failed writing the state folder says so first, and

@@ -260,7 +260,7 @@ func TestAMergedPullRequestKeepsItsPlan(t *testing.T) {
 	started, release := gatePreviews(h)
 	h.src.Commit(change)
 	f.Mu.Lock()
-	f.Merged[f.Prs[0].Ref()] = true
+	f.InBranch[f.Prs[0].Ref()] = true
 	fetches := f.Fetches
 	f.Mu.Unlock()
 	h.mustCycle()

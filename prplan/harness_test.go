@@ -41,7 +41,7 @@ func newHarness(t *testing.T, files map[string]string, tune func(*reconcile.Conf
 	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	h.cfg = reconcile.Config{Owner: "local", Passphrase: "pass", Now: func() time.Time { return now }, BackoffBase: time.Minute,
 		Branch: "main", StatusBranch: "main", Forge: h.forge}
-	h.plc = Config{Branch: "main", Passphrase: "pass"}
+	h.plc = Config{Branch: "main", Passphrase: "pass", MergeWait: 50 * time.Millisecond}
 	if tune != nil {
 		tune(&h.cfg, &h.plc)
 	}

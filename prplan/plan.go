@@ -302,6 +302,9 @@ type judgement struct {
 	policy    []string
 	// key digests everything the plan is made of but the stacks: equal keys, equal plans.
 	key string
+	// applied are the stacks' prints by stand (stands.Unrecorded where none is recorded): where a
+	// change of a stand the tracked branch cannot judge starts.
+	applied map[string]string
 }
 
 // judgePR judges what merging the pull request into the tracked branch at commit would do. The
@@ -324,7 +327,10 @@ func (pl *Planner) judgePR(ctx context.Context, pr stands.PullRequest, main *jud
 	if err != nil {
 		return nil, err
 	}
-	j := &judgement{pr: pr, base: commit, main: blindMain}
+	j := &judgement{pr: pr, base: commit, main: blindMain, applied: map[string]string{}}
+	for _, a := range actual {
+		j.applied[a.ID] = cmp.Or(a.Print, stands.Unrecorded)
+	}
 	if j.merged, j.actions, err = pl.decideMerged(ctx, m.tree, main, blindMain, commit, actual); err != nil {
 		return nil, err
 	}

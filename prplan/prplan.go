@@ -40,6 +40,9 @@ type Forge interface {
 	Contributors(ctx context.Context, index int64) (stands.Contributors, error)
 	// CanWrite says whether user may push to the repository, as the forge says now.
 	CanWrite(ctx context.Context, user string) (bool, error)
+	// Merged is the commit that merged a pull request into the tracked branch, "" while it is not
+	// merged; open says it is open still.
+	Merged(ctx context.Context, index int64) (merge string, open bool, err error)
 }
 
 // Previewer previews stands without changing anything (the engine).
@@ -76,7 +79,11 @@ type Config struct {
 	// RequiredApprovals is how many approvals that count a change needs (docs/pr-workflow.md#four-eyes),
 	// asked at each question: the tracked branch's protection may change. nil, or under 1: one.
 	RequiredApprovals func() int
-	Log               *slog.Logger
+	// MergeWait is how long the review of a change waits for Gitea to mark merged an open pull request
+	// that planned it (DefaultMergeWait): Gitea pushes a merge before it marks the pull request, and
+	// the push's webhook may start the cycle in between. Once per pull request.
+	MergeWait time.Duration
+	Log       *slog.Logger
 	// Metrics, when set, gets the plans' metrics (stands_pull_request_plans_total).
 	Metrics prometheus.Registerer
 }
@@ -96,6 +103,8 @@ type Planner struct {
 	// it, read by Reviewed from the loop.
 	mu      sync.Mutex
 	records map[int64]plannedHead
+	merges  map[int64]string // the merge commits of pull requests, once merged
+	waited  map[int64]bool   // the open pull requests MergeWait was spent on
 	// hmu guards the workers' own: which head of each open pull request was planned. Each pull
 	// request is planned by one worker at a time, but they share the map and its file.
 	hmu    sync.Mutex
@@ -116,13 +125,16 @@ func New(cfg Config, forge Forge, prev Previewer, refs Refs, sec manifest.Secret
 	if cfg.Budget.RenderCPU <= 0 {
 		cfg.Budget.RenderCPU = DefaultBudget.RenderCPU
 	}
+	if cfg.MergeWait == 0 {
+		cfg.MergeWait = DefaultMergeWait
+	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	pl := &Planner{cfg: cfg, forge: forge, prev: prev, refs: refs, sec: sec, log: cfg.Log, heads: map[int64]plannedHead{},
+	pl := &Planner{cfg: cfg, forge: forge, prev: prev, refs: refs, sec: sec, log: cfg.Log, heads: map[int64]plannedHead{}, merges: map[int64]string{}, waited: map[int64]bool{},
 		plans: promauto.With(cfg.Metrics).NewCounterVec(prometheus.CounterOpts{Name: "stands_pull_request_plans_total",
 			Help: "Pull request plans, by result: success, failure (the plan refuses), error (planning failed), untrusted (no plan)."}, []string{"result"})}
 	pl.w.ctx, pl.w.cancel = context.WithCancel(context.Background())

@@ -8,19 +8,27 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
-// A reviewed change (docs/pr-workflow.md#apply-only-what-was-reviewed) is a stand's print
-// (judge.Print: its spec with secrets as placeholders, which is what a plan shows and a reviewer
-// approves) that a pull request's successful plan showed, approved on that pull request by a
-// second person (approval below), of the head planned, after the plan showed it, and not
-// withdrawn since.
+// A reviewed change (docs/pr-workflow.md#apply-only-what-was-reviewed) is a transition of a stand
+// (stands.Transition: from the print the tracked branch gave it to the print the merge gives it;
+// judge.Print is its spec with secrets as placeholders, which is what a plan shows and a reviewer
+// approves) that a pull request's successful plan showed, approved on that pull request by a second
+// person (approval below), of the head planned, after the plan showed it, and not withdrawn since;
+// and that pull request merged, its merge on the first-parent history of the commit applied.
+// Transitions chain: two reviewed merges applied in one go are covered. Each authorises its
+// transition once: the loop keeps those used (stands.ReviewQuery.Used).
 
 // plannedChange is one stand's change in a head's successful plan.
 type plannedChange struct {
-	Print string    `json:"print"` // "" for a removal
+	// From is the stand's print on the tracked branch the plan merged into ("" not declared there;
+	// the stack's print where the branch cannot judge the stand); Print what the merge gives it
+	// ("" a removal).
+	From  string    `json:"from"`
+	Print string    `json:"print"`
 	Since time.Time `json:"since"` // when a plan of this head first showed it
 }
 
@@ -29,7 +37,7 @@ type plannedChange struct {
 const ReviewRetention = 30 * 24 * time.Hour
 
 // changes is what a successful plan changes, by stand: the merge's print of each created or updated
-// stand, "" for each removed one.
+// stand, "" for each removed one, each from the stand's print on the tracked branch.
 func (pl *Planner) changes(j *judgement, plan *prPlan, was plannedHead, now time.Time) (map[string]plannedChange, error) {
 	out := map[string]plannedChange{}
 	for _, r := range plan.rows {
@@ -48,8 +56,12 @@ func (pl *Planner) changes(j *judgement, plan *prPlan, was plannedHead, now time
 		default:
 			continue
 		}
-		c := plannedChange{Print: print, Since: now}
-		if old, ok := was.Changes[r.id]; ok && was.Head == j.pr.HeadSHA && old.Print == print {
+		from, err := pl.mainPrint(j, r.id)
+		if err != nil {
+			return nil, err
+		}
+		c := plannedChange{From: from, Print: print, Since: now}
+		if old, ok := was.Changes[r.id]; ok && was.Head == j.pr.HeadSHA && old.Print == print && old.From == from {
 			c.Since = old.Since // the same change, shown again after main moved
 		}
 		out[r.id] = c
@@ -71,37 +83,215 @@ func (pl *Planner) changes(j *judgement, plan *prPlan, was plannedHead, now time
 	return out, nil
 }
 
-// Reviewed says whether the change of stand id to print ("" its removal) was reviewed. Only an
-// error of the forge is an error; any other answer is a Review, saying why when it is not one.
-func (pl *Planner) Reviewed(ctx context.Context, id, print string) (stands.ChangeReview, error) {
+// mainPrint is where a stand's change in a plan starts: its print on the tracked branch, "" when
+// the branch does not declare it; for a stand the branch declares but cannot judge (a broken
+// manifest), the print of its stack, what the plan's preview compared against.
+func (pl *Planner) mainPrint(j *judgement, id string) (string, error) {
+	if in := j.main.Input(id); in != nil {
+		p, err := judge.Print(in, pl.cfg.Passphrase)
+		if err != nil {
+			return "", fmt.Errorf("print of %s on %s: %w", id, pl.cfg.Branch, err)
+		}
+		return p, nil
+	}
+	for _, v := range j.main.Verdicts {
+		if v.ID == id {
+			return cmp.Or(j.applied[id], stands.Unrecorded), nil
+		}
+	}
+	return "", nil
+}
+
+// edge is one pull request's planned change of the stand asked about.
+type edge struct {
+	candidate
+	stands.Transition
+}
+
+// Reviewed says whether the stand's transition q asks about was reviewed: a chain of planned
+// changes, each of a merged pull request whose merge q.OnBranch holds, approved, and not used,
+// leading from q.From to q.To. Only an error of the forge or the history is an error; any other
+// answer is a ChangeReview, saying why when it is not one.
+func (pl *Planner) Reviewed(ctx context.Context, q stands.ReviewQuery) (stands.ChangeReview, error) {
 	pl.mu.Lock()
-	var cands []candidate
+	var edges []edge
 	for idx, h := range pl.records {
-		if c, ok := h.Changes[id]; ok && c.Print == print {
-			cands = append(cands, candidate{index: idx, head: h.Head, author: h.Author, since: c.Since})
+		if c, ok := h.Changes[q.Stand]; ok {
+			edges = append(edges, edge{candidate{index: idx, head: h.Head, author: h.Author, since: c.Since}, stands.Transition{From: c.From, To: c.Print}})
 		}
 	}
 	pl.mu.Unlock()
-	if len(cands) == 0 {
-		return stands.ChangeReview{Why: "no pull request's successful plan shows this change"}, nil
+	// The newest pull request first: the chain found is the one a reviewer saw last.
+	slices.SortFunc(edges, func(a, b edge) int { return cmp.Compare(b.index, a.index) })
+	w := &walk{pl: pl, q: q, edges: edges, checked: map[int]checkedEdge{}}
+	steps, err := w.from(ctx, q.From, map[string]bool{})
+	if err == nil && steps == nil {
+		err = w.explain(ctx)
 	}
-	slices.SortFunc(cands, func(a, b candidate) int { return cmp.Compare(b.index, a.index) })
-	var why []string
-	for _, c := range cands {
-		reviews, err := pl.forge.Reviews(ctx, c.index)
-		if err != nil {
-			return stands.ChangeReview{}, err
-		}
-		by, not, err := pl.approval(ctx, reviews, c)
-		if err != nil {
-			return stands.ChangeReview{}, err
-		}
-		if not == "" {
-			return stands.ChangeReview{Reviewed: true, PR: c.index, By: by}, nil
-		}
-		why = append(why, fmt.Sprintf("#%d %s", c.index, not))
+	switch {
+	case err != nil:
+		return stands.ChangeReview{}, err
+	case steps != nil:
+		return stands.ChangeReview{Reviewed: true, Steps: steps}, nil
+	case len(w.why) > 0:
+		return stands.ChangeReview{Why: "no reviewed change leads to it: " + strings.Join(w.why, "; ")}, nil
+	case len(edges) > 0:
+		return stands.ChangeReview{Why: "no pull request's successful plan shows this change from what is applied"}, nil
 	}
-	return stands.ChangeReview{Why: "the pull requests that planned it are not approved: " + strings.Join(why, "; ")}, nil
+	return stands.ChangeReview{Why: "no pull request's successful plan shows this change"}, nil
+}
+
+// walk finds a chain of authorisations for one ReviewQuery, asking the forge about each planned
+// change at most once.
+type walk struct {
+	pl      *Planner
+	q       stands.ReviewQuery
+	edges   []edge
+	checked map[int]checkedEdge // by index into edges
+	why     []string
+}
+
+type checkedEdge struct {
+	auth stands.Authorisation
+	ok   bool
+}
+
+// from is a chain from print to w.q.To, nil when there is none; seen are the prints on the way.
+func (w *walk) from(ctx context.Context, print string, seen map[string]bool) ([]stands.Authorisation, error) {
+	seen[print] = true
+	defer delete(seen, print)
+	for i, e := range w.edges {
+		if e.From != print || seen[e.To] && e.To != w.q.To {
+			continue
+		}
+		a, ok, err := w.check(ctx, i)
+		if err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if e.To == w.q.To {
+			return []stands.Authorisation{a}, nil
+		}
+		rest, err := w.from(ctx, e.To, seen)
+		if err != nil {
+			return nil, err
+		}
+		if rest != nil {
+			return append([]stands.Authorisation{a}, rest...), nil
+		}
+	}
+	return nil, nil
+}
+
+// explain adds why the planned changes that end where the query does, and that the walk did not
+// reach, do not count: a reviewer expects to hear of the pull requests that planned this content.
+func (w *walk) explain(ctx context.Context) error {
+	for i, e := range w.edges {
+		if e.To != w.q.To {
+			continue
+		}
+		if _, done := w.checked[i]; done {
+			continue
+		}
+		_, ok, err := w.check(ctx, i)
+		if err != nil {
+			return err
+		}
+		if ok {
+			w.why = append(w.why, fmt.Sprintf("#%d approved its change from what %s held then, not from what is applied: a change of the stand before it was not reviewed",
+				e.index, w.pl.cfg.Branch))
+		}
+	}
+	return nil
+}
+
+// check says whether edge i authorises its transition: merged, its merge on the branch applied,
+// approved, and not used. Each reason against it is kept once.
+func (w *walk) check(ctx context.Context, i int) (stands.Authorisation, bool, error) {
+	if c, ok := w.checked[i]; ok {
+		return c.auth, c.ok, nil
+	}
+	e := w.edges[i]
+	a := stands.Authorisation{Stand: w.q.Stand, Transition: e.Transition, PR: e.index, Head: e.head}
+	why, err := w.against(ctx, &a, e.candidate)
+	if err != nil {
+		return a, false, err
+	}
+	if why != "" {
+		w.why = append(w.why, fmt.Sprintf("#%d %s", e.index, why))
+	}
+	w.checked[i] = checkedEdge{auth: a, ok: why == ""}
+	return a, why == "", nil
+}
+
+// against is why a's pull request does not authorise it, "" when it does; it fills in a's merge
+// and approvers.
+func (w *walk) against(ctx context.Context, a *stands.Authorisation, c candidate) (string, error) {
+	var err error
+	if a.Merge, err = w.pl.merge(ctx, c.index); err != nil {
+		return "", err
+	}
+	if a.Merge == "" {
+		return "is not merged", nil
+	}
+	if w.q.Used != nil && w.q.Used(a.Key()) {
+		return "was applied already: its approval lets its change through once", nil
+	}
+	if w.q.OnBranch != nil {
+		on, err := w.q.OnBranch(ctx, a.Merge)
+		if err != nil {
+			return "", err
+		}
+		if !on {
+			return fmt.Sprintf("was merged at %s, which %s no longer holds (reset or force-pushed)", mdtext.Short(a.Merge), w.pl.cfg.Branch), nil
+		}
+	}
+	reviews, err := w.pl.forge.Reviews(ctx, c.index)
+	if err != nil {
+		return "", err
+	}
+	by, not, err := w.pl.approval(ctx, reviews, c)
+	a.By = by
+	return not, err
+}
+
+// DefaultMergeWait is Config.MergeWait's default: Gitea marks a merge within a second of pushing it.
+const DefaultMergeWait = 5 * time.Second
+
+// merge is pull request index's merge commit, "" while it is not merged. A merge is for good: it
+// is asked of the forge until it is one. An open pull request is asked again for up to
+// Config.MergeWait, once: the cycle its merge's push started may ask before Gitea marks it merged.
+func (pl *Planner) merge(ctx context.Context, index int64) (string, error) {
+	pl.mu.Lock()
+	m, ok := pl.merges[index]
+	waited := pl.waited[index]
+	pl.waited[index] = true
+	pl.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	deadline := time.Now().Add(pl.cfg.MergeWait)
+	for {
+		m, open, err := pl.forge.Merged(ctx, index)
+		switch {
+		case err != nil:
+			return "", err
+		case m != "":
+			pl.mu.Lock()
+			pl.merges[index] = m
+			pl.mu.Unlock()
+			return m, nil
+		case !open || waited || pl.cfg.MergeWait < 0 || time.Now().After(deadline):
+			return "", nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(min(500*time.Millisecond, pl.cfg.MergeWait)):
+		}
+	}
 }
 
 type candidate struct {

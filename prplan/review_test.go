@@ -2,6 +2,9 @@ package prplan
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,20 +36,60 @@ func printOfFiles(t *testing.T, files map[string]string, id string) string {
 	return p
 }
 
+// ask asks the planner whether stand id's transition from to was reviewed, on the branch as it is
+// now, with used the authorisations used already.
+func (h *harness) ask(id, from, to string, used ...string) stands.ChangeReview {
+	h.t.Helper()
+	tip := h.src.Head()
+	got, err := h.pl.Reviewed(context.Background(), stands.ReviewQuery{Stand: id, Transition: stands.Transition{From: from, To: to},
+		OnBranch: func(ctx context.Context, merge string) (bool, error) { return h.src.OnFirstParents(ctx, tip, merge) },
+		Used:     func(key string) bool { return slices.Contains(used, key) }})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return got
+}
+
+// mergeReviewed opens pull request n at head with change, plans it, has rev approve the planned head,
+// and merges it: the change reaches main, and the forge marks the pull request merged.
+func (h *harness) mergeReviewed(n int64, head string, change map[string]string) {
+	h.t.Helper()
+	h.pushReviewed(n, head, change)
+	h.forge.Merge(n, h.src.Head())
+}
+
+// pushReviewed is mergeReviewed up to the merge's push to main: the forge does not know of it yet.
+func (h *harness) pushReviewed(n int64, head string, change map[string]string) {
+	h.t.Helper()
+	h.forge.Open(n, head, h.files(), change, true)
+	h.mustCycle()
+	h.forge.Review(n, stands.Review{User: "rev", State: stands.Approved, Commit: head, Submitted: time.Now().Add(time.Minute)})
+	h.src.Commit(change)
+}
+
 // TestReviewedChanges: a change counts as reviewed only when a successful plan showed it and a
-// second person who may write approved the planned head after that plan, and the approval stands.
-// Each way of missing one of those is a row; a removal and a merged pull request count too.
+// second person who may write approved the planned head after that plan, the approval stands, and
+// the pull request was merged into the branch's history and its approval not used. Each way of
+// missing one of those is a row.
 func TestReviewedChanges(t *testing.T) {
 	resizeA := map[string]string{fakes.StandFile("a"): resized("a", "cx32")}
 	later := func() time.Time { return time.Now().Add(time.Hour) }
+	approve := func(f *fakes.Forge) {
+		f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
+	}
+	from := printOfFiles(t, repoWith("a", "b"), "local_a_dev")
 	cases := []struct {
 		name   string
 		review func(f *fakes.Forge)
 		push   bool // the author pushes another change after the review
-		need   int  // approvals required (Config.RequiredApprovals); 0: the default
-		want   bool
-		by     string // who approved it, when it counts: "rev" unless said
-		why    string
+		// end ends the pull request: merged (nil), closed, or merged and then reset away; used
+		// says its approval was used.
+		end  func(h *harness, f *fakes.Forge, merged map[string]string)
+		used bool
+		need int // approvals required (Config.RequiredApprovals); 0: the default
+		want bool
+		by   string // who approved it, when it counts: "rev" unless said
+		why  string
 	}{
 		{name: "approved by a reviewer", review: func(f *fakes.Forge) {
 			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
@@ -111,6 +154,18 @@ func TestReviewedChanges(t *testing.T) {
 			f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: later()})
 			f.Review(1, stands.Review{User: "rev2", State: stands.Approved, Commit: "head1", Submitted: later()})
 		}, want: true, by: "rev, rev2"},
+		// Merged into the branch's history, once.
+		{name: "closed without a merge", review: approve, end: func(h *harness, f *fakes.Forge, _ map[string]string) {
+			f.Close(1)
+		}, why: "#1 is not merged"},
+		{name: "merged, then reset away", review: approve, end: func(h *harness, f *fakes.Forge, merged map[string]string) {
+			before := h.src.Head()
+			cut := h.files()
+			h.src.Commit(merged)
+			f.Merge(1, h.src.Head())
+			h.src.Reset(before, cut)
+		}, why: "no longer holds (reset or force-pushed)"},
+		{name: "its approval used already", review: approve, used: true, why: "was applied already"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,19 +188,26 @@ func TestReviewedChanges(t *testing.T) {
 			for p, c := range change {
 				merged[p] = c
 			}
-			merged[fakes.StandFile("b")] = fakes.StandYML("b", "")
-			got, err := h.pl.Reviewed(context.Background(), "local_a_dev", printOfFiles(t, merged, "local_a_dev"))
-			if err != nil {
-				t.Fatal(err)
+			if tc.end == nil {
+				h.src.Commit(merged)
+				f.Merge(1, h.src.Head())
+			} else {
+				tc.end(h, f, merged)
 			}
+			merged[fakes.StandFile("b")] = fakes.StandYML("b", "")
+			var used []string
+			if tc.used {
+				used = []string{stands.Authorisation{Stand: "local_a_dev", PR: 1, Transition: stands.Transition{From: from, To: printOfFiles(t, merged, "local_a_dev")}}.Key()}
+			}
+			got := h.ask("local_a_dev", from, printOfFiles(t, merged, "local_a_dev"), used...)
 			if got.Reviewed != tc.want || !strings.Contains(got.Why, tc.why) {
 				t.Errorf("reviewed %v (%+v), want %v saying %q", got.Reviewed, got, tc.want, tc.why)
 			}
 			if tc.by == "" {
 				tc.by = "rev"
 			}
-			if tc.want && (got.PR != 1 || got.By != tc.by) {
-				t.Errorf("reviewed by %q on #%d", got.By, got.PR)
+			if tc.want && (len(got.Steps) != 1 || got.Steps[0].PR != 1 || got.Steps[0].By != tc.by || got.Steps[0].Merge == "") {
+				t.Errorf("reviewed by %+v", got.Steps)
 			}
 		})
 	}
@@ -161,16 +223,17 @@ func TestReviewedRemovalAndMerge(t *testing.T) {
 	f.Open(1, "remove-c", h.files(), map[string]string{fakes.StandFile("c"): ""}, true)
 	h.mustCycle()
 	f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "remove-c", Submitted: time.Now().Add(time.Minute)})
-	f.Close(1)
+	h.src.Commit(map[string]string{fakes.StandFile("c"): ""})
+	f.Merge(1, h.src.Head())
 	h.mustCycle()
 	h.start() // a restart: what was planned is read back
+	all := repoWith("a", "b", "c")
 	for _, c := range []struct {
-		id, print string
-		want      bool
+		id, to string
+		want   bool
 	}{{"local_c_dev", "", true}, {"local_b_dev", "", false}, {"local_a_dev", "v1-none", false}} {
-		got, err := h.pl.Reviewed(context.Background(), c.id, c.print)
-		if err != nil || got.Reviewed != c.want {
-			t.Errorf("%s to %q: %+v %v, want reviewed %v", c.id, c.print, got, err, c.want)
+		if got := h.ask(c.id, printOfFiles(t, all, c.id), c.to); got.Reviewed != c.want {
+			t.Errorf("%s to %q: %+v, want reviewed %v", c.id, c.to, got, c.want)
 		}
 	}
 }
@@ -222,15 +285,31 @@ func TestOnlyReviewedChangesApply(t *testing.T) {
 
 	// Through a pull request: reviewed, applied once merged.
 	change := map[string]string{fakes.StandFile("b"): resized("b", "cx32")}
-	f.Open(1, "resize-b", h.files(), change, true)
-	h.mustCycle()
-	f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "resize-b", Submitted: time.Now().Add(time.Minute)})
-	h.src.Commit(change)
-	f.Close(1)
+	h.mergeReviewed(1, "resize-b", change)
 	h.mustCycle()
 	if h.eng.UpsOf("local_b_dev") != 2 {
 		t.Errorf("a reviewed change was not applied: %+v", h.statusOf(t, "local_b_dev"))
 	}
+
+	// Replay: a revert pushed around review is a change of its own, and so is the reviewed change
+	// made again: its approval was used.
+	h.src.Commit(map[string]string{fakes.StandFile("b"): fakes.StandYML("b", "")})
+	h.mustCycle()
+	held("local_b_dev", "h004")
+	if err := h.r.Approve("local_b_dev", "h004", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	h.mustCycle()
+	h.src.Commit(change)
+	h.mustCycle()
+	held("local_b_dev", "h005")
+	if st := h.statusOf(t, "local_b_dev"); h.eng.UpsOf("local_b_dev") != 3 || !strings.Contains(st.Message, "#1 was applied already") {
+		t.Errorf("the reviewed change made again: %d ups, %q", h.eng.UpsOf("local_b_dev"), st.Message)
+	}
+	if err := h.r.Approve("local_b_dev", "h005", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	h.mustCycle()
 
 	// A push after the approval: the merge is of a head nobody approved.
 	cut := h.files()
@@ -241,10 +320,10 @@ func TestOnlyReviewedChangesApply(t *testing.T) {
 	f.Open(2, "b-pushed", cut, pushed, true)
 	h.mustCycle()
 	h.src.Commit(pushed)
-	f.Close(2)
+	f.Merge(2, h.src.Head())
 	h.mustCycle()
-	held("local_b_dev", "h004")
-	if h.eng.UpsOf("local_b_dev") != 2 {
+	held("local_b_dev", "h006")
+	if h.eng.UpsOf("local_b_dev") != 4 {
 		t.Error("a change pushed after the approval was applied")
 	}
 	if st := h.statusOf(t, "local_b_dev"); !strings.Contains(st.Message, "another head") {
@@ -257,7 +336,7 @@ func TestOnlyReviewedChangesApply(t *testing.T) {
 	h.sec.Values["kv-password"] = "a-rotated-password-value"
 	h.sec.Mu.Unlock()
 	h.mustCycle()
-	held("local_c_dev", "h005")
+	held("local_c_dev", "h007")
 	if len(h.eng.Destroys) != 0 {
 		t.Errorf("an unreviewed removal destroyed %v", h.eng.Destroys)
 	}
@@ -287,5 +366,149 @@ func TestFirstImportIsTheFirstCommitOnly(t *testing.T) {
 	h.mustCycle()
 	if st := h.statusOf(t, "local_a_dev"); st.Reason != reason.Unreviewed || h.eng.UpsOf("local_a_dev") != 0 {
 		t.Errorf("a stand pushed after the first run: %s %s, %d ups", st.Phase, st.Reason, h.eng.UpsOf("local_a_dev"))
+	}
+}
+
+// TestAnApprovalLetsItsChangeThroughOnce: a stand created and then removed through reviewed pull
+// requests, made again around review with the very content the first review approved, is held; so is
+// its removal around review afterwards. Each approval was used by the apply it let through.
+func TestAnApprovalLetsItsChangeThroughOnce(t *testing.T) {
+	h := newHarness(t, repoWith("a", "b"), func(c *reconcile.Config, _ *Config) {
+		c.Review.Require, c.Review.State = true, t.TempDir()+"/reviews.json"
+	})
+	h.mustCycle()
+	add := map[string]string{fakes.StandFile("c"): fakes.StandYML("c", "")}
+	remove := map[string]string{fakes.StandFile("c"): ""}
+	h.mergeReviewed(1, "add-c", add)
+	h.mustCycle()
+	h.mergeReviewed(2, "remove-c", remove)
+	h.mustCycle()
+	if h.eng.UpsOf("local_c_dev") != 1 || len(h.eng.Destroys) != 1 {
+		t.Fatalf("reviewed create and removal: %d ups, destroys %v", h.eng.UpsOf("local_c_dev"), h.eng.Destroys)
+	}
+
+	h.src.Commit(add)
+	h.mustCycle()
+	if st := h.statusOf(t, "local_c_dev"); st.Reason != reason.Unreviewed || !strings.Contains(st.Message, "#1 was applied already") ||
+		h.eng.UpsOf("local_c_dev") != 1 {
+		t.Fatalf("made again around review: %d ups, %s %q", h.eng.UpsOf("local_c_dev"), st.Reason, st.Message)
+	}
+	if err := h.r.Approve("local_c_dev", fmt.Sprintf("h%03d", h.src.Humans), "ops"); err != nil {
+		t.Fatal(err)
+	}
+	h.mustCycle()
+	if h.eng.UpsOf("local_c_dev") != 2 {
+		t.Fatalf("ctl approve did not create c again: %+v", h.statusOf(t, "local_c_dev"))
+	}
+
+	h.src.Commit(remove)
+	h.mustCycle()
+	if st := h.statusOf(t, "local_c_dev"); st.Reason != reason.Unreviewed || !strings.Contains(st.Message, "#2 was applied already") ||
+		len(h.eng.Destroys) != 1 {
+		t.Errorf("removed around review: destroys %v, %s %q", h.eng.Destroys, st.Reason, st.Message)
+	}
+}
+
+// TestALetThroughChangeEndsWhenAskedNoMore: a change let through whose apply failed goes on at the
+// next try while the repository asks for it, and is forgotten once it asks for something else: the
+// first import's stand removed before its create succeeded and pushed again later is a change.
+func TestALetThroughChangeEndsWhenAskedNoMore(t *testing.T) {
+	h := newHarness(t, repoWith("a", "b", "c"), func(c *reconcile.Config, _ *Config) {
+		c.Review.Require, c.Review.State = true, t.TempDir()+"/reviews.json"
+		c.BackoffBase, c.Now = time.Nanosecond, time.Now // a failed apply is tried again at the next cycle
+	})
+	h.eng.Mu.Lock()
+	h.eng.Fail["local_a_dev"] = errors.New("the cloud said no")
+	h.eng.Fail["local_c_dev"] = errors.New("the cloud said no")
+	h.eng.Mu.Unlock()
+	h.mustCycle()
+	if h.eng.UpsOf("local_a_dev")+h.eng.UpsOf("local_c_dev") != 0 {
+		t.Fatal("the first creates of a and c did not fail")
+	}
+	h.src.Commit(map[string]string{fakes.StandFile("c"): ""})
+	h.mustCycle()
+	if h.eng.UpsOf("local_a_dev") != 1 {
+		t.Errorf("the first import's a, tried again: %+v", h.statusOf(t, "local_a_dev"))
+	}
+	h.src.Commit(map[string]string{fakes.StandFile("c"): fakes.StandYML("c", "")})
+	h.mustCycle()
+	h.mustCycle()
+	h.mustCycle()
+	if st := h.statusOf(t, "local_c_dev"); st.Reason != reason.Unreviewed || h.eng.UpsOf("local_c_dev") != 0 {
+		t.Errorf("the first import's c, pushed again: %d ups, %s %q", h.eng.UpsOf("local_c_dev"), st.Reason, st.Message)
+	}
+}
+
+// TestReviewedMergesChain: two reviewed pull requests of one stand, merged before either was applied
+// (the first one's apply failed), are applied in one go: their steps chain from what the stack has.
+// The first one's change, let through and never applied, used no approval.
+func TestReviewedMergesChain(t *testing.T) {
+	h := newHarness(t, repoWith("a", "b"), func(c *reconcile.Config, _ *Config) {
+		c.Review.Require, c.Review.State = true, t.TempDir()+"/reviews.json"
+		c.BackoffBase, c.Now = time.Nanosecond, time.Now
+	})
+	h.mustCycle()
+	h.eng.Mu.Lock()
+	h.eng.Fail["local_a_dev"] = errors.New("the cloud said no")
+	h.eng.Mu.Unlock()
+	h.mergeReviewed(1, "a-32", map[string]string{fakes.StandFile("a"): resized("a", "cx32")})
+	h.mustCycle()
+	if h.eng.UpsOf("local_a_dev") != 1 {
+		t.Fatalf("the first import and a failed apply: %d ups", h.eng.UpsOf("local_a_dev"))
+	}
+	h.eng.Mu.Lock()
+	h.eng.Fail["local_a_dev"] = errors.New("the cloud said no again") // its try during the next plan
+	h.eng.Mu.Unlock()
+	h.mergeReviewed(2, "a-42", map[string]string{fakes.StandFile("a"): resized("a", "cx42")})
+	if h.eng.UpsOf("local_a_dev") != 1 {
+		t.Fatalf("the first change was applied before the second merged: %d ups", h.eng.UpsOf("local_a_dev"))
+	}
+	h.mustCycle()
+	h.mustCycle()
+	if st := h.statusOf(t, "local_a_dev"); st.Phase != reason.Ready || h.eng.UpsOf("local_a_dev") != 2 {
+		t.Errorf("two reviewed merges: %d ups, %s %s %q", h.eng.UpsOf("local_a_dev"), st.Phase, st.Reason, st.Message)
+	}
+}
+
+// TestAMergeGiteaMarksLate: the cycle a merge's push starts may ask before Gitea marks the pull
+// request merged; the review waits for it (Config.MergeWait) rather than hold the change. With no
+// wait, the same change is held.
+func TestAMergeGiteaMarksLate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		wait time.Duration
+		ups  int
+	}{{"waited for", 5 * time.Second, 2}, {"not waited for", -1, 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, repoWith("a", "b"), func(rc *reconcile.Config, pc *Config) {
+				rc.Review.Require, rc.Review.State = true, t.TempDir()+"/reviews.json"
+				pc.MergeWait = c.wait
+			})
+			h.mustCycle()
+			h.pushReviewed(1, "a-32", map[string]string{fakes.StandFile("a"): resized("a", "cx32")})
+			h.forge.MergeLate(1, h.src.Head())
+			h.mustCycle()
+			if h.eng.UpsOf("local_a_dev") != c.ups {
+				t.Errorf("%d ups, want %d: %+v", h.eng.UpsOf("local_a_dev"), c.ups, h.statusOf(t, "local_a_dev"))
+			}
+		})
+	}
+}
+
+// TestAReviewOnTopOfAnUnreviewedChange: a change pushed around review and held is not carried
+// through by a reviewed pull request of the same stand merged on top of it; the held change says
+// which approval covers only the later step.
+func TestAReviewOnTopOfAnUnreviewedChange(t *testing.T) {
+	h := newHarness(t, repoWith("a", "b"), func(c *reconcile.Config, _ *Config) {
+		c.Review.Require, c.Review.State = true, t.TempDir()+"/reviews.json"
+	})
+	h.mustCycle()
+	h.src.Commit(map[string]string{fakes.StandFile("a"): resized("a", "cx32")})
+	h.mustCycle()
+	h.mergeReviewed(1, "a-42", map[string]string{fakes.StandFile("a"): resized("a", "cx42")})
+	h.mustCycle()
+	st := h.statusOf(t, "local_a_dev")
+	if h.eng.UpsOf("local_a_dev") != 1 || st.Reason != reason.Unreviewed || !strings.Contains(st.Message, "#1 approved its change from what main held then") {
+		t.Errorf("a reviewed change on top of an unreviewed one: %d ups, %s %q", h.eng.UpsOf("local_a_dev"), st.Reason, st.Message)
 	}
 }

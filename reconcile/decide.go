@@ -43,7 +43,7 @@ func (r *Reconciler) decide(actions []diff.Action, d *desiredState, found map[st
 			continue // another replica's stand: it decides, and its status comes from its record
 		}
 		if why, held := d.unreviewed[a.ID]; held {
-			r.record(a.ID, r.gate.hold(a, d, why, commit))
+			r.record(a.ID, r.gate.hold(a, d, applied(found, a.ID), why, commit))
 			continue
 		}
 		r.gate.release(a.ID)

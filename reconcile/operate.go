@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/internal/mdtext"
+	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -120,6 +121,13 @@ func (r *Reconciler) operateBounded(ctx context.Context, o *op, log *slog.Logger
 
 // operate calls the engine; a drift repaired by an apply turns the operation into an apply.
 func (r *Reconciler) operate(ctx context.Context, o *op, log *slog.Logger) (*stands.Result, error) {
+	if o.in != nil && o.in.Print == "" {
+		// Every apply records the print, with the review gate or without: the change a gate turned
+		// on later asks about starts from it (review.go), not from an unknown.
+		if p, err := judge.Print(o.in, r.cfg.Passphrase); err == nil {
+			o.in.Print = p
+		}
+	}
 	switch o.kind {
 	case opApply, opObserve:
 		if o.repair {

@@ -294,7 +294,7 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 		warned: map[manifest.Diagnostic]bool{},
 		claims: newClaims(cfg.Replicas)}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
-	r.life, r.gate, r.heals = newLifetimes(cfg), newGate(cfg), newHealBook(cfg.Health.Limit)
+	r.life, r.gate, r.heals = newLifetimes(cfg), newGate(cfg, src), newHealBook(cfg.Health.Limit)
 	r.metrics = newMetrics(r.gauges, cfg.Metrics)
 	var err error
 	if r.sw, err = newSwitches(cfg); err != nil {
@@ -533,7 +533,7 @@ func (r *Reconciler) actual(stacks []stands.StackInfo) ([]diff.Actual, map[strin
 		if owner, _, _, _ := manifest.ParseStandID(id); owner != r.cfg.Owner {
 			continue // another owner's reconciler's, on a shared backend: not ours to count or judge
 		}
-		out = append(out, diff.Actual{ID: id, Owned: s.Owned, SpecHash: s.SpecHash, Protected: s.Protect})
+		out = append(out, diff.Actual{ID: id, Owned: s.Owned, SpecHash: s.SpecHash, Print: s.Print, Protected: s.Protect})
 		found[id] = s
 	}
 	return out, found

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,22 +20,31 @@ import (
 
 // Apply only what was reviewed (docs/pr-workflow.md#apply-only-what-was-reviewed). With
 // Config.Review.Require, each create, update and destroy a commit of the tracked branch asks for is a
-// change of the stand's print (judge.Print: its spec, secrets as placeholders: what a plan shows and
-// a review approves; "" for a removal), and it starts only when that change was reviewed:
+// transition of the stand (stands.Transition): from the print its stack records (judge.Print: its
+// spec, secrets as placeholders: what a plan shows and a review approves; "" no stack) to the print
+// the commit gives it ("" a removal). It starts only when that transition was authorised:
 //   - the stack's recorded print is the same (only secret values or policy changed since the
 //     apply a review let through),
+//   - Config.Reviews finds a chain of merged pull requests leading there, each approved, each
+//     merge on the commit's first-parent history, none used before (prplan.Planner.Reviewed),
+//   - an operator released it (ctl approve STAND COMMIT),
 //   - the first import: at the gate's first run no stack of the owner exists, so the stands of
-//     that commit are how the repository starts (a stand pushed later into an empty repository
-//     is a change),
-//   - an operator released it (ctl approve STAND COMMIT), or it was let through before,
-//   - or Config.Reviews finds a pull request whose successful plan showed it, approved there
-//     (prplan.Planner.Reviewed).
-// Anything else is Blocked, reason Unreviewed, with stands/<id> failure on the commit, until one of
-// those holds. The reconciler's own commits change no stand; a revert is a change like any other.
+//     that commit are how the repository starts (a stand pushed later is a change),
+//   - or the lifetime policy merged the stand's removal (ApproveRemoval).
+// Each authorisation lets its one transition through once: applying it uses it up, and whatever
+// leads back to a print some review once approved (a revert, a reset, a stand made again) is a
+// new transition. Anything else is Blocked, reason Unreviewed, with stands/<id> failure on the
+// commit, until one of those holds. The reconciler's own commits change no stand.
 
-// Reviews says whether a change of a stand was reviewed on a pull request (prplan.Planner).
+// Reviews says whether a transition of a stand was reviewed on pull requests (prplan.Planner).
 type Reviews interface {
-	Reviewed(ctx context.Context, id, print string) (stands.ChangeReview, error)
+	Reviewed(ctx context.Context, q stands.ReviewQuery) (stands.ChangeReview, error)
+}
+
+// History says whether commit is on the first-parent history of tip (gitsource.Source): a merge the
+// tracked branch no longer holds authorises nothing. A Source without it holds every reviewed change.
+type History interface {
+	OnFirstParents(ctx context.Context, tip, commit string) (bool, error)
 }
 
 // reviewState is what the gate keeps across restarts (Config.Review.State).
@@ -42,32 +52,45 @@ type reviewState struct {
 	// Baseline is the commit of the gate's first run ("" before it): a first import when no stack
 	// existed then.
 	Baseline string `json:"baseline,omitempty"`
-	// Approved holds, by stand, the prints let through: by a review, an operator or the first
-	// import. The last maxApproved are kept.
-	Approved map[string][]approval `json:"approved,omitempty"`
+	// Granted is, by stand, the transition last let through: its apply may be tried again (after a
+	// failure) while the stack is where it started, and no longer once it moved.
+	Granted map[string]grant `json:"granted,omitempty"`
+	// Used are the pull requests' authorisations that let their transition through, by
+	// stands.Authorisation.Key, with when: each is used once. Kept usedRetention.
+	Used map[string]time.Time `json:"used,omitempty"`
 }
 
-type approval struct {
-	Print string    `json:"print"`
-	By    string    `json:"by"`
-	At    time.Time `json:"at"`
+// grant is a transition let through, and by whom.
+type grant struct {
+	stands.Transition
+	// Any: from whatever the stack has (a removal the lifetime policy merged).
+	Any bool      `json:"any,omitempty"`
+	By  string    `json:"by"`
+	At  time.Time `json:"at"`
+	// Keys are the pull requests' authorisations it rests on: used once the stack moves, kept for
+	// another change when the repository asks for one before it does.
+	Keys []string `json:"keys,omitempty"`
 }
 
-const maxApproved = 5
+// usedRetention outlasts the pull requests' planned changes (prplan.ReviewRetention, 30 days): an
+// authorisation forgotten here is one no plan can offer again.
+const usedRetention = 45 * 24 * time.Hour
 
 // unreviewed is a change held for review: what ctl approve releases.
 type unreviewed struct {
-	commit, print, why string
-	statused           bool // stands/<id> says so on commit
+	commit, from, print, why string
+	statused                 bool // stands/<id> says so on commit
 }
 
-// gate is the review gate: which changes were let through (kept in Config.Review.State across
-// restarts) and which are held. Two locks of its own: mu over what was let through, held across the
-// question to the forge (Reviews) and the state file, so taken with no other lock held and taking
-// none; heldMu over the changes held, a leaf taken under the loop's lock (decide) or alone.
+// gate is the review gate: which transitions were let through and which authorisations used (kept
+// in Config.Review.State across restarts) and which changes are held. Two locks of its own: mu over
+// the state, held across the question to the forge (Reviews) and the state file, so taken with no
+// other lock held and taking none; heldMu over the changes held, a leaf taken under the loop's lock
+// (decide) or alone.
 type gate struct {
 	required   bool
 	reviews    Reviews
+	history    History
 	file       string
 	passphrase string
 	now        func() time.Time
@@ -81,9 +104,26 @@ type gate struct {
 	held   map[string]*unreviewed // by stand
 }
 
-func newGate(cfg Config) *gate {
-	return &gate{required: cfg.Review.Require, reviews: cfg.Review.Reviews, file: cfg.Review.State, passphrase: cfg.Passphrase, now: cfg.Now,
-		log: cfg.Log, held: map[string]*unreviewed{}}
+func newGate(cfg Config, src Source) *gate {
+	h, _ := src.(History)
+	if cfg.Review.Require && h == nil {
+		cfg.Log.Error("the repository's history cannot be read: every reviewed change is held until ctl approve")
+	}
+	return &gate{required: cfg.Review.Require, reviews: cfg.Review.Reviews, history: h, file: cfg.Review.State, passphrase: cfg.Passphrase,
+		now: cfg.Now, log: cfg.Log, held: map[string]*unreviewed{}}
+}
+
+// applied is the print stand id's stack records: "" without a stack, stands.Unrecorded where the
+// stack records none.
+func applied(found map[string]stands.StackInfo, id string) string {
+	s, ok := found[id]
+	switch {
+	case !ok:
+		return ""
+	case s.Print == "":
+		return stands.Unrecorded
+	}
+	return s.Print
 }
 
 // review gates the changes among actions and returns why each one held is not reviewed, by stand.
@@ -95,7 +135,8 @@ func (g *gate) review(ctx context.Context, actions []diff.Action, d *desiredStat
 	defer g.mu.Unlock()
 	g.load()
 	held := map[string]string{}
-	changed, first := false, false
+	changed := g.settle(found, d)
+	first := false
 	if g.state.Baseline == "" {
 		// The gate's first run: its commit is the baseline, whatever it holds. Only when no stack
 		// exists is it a first import; a stand pushed into an empty repository later is a change.
@@ -110,7 +151,7 @@ func (g *gate) review(ctx context.Context, actions []diff.Action, d *desiredStat
 		if a.Kind != diff.Create && a.Kind != diff.Update && a.Kind != diff.Destroy || d.running[a.ID] {
 			continue
 		}
-		print := ""
+		t := stands.Transition{From: applied(found, a.ID)}
 		if a.Kind != diff.Destroy {
 			in := d.inputs[a.ID]
 			if in == nil {
@@ -121,31 +162,17 @@ func (g *gate) review(ctx context.Context, actions []diff.Action, d *desiredStat
 				held[a.ID] = "its print cannot be computed: " + err.Error()
 				continue
 			}
-			in.Print, print = p, p
-			if found[a.ID].Print == p {
+			in.Print, t.To = p, p
+			if t.From == p {
 				continue // what was applied was reviewed; only secret values or policy changed
 			}
 		}
-		if first {
-			g.approveLocked(a.ID, print, "the first import at "+mdtext.Short(commit))
-			continue
-		}
-		if g.approvedLocked(a.ID, print) {
-			continue
-		}
-		if g.reviews == nil {
-			held[a.ID] = "no pull request plans review it (--previews=false)"
-			continue
-		}
-		rv, err := g.reviews.Reviewed(ctx, a.ID, print)
+		why, grant := g.authorise(ctx, a.ID, t, commit, first)
 		switch {
-		case err != nil:
-			held[a.ID] = "its reviews cannot be read now (" + err.Error() + "); tried again next cycle"
-		case rv.Reviewed:
-			g.approveLocked(a.ID, print, fmt.Sprintf("#%d, approved by %s", rv.PR, rv.By))
+		case grant:
 			changed = true
-		default:
-			held[a.ID] = rv.Why
+		case why != "":
+			held[a.ID] = why
 		}
 	}
 	if changed {
@@ -154,35 +181,125 @@ func (g *gate) review(ctx context.Context, actions []diff.Action, d *desiredStat
 	return held
 }
 
+// authorise says why stand id's transition t at commit is held ("" when it goes on), and whether it
+// was newly let through.
+func (g *gate) authorise(ctx context.Context, id string, t stands.Transition, commit string, first bool) (string, bool) {
+	if gr, ok := g.state.Granted[id]; ok && gr.To == t.To && (gr.Any || gr.From == t.From) {
+		return "", false // let through before, and not applied yet
+	}
+	if first && t.From == "" {
+		g.grantLocked(id, grant{Transition: t, By: "the first import at " + mdtext.Short(commit)})
+		return "", true
+	}
+	if g.reviews == nil {
+		return "no pull request plans review it (--previews=false)", false
+	}
+	q := stands.ReviewQuery{Stand: id, Transition: t, Used: func(key string) bool { _, ok := g.state.Used[key]; return ok },
+		OnBranch: func(ctx context.Context, merge string) (bool, error) {
+			if g.history == nil {
+				return false, nil
+			}
+			return g.history.OnFirstParents(ctx, commit, merge)
+		}}
+	rv, err := g.reviews.Reviewed(ctx, q)
+	switch {
+	case err != nil:
+		return "its reviews cannot be read now (" + err.Error() + "); tried again next cycle", false
+	case !rv.Reviewed:
+		if t.From == stands.Unrecorded {
+			rv.Why += "; its stack records no print (applied before prints were recorded), so only ctl approve lets it through"
+		}
+		return rv.Why, false
+	}
+	var by, keys []string
+	for _, s := range rv.Steps {
+		keys = append(keys, s.Key())
+		by = append(by, fmt.Sprintf("#%d, approved by %s, merged at %s", s.PR, s.By, mdtext.Short(s.Merge)))
+	}
+	g.grantLocked(id, grant{Transition: t, By: strings.Join(by, "; "), Keys: keys})
+	return "", true
+}
+
+// settle ends the transitions let through that will not go on. One whose stack moved from where it
+// started (applied, or changed since) has used the approvals it rests on; one the repository no
+// longer asks for (a grant waiting for its apply would else let the same content through again
+// later) is forgotten, its approvals unused. It says whether anything changed.
+func (g *gate) settle(found map[string]stands.StackInfo, d *desiredState) bool {
+	changed := false
+	for id, gr := range g.state.Granted {
+		from := applied(found, id)
+		switch {
+		case gr.Any && from != "", !gr.Any && gr.From == from && !g.askedNoMore(d, id, gr):
+			continue
+		case gr.Any || gr.From != from:
+			for _, k := range gr.Keys {
+				g.useLocked(k)
+			}
+		}
+		delete(g.state.Granted, id)
+		changed = true
+	}
+	for key, at := range g.state.Used {
+		if g.now().Sub(at) > usedRetention {
+			delete(g.state.Used, key)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// askedNoMore says whether the repository asks for something else of stand id than gr's change
+// now. A running stand's, or one judged while the secret store or a file cannot be read, is not
+// known: it is still asked for.
+func (g *gate) askedNoMore(d *desiredState, id string, gr grant) bool {
+	if d.running[id] || d.secretsErr != nil || len(d.unreadable) > 0 {
+		return false
+	}
+	to, known := g.desired(d, id)
+	return !known || to != gr.To
+}
+
+// desired is the print the repository gives stand id now, "" when it declares none; false when
+// it cannot be known (the print fails).
+func (g *gate) desired(d *desiredState, id string) (string, bool) {
+	in := d.inputs[id]
+	if in == nil {
+		return "", true
+	}
+	p, err := judge.Print(in, g.passphrase)
+	return p, err == nil
+}
+
 // approveRemoval lets a stand's destroy through, when changes must be reviewed at all.
 func (g *gate) approveRemoval(id, by string) {
 	if g.required {
-		g.approve(id, "", by)
+		g.grant(id, grant{Any: true, By: by})
 	}
 }
 
-// approve lets a stand's change to print through and keeps it.
-func (g *gate) approve(id, print, by string) {
+// grant lets a stand's transition through and keeps it.
+func (g *gate) grant(id string, gr grant) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.load()
-	g.approveLocked(id, print, by)
+	g.grantLocked(id, gr)
 	g.save()
 }
 
-func (g *gate) approvedLocked(id, print string) bool {
-	return slices.ContainsFunc(g.state.Approved[id], func(a approval) bool { return a.Print == print })
+func (g *gate) grantLocked(id string, gr grant) {
+	if g.state.Granted == nil {
+		g.state.Granted = map[string]grant{}
+	}
+	gr.At = g.now().UTC()
+	g.state.Granted[id] = gr
+	g.log.Info("change let through the review gate", "stand", id, "by", gr.By)
 }
 
-func (g *gate) approveLocked(id, print, by string) {
-	if g.approvedLocked(id, print) {
-		return
+func (g *gate) useLocked(key string) {
+	if g.state.Used == nil {
+		g.state.Used = map[string]time.Time{}
 	}
-	if g.state.Approved == nil {
-		g.state.Approved = map[string][]approval{}
-	}
-	list := append(g.state.Approved[id], approval{Print: print, By: by, At: g.now().UTC()})
-	g.state.Approved[id] = list[max(0, len(list)-maxApproved):]
+	g.state.Used[key] = g.now().UTC()
 }
 
 func (g *gate) load() {
@@ -202,15 +319,15 @@ func (g *gate) save() {
 }
 
 // hold records a change held for review and returns the stand's outcome.
-func (g *gate) hold(a diff.Action, d *desiredState, why, commit string) outcome {
+func (g *gate) hold(a diff.Action, d *desiredState, from, why, commit string) outcome {
 	print := ""
 	if in := d.inputs[a.ID]; in != nil && a.Kind != diff.Destroy {
 		print = in.Print
 	}
 	g.heldMu.Lock()
 	u := g.held[a.ID]
-	if u == nil || u.commit != commit || u.print != print {
-		u = &unreviewed{commit: commit, print: print}
+	if u == nil || u.commit != commit || u.print != print || u.from != from {
+		u = &unreviewed{commit: commit, from: from, print: print}
 		g.held[a.ID] = u
 	}
 	u.why = why
@@ -275,7 +392,7 @@ func (r *Reconciler) Approve(id, commit, by string) error {
 	case commit != u.commit && mdtext.Short(commit) != mdtext.Short(u.commit):
 		return fmt.Errorf("the unreviewed change of %s is at %s, not %s: look at it there", id, mdtext.Short(u.commit), commit)
 	}
-	r.gate.approve(id, u.print, by+" (ctl approve of "+mdtext.Short(u.commit)+")")
+	r.gate.grant(id, grant{Transition: stands.Transition{From: u.from, To: u.print}, By: by + " (ctl approve of " + mdtext.Short(u.commit) + ")"})
 	r.log.Warn("operator: approve", "stand", id, "commit", mdtext.Short(u.commit), "by", by)
 	r.Trigger()
 	return nil

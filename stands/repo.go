@@ -1,6 +1,7 @@
 package stands
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -105,12 +106,47 @@ const (
 // pushed to it, authored or committed one of its commits. By the forge's user name.
 type Contributors map[string]string
 
-// ChangeReview is what is known of the review of one change of a stand (a print; "" a removal).
+// A Transition is one change of a stand, by its prints (judge.Print: what a plan shows and a review
+// approves): From what it has ("" no stand: a create), To what it will have ("" a removal).
+type Transition struct{ From, To string }
+
+// Unrecorded is the From of a stack applied before prints were recorded: no review leads from it.
+const Unrecorded = "(no print recorded)"
+
+// ChangeReview is what is known of the review of one transition of a stand.
 type ChangeReview struct {
 	Reviewed bool
-	PR       int64  // the pull request that reviewed it
-	By       string // who approved it
-	Why      string // why it does not count as reviewed
+	// Steps are the reviewed transitions that lead from its From to its To, in order: one, or a
+	// chain of merges applied in one go.
+	Steps []Authorisation
+	Why   string // why it does not count as reviewed
+}
+
+// An Authorisation is one reviewed transition of a stand: what a merged pull request's successful
+// plan showed, approved there by others. Each lets its transition through once (Key).
+type Authorisation struct {
+	Stand string
+	Transition
+	PR    int64
+	Head  string // the head planned and approved
+	Merge string // its merge commit, on the tracked branch
+	By    string // the approvers
+}
+
+// Key names the authorisation among those used.
+func (a Authorisation) Key() string {
+	return fmt.Sprintf("#%d %s %s>%s", a.PR, a.Stand, a.From, a.To)
+}
+
+// A ReviewQuery asks whether a stand's transition was reviewed (prplan.Planner.Reviewed).
+type ReviewQuery struct {
+	Stand string
+	Transition
+	// OnBranch says whether a merge commit is on the first-parent history of the commit to apply:
+	// a merge the branch no longer holds (a reset, a force-push) authorises nothing.
+	OnBranch func(ctx context.Context, merge string) (bool, error)
+	// Used says whether an authorisation let its transition through already.
+	Used func(key string) bool
 }
 
 // Author is who made a commit: its git author, and the forge's user of that address ("" when the

@@ -397,30 +397,24 @@ func TestPullRequestPlans(t *testing.T) {
 		if n := e.ups() - ups; n != 0 {
 			t.Fatalf("%d pulumi up for an unreviewed change", n)
 		}
-		r := runCLI(t, t.Context(), newRecorder(map[string]string{"STANDS_CONTROL_SOCKET": filepath.Join(e.state, "control.sock"), "SUDO_USER": "oncall"}),
-			"ctl", "approve", "local_a_dev", commit[:12])
-		if r.code != exitOK {
-			t.Fatalf("ctl approve: %d\n%s%s", r.code, r.stdout, r.stderr)
-		}
-		e.waitStatus("local_a_dev", 3*time.Minute, func(s *reconcile.Status) bool {
-			return s.Phase == reason.Ready && s.LastSuccessfulCommit == commit
-		})
-		if e.ups() == ups {
-			t.Error("ctl approve applied nothing")
-		}
+		e.ctlApprove(t, "local_a_dev", commit)
 	})
 
 	// Four eyes (docs/pr-workflow.md#four-eyes), on real Gitea and the bot's writer token: a writer
 	// who pushed onto the pull request, a reader and a writer who then asked for changes approve
-	// it; merged, the change is held, naming each. A later pull request that a writer who pushed
-	// nothing approved lets the stand through.
+	// it; merged, b's change is held, naming each. A later pull request of a that a writer who
+	// pushed nothing approved lets a through.
+	var second *testenv.User
+	var pr2 int64
+	var merge2 string
 	e.run("four eyes: only a second writer's approval counts", func(t *testing.T) {
-		pusher, viewer, second := e.gitea.CreateUser(t, "pusher"), e.gitea.CreateUser(t, "viewer"), e.gitea.CreateUser(t, "second")
+		var pusher, viewer *testenv.User
+		pusher, viewer, second = e.gitea.CreateUser(t, "pusher"), e.gitea.CreateUser(t, "viewer"), e.gitea.CreateUser(t, "second")
 		e.repo.AddWriter(admin, pusher.Name)
 		e.repo.AddWriter(admin, second.Name)
 		e.repo.AddReader(admin, viewer.Name)
-		e.repo.ChangeOn("eyes", "a on 6343", map[string]string{standPath("a"): daemonStand("a", 6343)})
-		pr := e.repo.Open(devAPI, "eyes", "Move a to 6343")
+		e.repo.ChangeOn("eyes", "b on 6343", map[string]string{standPath("b"): daemonStand("b", 6343)})
+		pr := e.repo.Open(devAPI, "eyes", "Move b to 6343")
 		pushed, _, err := pusher.Client(t, e.gitea).CreateFile(owner, repo, "eyes.txt", gitea.CreateFileOptions{
 			FileOptions: gitea.FileOptions{Message: "a note", BranchName: "eyes"}, Content: base64.StdEncoding.EncodeToString([]byte("looked\n"))})
 		if err != nil {
@@ -445,7 +439,7 @@ func TestPullRequestPlans(t *testing.T) {
 		if err := e.repo.TryMerge(devAPI, pr); err != nil {
 			t.Fatalf("this test's protection refused the merge: %v", err)
 		}
-		st := e.waitStatus("local_a_dev", 2*time.Minute, func(s *reconcile.Status) bool {
+		st := e.waitStatus("local_b_dev", 2*time.Minute, func(s *reconcile.Status) bool {
 			return s.Reason == reason.Unreviewed && strings.Contains(s.Message, "changes requested by second")
 		})
 		for _, why := range []string{"approved by pusher, who pushed to it", "approved by viewer, whose approval is not official", "changes requested by second"} {
@@ -462,7 +456,7 @@ func TestPullRequestPlans(t *testing.T) {
 		}
 
 		head2 := e.repo.ChangeOn("eyes-2", "a on 6344", map[string]string{standPath("a"): daemonStand("a", 6344)})
-		pr2 := e.repo.Open(devAPI, "eyes-2", "Move a to 6344")
+		pr2 = e.repo.Open(devAPI, "eyes-2", "Move a to 6344")
 		e.waitComment(pr2, head2)
 		if st := e.planStatus(head2); st.State != gitea.StatusSuccess {
 			t.Fatalf("stands/plan of %s: %+v", head2[:12], st)
@@ -477,11 +471,59 @@ func TestPullRequestPlans(t *testing.T) {
 		if err != nil || merged.MergedCommitID == nil {
 			t.Fatalf("the merged pull request: %v", err)
 		}
+		merge2 = *merged.MergedCommitID
 		e.waitStatus("local_a_dev", 3*time.Minute, func(s *reconcile.Status) bool {
-			return s.Phase == reason.Ready && s.LastSuccessfulCommit == *merged.MergedCommitID
+			return s.Phase == reason.Ready && s.LastSuccessfulCommit == merge2
 		})
 		if e.ups() == ups {
 			t.Error("a change a second writer approved was not applied")
+		}
+	})
+
+	// One transition, once (docs/pr-workflow.md#one-transition-once), by a writer whom main's
+	// protection no longer stops: a revert pushed around review is held, though a review let its
+	// content through before, until ctl approve; a pull request approved and closed without a merge
+	// authorises its change for nobody; main reset to the merge of the approved pull request above is
+	// held too, since that approval was used by its apply.
+	e.run("an approval lets its change through once", func(t *testing.T) {
+		if merge2 == "" {
+			t.Skip("the four-eyes part did not merge its pull request")
+		}
+		if _, err := admin.DeleteBranchProtection(owner, repo, "main"); err != nil {
+			t.Fatal(err)
+		}
+		held := func(commit, why string) {
+			t.Helper()
+			st := e.waitStatus("local_a_dev", 2*time.Minute, func(s *reconcile.Status) bool {
+				return s.Reason == reason.Unreviewed && strings.Contains(s.Message, commit[:12])
+			})
+			if st.Phase != reason.Blocked || !strings.Contains(st.Message, why) {
+				t.Errorf("the change at %s: %s %s %q, want it held saying %q", commit[:12], st.Phase, st.Reason, st.Message, why)
+			}
+		}
+		revert := e.repo.Change("a back on 6342, around review", map[string]string{standPath("a"): daemonStand("a", 6342)})
+		held(revert, "no reviewed change leads to it")
+		e.ctlApprove(t, "local_a_dev", revert)
+
+		head3 := e.repo.ChangeOn("closed", "a on 6346", map[string]string{standPath("a"): daemonStand("a", 6346)})
+		pr3 := e.repo.Open(devAPI, "closed", "Move a to 6346")
+		e.waitComment(pr3, head3)
+		if _, _, err := second.Client(t, e.gitea).CreatePullReview(owner, repo, pr3, gitea.CreatePullReviewOptions{State: gitea.ReviewStateApproved, Body: "fine", CommitID: head3}); err != nil {
+			t.Fatal(err)
+		}
+		closed := gitea.StateClosed
+		if _, _, err := admin.EditPullRequest(owner, repo, pr3, gitea.EditPullRequestOption{State: &closed}); err != nil {
+			t.Fatal(err)
+		}
+		ups := e.ups()
+		pushed := e.repo.Change("a on 6346, as the closed pull request had it", map[string]string{standPath("a"): daemonStand("a", 6346)})
+		held(pushed, fmt.Sprintf("#%d is not merged", pr3))
+
+		e.repo.ForcePush("main", merge2)
+		held(merge2, fmt.Sprintf("#%d was applied already", pr2))
+		e.waitLog("cycle planned", e.logCount("cycle planned")+2, time.Minute)
+		if n := e.ups() - ups; n != 0 {
+			t.Errorf("%d pulumi up for changes no unused approval let through", n)
 		}
 	})
 
@@ -598,6 +640,22 @@ func (e *daemonEnv) planComments(n int64) int {
 		}
 	}
 	return count
+}
+
+// ctlApprove releases stand id's change held at commit with ctl approve, as on-call would, and waits
+// for it applied: Ready at commit, after a pulumi up.
+func (e *daemonEnv) ctlApprove(t *testing.T, id, commit string) {
+	t.Helper()
+	ups := e.ups()
+	r := runCLI(t, t.Context(), newRecorder(map[string]string{"STANDS_CONTROL_SOCKET": filepath.Join(e.state, "control.sock"), "SUDO_USER": "oncall"}),
+		"ctl", "approve", id, commit[:12])
+	if r.code != exitOK {
+		t.Fatalf("ctl approve: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	e.waitStatus(id, 3*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Ready && s.LastSuccessfulCommit == commit })
+	if e.ups() == ups {
+		t.Errorf("ctl approve of %s applied nothing", id)
+	}
 }
 
 // planStatus is the final stands/plan status of a commit (waiting while it is pending).

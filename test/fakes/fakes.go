@@ -45,6 +45,7 @@ type Source struct {
 	Down      bool
 	Fetches   int
 	Published []map[string][]byte
+	gone      map[string]bool // commits a Reset left off the history
 }
 
 func NewSource(t *testing.T, stands map[string]string) *Source {
@@ -76,6 +77,38 @@ func (s *Source) Commit(files map[string]string) {
 	}
 	s.N++
 	s.Humans++
+}
+
+// Head is the commit a fetch reads now.
+func (s *Source) Head() string {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	return fmt.Sprintf("c%03d", s.N)
+}
+
+// Reset moves the branch back to commit (as Head named it), with files as they were there,
+// leaving its later commits off the branch's history: a reset or force-push.
+func (s *Source) Reset(commit string, files fstest.MapFS) {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	if s.gone == nil {
+		s.gone = map[string]bool{}
+	}
+	var n int
+	fmt.Sscanf(commit, "c%03d", &n)
+	for i := n + 1; i <= s.N; i++ {
+		s.gone[fmt.Sprintf("c%03d", i)] = true
+	}
+	s.Files = maps.Clone(files)
+	s.N++ // the reset's tip is a commit of its own, as a pushed revert of history would be
+	s.Humans++
+}
+
+// OnFirstParents: every commit up to tip, but those a Reset left off the history.
+func (s *Source) OnFirstParents(_ context.Context, tip, commit string) (bool, error) {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	return commit <= tip && !s.gone[commit], nil
 }
 
 func (s *Source) Fetch(context.Context) (*stands.Snapshot, error) {
@@ -458,9 +491,9 @@ type Forge struct {
 	Prs   []stands.PullRequest
 	Heads map[string]fstest.MapFS // ref → files
 	Bases map[string]fstest.MapFS // ref → the files its branch was cut from (the merge base)
-	// Merged marks refs whose head the tracked branch already holds, as after a merge: their merge
+	// InBranch marks refs whose head the tracked branch already holds, as after a merge: their merge
 	// base is the head itself.
-	Merged   map[string]bool
+	InBranch map[string]bool
 	Comments map[int64]string
 	Edits    int
 	Statuses map[string]string // sha + " " + context → state: description
@@ -474,10 +507,12 @@ type Forge struct {
 	// only read the repository (everyone else may write).
 	Pushers map[int64][]string
 	Readers map[string]bool
+	Merges  map[int64]string // merged pull requests' merge commits
+	late    map[int64]string // MergeLate's
 }
 
 func NewForge() *Forge {
-	return &Forge{Heads: map[string]fstest.MapFS{}, Bases: map[string]fstest.MapFS{}, Merged: map[string]bool{}, Comments: map[int64]string{}, Statuses: map[string]string{}, Tips: map[string]string{}}
+	return &Forge{Heads: map[string]fstest.MapFS{}, Bases: map[string]fstest.MapFS{}, InBranch: map[string]bool{}, Comments: map[int64]string{}, Statuses: map[string]string{}, Tips: map[string]string{}}
 }
 
 // Open opens (or moves the head of) pull request n with files changed from base ("" removes): its
@@ -522,6 +557,45 @@ func (f *Forge) BranchTip(_ context.Context, branch string) (string, error) {
 	return f.Tips[branch], nil
 }
 
+// Merge closes pull request n as merged by commit (Source.Head after the test made the merge).
+func (f *Forge) Merge(n int64, commit string) {
+	f.Close(n)
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if f.Merges == nil {
+		f.Merges = map[int64]string{}
+	}
+	f.Merges[n] = commit
+}
+
+// MergeLate merges pull request n by commit as Gitea may: the first question after it answers open
+// and not merged, and the next ones merged.
+func (f *Forge) MergeLate(n int64, commit string) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if f.late == nil {
+		f.late = map[int64]string{}
+	}
+	f.late[n] = commit
+}
+
+func (f *Forge) Merged(_ context.Context, n int64) (string, bool, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	open := slices.ContainsFunc(f.Prs, func(p stands.PullRequest) bool { return p.Index == n })
+	merge := f.Merges[n]
+	if c, ok := f.late[n]; ok {
+		delete(f.late, n)
+		f.Prs = slices.DeleteFunc(f.Prs, func(p stands.PullRequest) bool { return p.Index == n })
+		if f.Merges == nil {
+			f.Merges = map[int64]string{}
+		}
+		f.Merges[n] = c
+	}
+	return merge, open, nil
+}
+
+// Close closes pull request n without a merge.
 func (f *Forge) Close(n int64) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -547,7 +621,7 @@ func (f *Forge) FetchPull(_ context.Context, ref, _ string) (head, base *stands.
 		return nil, nil, fmt.Errorf("fetch %s: %w", ref, &stands.TooLarge{Limit: "the commit's files hold more than 64 MiB"})
 	}
 	head = &stands.Snapshot{Commit: ref, Source: ref, Files: maps.Clone(files)}
-	if f.Merged[ref] {
+	if f.InBranch[ref] {
 		return head, head, nil
 	}
 	return head, &stands.Snapshot{Commit: "base-of-" + ref, Source: "base-of-" + ref, Files: maps.Clone(f.Bases[ref])}, nil

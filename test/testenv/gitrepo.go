@@ -414,3 +414,19 @@ func (r *Repo) PushAGit(u *User, topic string, files map[string]string) string {
 	git("push", "--quiet", "origin", "HEAD:refs/for/main/"+topic, "-o", "title=AGit "+topic)
 	return git("rev-parse", "HEAD")
 }
+
+// ForcePush moves branch on the server to commit, a commit of main's history, whatever the branch
+// held: a reset of main, force-pushed.
+func (r *Repo) ForcePush(branch, commit string) {
+	r.t.Helper()
+	err := r.local.Fetch(&git.FetchOptions{Auth: r.auth, RefSpecs: []config.RefSpec{"+refs/heads/main:refs/remotes/origin/main"}})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		r.t.Fatalf("fetch main: %v", err)
+	}
+	if err := r.local.Storer.SetReference(plumbing.NewHashReference("refs/heads/reset", plumbing.NewHash(commit))); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.local.Push(&git.PushOptions{Auth: r.auth, Force: true, RefSpecs: []config.RefSpec{config.RefSpec("+refs/heads/reset:refs/heads/" + branch)}}); err != nil {
+		r.t.Fatalf("force-push %s to %s: %v", branch, commit, err)
+	}
+}
