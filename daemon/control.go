@@ -31,7 +31,7 @@ type controls interface {
 	Resume(by string) error
 	SetPlanOnly(on bool, by string) error
 	Retry(id, by string) error
-	Approve(id, commit, by string) error
+	Approve(id, commit, by, why string) error
 	Controls() reconcile.ControlView
 }
 
@@ -160,7 +160,7 @@ func controlHandler(c controls, log *slog.Logger) http.Handler {
 		if req.Stand == "" || req.Commit == "" {
 			return errors.New("name the stand and the commit of its change to approve")
 		}
-		return c.Approve(req.Stand, req.Commit, by)
+		return c.Approve(req.Stand, req.Commit, by, req.Reason)
 	})
 	mux.HandleFunc("GET /v1/controls", func(w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusOK, c, nil) })
 	return allowOwnUser(mux, log)

@@ -41,8 +41,8 @@ func (r *recorder) Retry(id, by string) error {
 	}
 	return r.add("retry " + id + " by " + by)
 }
-func (r *recorder) Approve(id, commit, by string) error {
-	return r.add("approve " + id + " at " + commit + " by " + by)
+func (r *recorder) Approve(id, commit, by, why string) error {
+	return r.add("approve " + id + " at " + commit + " by " + by + ": " + why)
 }
 func (r *recorder) Controls() reconcile.ControlView {
 	return reconcile.ControlView{Running: len(r.calls)}

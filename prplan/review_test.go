@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -52,10 +53,12 @@ func (h *harness) ask(id, from, to string, used ...string) stands.ChangeReview {
 
 // mergeReviewed opens pull request n at head with change, plans it, has rev approve the planned head,
 // and merges it: the change reaches main, and the forge marks the pull request merged.
-func (h *harness) mergeReviewed(n int64, head string, change map[string]string) {
+func (h *harness) mergeReviewed(n int64, head string, change map[string]string) (merge string) {
 	h.t.Helper()
 	h.pushReviewed(n, head, change)
-	h.forge.Merge(n, h.src.Head())
+	merge = h.src.Head()
+	h.forge.Merge(n, merge)
+	return merge
 }
 
 // pushReviewed is mergeReviewed up to the merge's push to main: the forge does not know of it yet.
@@ -253,6 +256,26 @@ func TestOnlyReviewedChangesApply(t *testing.T) {
 		if h.eng.UpsOf(id) != 1 {
 			t.Fatalf("the first import did not apply %s", id)
 		}
+		if a := h.statusOf(t, id).Authorised; a == nil || a.By != "the first import at h001" {
+			t.Errorf("%s's status names what let it through as %+v", id, a)
+		}
+	}
+	// What let each stand's last change through is in its status and STATUS.md (the audit trail).
+	authorised := func(id string, want reconcile.Authorised, cell string) {
+		t.Helper()
+		got := h.statusOf(t, id).Authorised
+		if got != nil {
+			got.At = time.Time{}
+			if got.Operator != nil {
+				got.Operator.At = time.Time{}
+			}
+		}
+		if got == nil || !reflect.DeepEqual(*got, want) {
+			t.Errorf("%s authorised by %+v, want %+v", id, got, want)
+		}
+		if md, _ := h.src.StatusFile("STATUS.md"); !strings.Contains(string(md), cell) {
+			t.Errorf("STATUS.md does not say %q:\n%s", cell, md)
+		}
 	}
 	held := func(id, commit string) {
 		t.Helper()
@@ -272,31 +295,35 @@ func TestOnlyReviewedChangesApply(t *testing.T) {
 	if h.eng.UpsOf("local_a_dev") != 1 {
 		t.Fatal("an unreviewed change was applied")
 	}
-	if err := h.r.Approve("local_a_dev", "h001", "ops"); err == nil {
+	if err := h.r.Approve("local_a_dev", "h001", "ops", "checked by hand"); err == nil {
 		t.Error("ctl approve of another commit than the held change's went through")
 	}
-	if err := h.r.Approve("local_a_dev", "h002", "ops"); err != nil {
+	if err := h.r.Approve("local_a_dev", "h002", "ops", "checked by hand"); err != nil {
 		t.Fatal(err)
 	}
 	h.mustCycle()
 	if h.eng.UpsOf("local_a_dev") != 2 || h.statusOf(t, "local_a_dev").Phase != reason.Ready {
 		t.Errorf("after ctl approve: %d ups, %s", h.eng.UpsOf("local_a_dev"), h.statusOf(t, "local_a_dev").Phase)
 	}
+	authorised("local_a_dev", reconcile.Authorised{By: "ops (ctl approve of h002)",
+		Operator: &reconcile.OperatorAction{Action: "approve", By: "ops", Reason: "checked by hand"}}, "| `ctl approve by ops: checked by hand` |")
 
 	// Through a pull request: reviewed, applied once merged.
 	change := map[string]string{fakes.StandFile("b"): resized("b", "cx32")}
-	h.mergeReviewed(1, "resize-b", change)
+	merge := h.mergeReviewed(1, "resize-b", change)
 	h.mustCycle()
 	if h.eng.UpsOf("local_b_dev") != 2 {
 		t.Errorf("a reviewed change was not applied: %+v", h.statusOf(t, "local_b_dev"))
 	}
+	authorised("local_b_dev", reconcile.Authorised{By: "#1, approved by rev, merged at " + merge,
+		PullRequests: []reconcile.AuthorisedPR{{Number: 1, Approvers: []string{"rev"}, Head: "resize-b", Merge: merge}}}, "| `#1 by rev` |")
 
 	// Replay: a revert pushed around review is a change of its own, and so is the reviewed change
 	// made again: its approval was used.
 	h.src.Commit(map[string]string{fakes.StandFile("b"): fakes.StandYML("b", "")})
 	h.mustCycle()
 	held("local_b_dev", "h004")
-	if err := h.r.Approve("local_b_dev", "h004", "ops"); err != nil {
+	if err := h.r.Approve("local_b_dev", "h004", "ops", "checked by hand"); err != nil {
 		t.Fatal(err)
 	}
 	h.mustCycle()
@@ -306,7 +333,7 @@ func TestOnlyReviewedChangesApply(t *testing.T) {
 	if st := h.statusOf(t, "local_b_dev"); h.eng.UpsOf("local_b_dev") != 3 || !strings.Contains(st.Message, "#1 was applied already") {
 		t.Errorf("the reviewed change made again: %d ups, %q", h.eng.UpsOf("local_b_dev"), st.Message)
 	}
-	if err := h.r.Approve("local_b_dev", "h005", "ops"); err != nil {
+	if err := h.r.Approve("local_b_dev", "h005", "ops", "checked by hand"); err != nil {
 		t.Fatal(err)
 	}
 	h.mustCycle()
@@ -393,7 +420,7 @@ func TestAnApprovalLetsItsChangeThroughOnce(t *testing.T) {
 		h.eng.UpsOf("local_c_dev") != 1 {
 		t.Fatalf("made again around review: %d ups, %s %q", h.eng.UpsOf("local_c_dev"), st.Reason, st.Message)
 	}
-	if err := h.r.Approve("local_c_dev", fmt.Sprintf("h%03d", h.src.Humans), "ops"); err != nil {
+	if err := h.r.Approve("local_c_dev", fmt.Sprintf("h%03d", h.src.Humans), "ops", "checked by hand"); err != nil {
 		t.Fatal(err)
 	}
 	h.mustCycle()

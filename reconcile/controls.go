@@ -44,6 +44,7 @@ type OperatorAction struct {
 	Action string    `json:"action"`
 	By     string    `json:"by"`
 	At     time.Time `json:"at"`
+	Reason string    `json:"reason,omitempty"` // as the operator gave it (ctl approve)
 }
 
 // Controls are the local switches, kept in Config.Controls.State across restarts: an emergency pause

@@ -25,6 +25,7 @@ type op struct {
 	ref    stands.StackRef
 	commit string
 	repair bool            // an apply a heal asked for: forced, reading the instances back first
+	auth   *Authorised     // what let its change through the review gate, when it gates
 	yield  <-chan struct{} // replicas: closed while it waits for a worker when the stand is another's now
 }
 
@@ -58,7 +59,7 @@ func (r *Reconciler) decide(actions []diff.Action, d *desiredState, found map[st
 			continue
 		}
 		info := found[a.ID]
-		o.id, o.commit, o.ref = a.ID, commit, stands.StackRef{Project: info.Project, Env: info.Env, StandID: info.StandID}
+		o.id, o.commit, o.ref, o.auth = a.ID, commit, stands.StackRef{Project: info.Project, Env: info.Env, StandID: info.StandID}, d.authorised[a.ID]
 		ops = append(ops, o)
 	}
 	if len(d.unreadable) == 0 {

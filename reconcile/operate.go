@@ -238,7 +238,7 @@ func (r *Reconciler) scrub(o op, s string) string {
 // finish records an operation's outcome, and a connection record not stored, which backs the stand
 // off; it returns the status they leave.
 func (r *Reconciler) finish(o op, res *stands.Result, err error, started time.Time, saved bool) Status {
-	out := outcome{kind: outSucceeded, op: o.kind, commit: o.commit, res: res, started: started}
+	out := outcome{kind: outSucceeded, op: o.kind, commit: o.commit, res: res, started: started, auth: o.auth}
 	if o.in != nil {
 		out.file, out.spec = o.in.Stand.Path, o.in.SpecHash
 	}

@@ -476,7 +476,8 @@ type desiredState struct {
 	inputs     map[string]*stands.Input
 	secretsErr error
 	unreadable []string
-	unreviewed map[string]string // why each change held for review is (review.go)
+	unreviewed map[string]string      // why each change held for review is (review.go)
+	authorised map[string]*Authorised // what let each change through the review gate (review.go)
 }
 
 // guards are the destroy guards of the settings.
@@ -491,7 +492,7 @@ func (r *Reconciler) judge(ctx context.Context, snap *stands.Snapshot) (*desired
 		return nil, err
 	}
 	r.claim(ctx, r.known(ev)) // before the verdicts are recorded: a stand newly held continues from its record
-	d := &desiredState{ev: ev, running: map[string]bool{}, inputs: map[string]*stands.Input{}, secretsErr: ev.SecretsErr, unreadable: ev.Unreadable}
+	d := &desiredState{ev: ev, running: map[string]bool{}, inputs: map[string]*stands.Input{}, authorised: map[string]*Authorised{}, secretsErr: ev.SecretsErr, unreadable: ev.Unreadable}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, v := range ev.Verdicts {

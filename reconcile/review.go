@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -60,16 +61,50 @@ type reviewState struct {
 	Used map[string]time.Time `json:"used,omitempty"`
 }
 
-// grant is a transition let through, and by whom.
+// grant is a transition let through, and what let it through.
 type grant struct {
 	stands.Transition
 	// Any: from whatever the stack has (a removal the lifetime policy merged).
-	Any bool      `json:"any,omitempty"`
-	By  string    `json:"by"`
-	At  time.Time `json:"at"`
+	Any  bool       `json:"any,omitempty"`
+	Auth Authorised `json:"auth"`
 	// Keys are the pull requests' authorisations it rests on: used once the stack moves, kept for
 	// another change when the repository asks for one before it does.
 	Keys []string `json:"keys,omitempty"`
+}
+
+// Authorised is what let a stand's last change through the review gate, in its status
+// (docs/pr-workflow.md#the-audit-trail): the reviewed pull requests, or the operator's release, or
+// the first import or the lifetime policy, as By says.
+type Authorised struct {
+	By           string          `json:"by"`
+	PullRequests []AuthorisedPR  `json:"pullRequests,omitempty"`
+	Operator     *OperatorAction `json:"operator,omitempty"` // ctl approve: who, and why
+	At           time.Time       `json:"at"`                 // when it was let through
+}
+
+// AuthorisedPR is one reviewed step of an authorised change.
+type AuthorisedPR struct {
+	Number    int64    `json:"number"`
+	Approvers []string `json:"approvers"`
+	Head      string   `json:"head"`  // planned and approved
+	Merge     string   `json:"merge"` // its merge commit
+}
+
+// short is the STATUS.md cell of a: what let the stand's last change through.
+func (a *Authorised) short() string {
+	switch {
+	case a == nil:
+		return ""
+	case a.Operator != nil:
+		return fmt.Sprintf("ctl approve by %s: %s", a.Operator.By, cmp.Or(mdtext.FirstLine(a.Operator.Reason), "no reason given"))
+	case len(a.PullRequests) > 0:
+		var prs []string
+		for _, pr := range a.PullRequests {
+			prs = append(prs, fmt.Sprintf("#%d by %s", pr.Number, strings.Join(pr.Approvers, ", ")))
+		}
+		return strings.Join(prs, "; ")
+	}
+	return a.By
 }
 
 // usedRetention outlasts the pull requests' planned changes (prplan.ReviewRetention, 30 days): an
@@ -167,12 +202,17 @@ func (g *gate) review(ctx context.Context, actions []diff.Action, d *desiredStat
 				continue // what was applied was reviewed; only secret values or policy changed
 			}
 		}
-		why, grant := g.authorise(ctx, a.ID, t, commit, first)
+		why, granted := g.authorise(ctx, a.ID, t, commit, first)
 		switch {
-		case grant:
-			changed = true
 		case why != "":
 			held[a.ID] = why
+			continue
+		case granted:
+			changed = true
+		}
+		if gr, ok := g.state.Granted[a.ID]; ok {
+			auth := gr.Auth
+			d.authorised[a.ID] = &auth
 		}
 	}
 	if changed {
@@ -188,7 +228,7 @@ func (g *gate) authorise(ctx context.Context, id string, t stands.Transition, co
 		return "", false // let through before, and not applied yet
 	}
 	if first && t.From == "" {
-		g.grantLocked(id, grant{Transition: t, By: "the first import at " + mdtext.Short(commit)})
+		g.grantLocked(id, grant{Transition: t, Auth: Authorised{By: "the first import at " + mdtext.Short(commit)}})
 		return "", true
 	}
 	if g.reviews == nil {
@@ -212,11 +252,13 @@ func (g *gate) authorise(ctx context.Context, id string, t stands.Transition, co
 		return rv.Why, false
 	}
 	var by, keys []string
+	var prs []AuthorisedPR
 	for _, s := range rv.Steps {
 		keys = append(keys, s.Key())
 		by = append(by, fmt.Sprintf("#%d, approved by %s, merged at %s", s.PR, s.By, mdtext.Short(s.Merge)))
+		prs = append(prs, AuthorisedPR{Number: s.PR, Approvers: strings.Split(s.By, ", "), Head: s.Head, Merge: s.Merge})
 	}
-	g.grantLocked(id, grant{Transition: t, By: strings.Join(by, "; "), Keys: keys})
+	g.grantLocked(id, grant{Transition: t, Auth: Authorised{By: strings.Join(by, "; "), PullRequests: prs}, Keys: keys})
 	return "", true
 }
 
@@ -273,7 +315,7 @@ func (g *gate) desired(d *desiredState, id string) (string, bool) {
 // approveRemoval lets a stand's destroy through, when changes must be reviewed at all.
 func (g *gate) approveRemoval(id, by string) {
 	if g.required {
-		g.grant(id, grant{Any: true, By: by})
+		g.grant(id, grant{Any: true, Auth: Authorised{By: by}})
 	}
 }
 
@@ -290,9 +332,9 @@ func (g *gate) grantLocked(id string, gr grant) {
 	if g.state.Granted == nil {
 		g.state.Granted = map[string]grant{}
 	}
-	gr.At = g.now().UTC()
+	gr.Auth.At = g.now().UTC()
 	g.state.Granted[id] = gr
-	g.log.Info("change let through the review gate", "stand", id, "by", gr.By)
+	g.log.Info("change let through the review gate", "stand", id, "by", gr.Auth.By)
 }
 
 func (g *gate) useLocked(key string) {
@@ -335,7 +377,7 @@ func (g *gate) hold(a diff.Action, d *desiredState, from, why, commit string) ou
 	would := map[diff.Kind]string{diff.Create: "create", diff.Update: "apply", diff.Destroy: "destroy"}[a.Kind]
 	return outcome{kind: outBlocked, reason: reason.Unreviewed, detail: fmt.Sprintf(
 		"not applied: the change at %s was not reviewed (%s); a reviewed pull request changing the stand, or "+
-			"stands-reconciler ctl approve %s %s, lets the reconciler %s it", mdtext.Short(commit), why, a.ID, mdtext.Short(commit), would)}
+			"stands-reconciler ctl approve %s %s REASON, lets the reconciler %s it", mdtext.Short(commit), why, a.ID, mdtext.Short(commit), would)}
 }
 
 // release forgets a stand's held change: it is reviewed now, or no longer asked for.
@@ -384,7 +426,7 @@ func (g *gate) toReport(declared func(string) bool) map[string]unreviewed {
 
 // Approve releases a stand's unreviewed change at commit: it is applied (or destroyed) as if a
 // review had approved it. commit must be the one its status names.
-func (r *Reconciler) Approve(id, commit, by string) error {
+func (r *Reconciler) Approve(id, commit, by, why string) error {
 	u, ok := r.gate.heldChange(id)
 	switch {
 	case !ok:
@@ -392,8 +434,10 @@ func (r *Reconciler) Approve(id, commit, by string) error {
 	case commit != u.commit && mdtext.Short(commit) != mdtext.Short(u.commit):
 		return fmt.Errorf("the unreviewed change of %s is at %s, not %s: look at it there", id, mdtext.Short(u.commit), commit)
 	}
-	r.gate.grant(id, grant{Transition: stands.Transition{From: u.from, To: u.print}, By: by + " (ctl approve of " + mdtext.Short(u.commit) + ")"})
-	r.log.Warn("operator: approve", "stand", id, "commit", mdtext.Short(u.commit), "by", by)
+	r.gate.grant(id, grant{Transition: stands.Transition{From: u.from, To: u.print}, Auth: Authorised{
+		By:       by + " (ctl approve of " + mdtext.Short(u.commit) + ")",
+		Operator: &OperatorAction{Action: "approve", By: by, At: r.cfg.Now().UTC(), Reason: why}}})
+	r.log.Warn("operator: approve", "stand", id, "commit", mdtext.Short(u.commit), "by", by, "reason", why)
 	r.Trigger()
 	return nil
 }

@@ -42,6 +42,9 @@ type Status struct {
 	// stored: while the backend holds that state, a restarted reconciler trusts the status.
 	StateDigest string          `json:"stateDigest,omitempty"`
 	Operator    *OperatorAction `json:"operator,omitempty"` // the last operator action on the stand
+	// Authorised is what let the last change applied or destroyed through the review gate
+	// (review.go): its pull requests and their approvers, or ctl approve with its reason.
+	Authorised *Authorised `json:"authorised,omitempty"`
 	// Health is what the live health check found on a Degraded stand (health.go); Healing the last
 	// steps --heal took on it.
 	Health  *HealthFinding `json:"health,omitempty"`
@@ -165,7 +168,7 @@ func statusTable(all map[string]*Status, unreadable []string, banner mdtext.Mark
 	var d mdtext.Doc
 	d.Add("# Stands\n\nWritten by stands-reconciler; do not edit. Details and connection info (secrets masked) are in `status/<stand-id>.json`.\n\n")
 	d.Add(banner)
-	d.Add("| Stand | Phase | Reason | Nodes | Ends | Monthly cost | Last successful commit | Message |\n|---|---|---|---|---|---|---|---|\n")
+	d.Add("| Stand | Phase | Reason | Nodes | Ends | Monthly cost | Last successful commit | Authorised by | Message |\n|---|---|---|---|---|---|---|---|---|\n")
 	var total totalCost
 	for _, id := range ids {
 		s := all[id]
@@ -174,7 +177,7 @@ func statusTable(all map[string]*Status, unreadable []string, banner mdtext.Mark
 			nodes = append(nodes, mdtext.F("%s %s", n.Name, n.PublicIPv4))
 		}
 		d.Add(mdtext.Row(mdtext.Link(mdtext.Code(id), stands.StatusPath(id)), s.Phase, s.Reason,
-			mdtext.Join(nodes, ", "), endCell(s), total.add(s), mdtext.Short(s.LastSuccessfulCommit), mdtext.FirstLine(s.Message)))
+			mdtext.Join(nodes, ", "), endCell(s), total.add(s), mdtext.Short(s.LastSuccessfulCommit), s.Authorised.short(), mdtext.FirstLine(s.Message)))
 	}
 	d.Add(total.line())
 	if len(unreadable) > 0 {

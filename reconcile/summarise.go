@@ -66,6 +66,7 @@ type outcome struct {
 	health  *stands.Health // outHealth
 	heal    *HealStep      // outHealed
 	ended   string         // outDeclared: the stand is past its end, and why ("" when not)
+	auth    *Authorised    // outSucceeded: what let its change through the review gate
 }
 
 // retries is a stand's retry bookkeeping: what decides the next attempt and the stall.
@@ -197,6 +198,9 @@ func failed(o outcome, x Status, rt retries, now time.Time, p policy) (Status, r
 func succeeded(o outcome, x Status, now time.Time) Status {
 	x.SchemaVersion = SchemaVersion
 	x.Failures, x.NextAttempt = 0, nil
+	if o.auth != nil && (o.op == opApply || o.op == opDestroy) {
+		x.Authorised = o.auth
+	}
 	res := o.res
 	switch o.op {
 	case opDestroy:

@@ -20,9 +20,10 @@ Talks to the running daemon through its control socket (--control-socket, defaul
   resume                 undo pause (a committed .stands/pause still pauses)
   plan-only on|off       decide and report in each stand's status, apply and destroy nothing
   retry STAND-ID         forget the stand's failures and backoff (a Stalled one too): attempt it now
-  approve STAND-ID COMMIT
+  approve STAND-ID COMMIT REASON...
                          apply (or destroy) the stand's unreviewed change at COMMIT, as its status
-                         names it, as if a review had approved it (--require-review)
+                         names it, as if a review had approved it, once (--require-review); REASON
+                         is kept in the stand's status (without one: deprecated, refused later)
 Each action is logged by the daemon and shown in STATUS.md or the stand's status, naming the caller
 (the kernel's account, and $SUDO_USER or $USER as the operator it claims).`, std)
 	conf := newSettings(fs, getenv)
@@ -48,10 +49,15 @@ Each action is logged by the daemon and shown in STATUS.md or the stand's status
 		req.On = rest[1] == "on"
 	case action == "retry" && len(rest) == 2:
 		req.Stand = rest[1]
-	case action == "approve" && len(rest) == 3:
-		req.Stand, req.Commit = rest[1], rest[2]
+	case action == "approve" && len(rest) >= 3:
+		req.Stand, req.Commit, req.Reason = rest[1], rest[2], strings.Join(rest[3:], " ")
+		if req.Reason == "" {
+			// The reason became part of the audit trail after scripts were written without it: they
+			// keep working for a release.
+			fmt.Fprintln(std.err, "ctl: warning: approve without a REASON is deprecated and will be refused in a later release; say why after the commit")
+		}
 	default:
-		fmt.Fprintf(std.err, "ctl: %q: want status, pause [REASON], resume, plan-only on|off, retry STAND-ID or approve STAND-ID COMMIT\n", strings.Join(rest, " "))
+		fmt.Fprintf(std.err, "ctl: %q: want status, pause [REASON], resume, plan-only on|off, retry STAND-ID or approve STAND-ID COMMIT REASON\n", strings.Join(rest, " "))
 		return exitUsage
 	}
 	p := f.s.SocketPath()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -397,7 +398,7 @@ func TestPullRequestPlans(t *testing.T) {
 		if n := e.ups() - ups; n != 0 {
 			t.Fatalf("%d pulumi up for an unreviewed change", n)
 		}
-		e.ctlApprove(t, "local_a_dev", commit)
+		e.ctlApprove(t, "local_a_dev", commit, "")
 	})
 
 	// Four eyes (docs/pr-workflow.md#four-eyes), on real Gitea and the bot's writer token: a writer
@@ -472,9 +473,16 @@ func TestPullRequestPlans(t *testing.T) {
 			t.Fatalf("the merged pull request: %v", err)
 		}
 		merge2 = *merged.MergedCommitID
-		e.waitStatus("local_a_dev", 3*time.Minute, func(s *reconcile.Status) bool {
+		st = e.waitStatus("local_a_dev", 3*time.Minute, func(s *reconcile.Status) bool {
 			return s.Phase == reason.Ready && s.LastSuccessfulCommit == merge2
 		})
+		want := []reconcile.AuthorisedPR{{Number: pr2, Approvers: []string{second.Name}, Head: head2, Merge: merge2}}
+		if st.Authorised == nil || !reflect.DeepEqual(st.Authorised.PullRequests, want) {
+			t.Errorf("the status names what let the change through as %+v, want %+v", st.Authorised, want)
+		}
+		if md := e.file("STATUS.md"); !strings.Contains(md, fmt.Sprintf("`#%d by %s`", pr2, second.Name)) {
+			t.Errorf("STATUS.md does not name #%d and its approver:\n%s", pr2, md)
+		}
 		if e.ups() == ups {
 			t.Error("a change a second writer approved was not applied")
 		}
@@ -503,7 +511,7 @@ func TestPullRequestPlans(t *testing.T) {
 		}
 		revert := e.repo.Change("a back on 6342, around review", map[string]string{standPath("a"): daemonStand("a", 6342)})
 		held(revert, "no reviewed change leads to it")
-		e.ctlApprove(t, "local_a_dev", revert)
+		e.ctlApprove(t, "local_a_dev", revert, "the revert of incident 7")
 
 		head3 := e.repo.ChangeOn("closed", "a on 6346", map[string]string{standPath("a"): daemonStand("a", 6346)})
 		pr3 := e.repo.Open(devAPI, "closed", "Move a to 6346")
@@ -642,19 +650,29 @@ func (e *daemonEnv) planComments(n int64) int {
 	return count
 }
 
-// ctlApprove releases stand id's change held at commit with ctl approve, as on-call would, and waits
-// for it applied: Ready at commit, after a pulumi up.
-func (e *daemonEnv) ctlApprove(t *testing.T, id, commit string) {
+// ctlApprove releases stand id's change held at commit with ctl approve, as on-call would, giving
+// why ("" gives none: the deprecated form, which warns), and waits for it applied: Ready at commit,
+// after a pulumi up, its status naming the operator and the reason.
+func (e *daemonEnv) ctlApprove(t *testing.T, id, commit, why string) {
 	t.Helper()
 	ups := e.ups()
-	r := runCLI(t, t.Context(), newRecorder(map[string]string{"STANDS_CONTROL_SOCKET": filepath.Join(e.state, "control.sock"), "SUDO_USER": "oncall"}),
-		"ctl", "approve", id, commit[:12])
+	args := []string{"ctl", "approve", id, commit[:12]}
+	if why != "" {
+		args = append(args, strings.Fields(why)...)
+	}
+	r := runCLI(t, t.Context(), newRecorder(map[string]string{"STANDS_CONTROL_SOCKET": filepath.Join(e.state, "control.sock"), "SUDO_USER": "oncall"}), args...)
 	if r.code != exitOK {
 		t.Fatalf("ctl approve: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	e.waitStatus(id, 3*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Ready && s.LastSuccessfulCommit == commit })
+	if warned := strings.Contains(r.stderr, "approve without a REASON is deprecated"); warned != (why == "") {
+		t.Errorf("ctl approve %q warned %v of the missing reason: %s", why, warned, r.stderr)
+	}
+	st := e.waitStatus(id, 3*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Ready && s.LastSuccessfulCommit == commit })
 	if e.ups() == ups {
 		t.Errorf("ctl approve of %s applied nothing", id)
+	}
+	if a := st.Authorised; a == nil || a.Operator == nil || !strings.HasPrefix(a.Operator.By, "oncall as ") || a.Operator.Reason != why {
+		t.Errorf("%s's status names what let its change through as %+v", id, a)
 	}
 }
 
