@@ -198,8 +198,9 @@ func (d *Daemon) forgeParts(cfg *reconcile.Config, forge Forge, eng *engine.Engi
 	switch {
 	case !s.RequireReview:
 	case forge == nil:
-		// No pull requests to review in: a local repository, or no token for the API.
-		log.Info("changes are applied as they land: reviews need the Gitea API")
+		// No pull requests to review in: a local repository, or no token for the API. STATUS.md,
+		// stands_review_gate and its alert say so too.
+		log.Warn("no review gate: changes are applied as they land, reviewed or not: reviews need the Gitea API")
 	case !s.Previews:
 		cfg.Review.Require = true
 		log.Warn("--previews=false: no plan can be reviewed, so only ctl approve lets a change through (or --require-review=false)")

@@ -148,3 +148,18 @@ func (s *Settings) CheckSettingsProtection(ctx context.Context, env Env) ([]safe
 	}
 	return CheckProtection(ctx, forge, s.Branch)
 }
+
+// Ungated says why a daemon of these settings applies every change as it lands, reviewed or not
+// (docs/pr-workflow.md#apply-only-what-was-reviewed); "" when its review gate is on. What Open
+// finds later (a token the API refuses) is logged there.
+func (s *Settings) Ungated(env Env) string {
+	switch {
+	case !s.RequireReview:
+		return "--require-review=false"
+	case s.GiteaURL == "" && repoKindOf(s.Repo) != httpRepo:
+		return "no Gitea API to read reviews in: a local or SSH repository without --gitea-url"
+	case env("STANDS_GIT_TOKEN_FILE") == "" && env("STANDS_GIT_TOKEN") == "":
+		return "no STANDS_GIT_TOKEN for the Gitea API"
+	}
+	return ""
+}

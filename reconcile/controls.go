@@ -79,6 +79,7 @@ type switches struct {
 	configured bool   // --plan-only
 	state      string // Config.Controls.State
 	branch     string // Config.Branch, named in the banner
+	ungated    bool   // not Config.Review.Require: every change is applied as it lands
 	now        func() time.Time
 
 	mu        leafMutex
@@ -91,7 +92,7 @@ type switches struct {
 // newSwitches reads the local switches an earlier run kept. An unreadable file is an error, and
 // the switches then start paused: a pause an operator turned on must not be lost with the file.
 func newSwitches(cfg Config) (*switches, error) {
-	sw := &switches{configured: cfg.Controls.PlanOnly, state: cfg.Controls.State, branch: cfg.Branch, now: cfg.Now}
+	sw := &switches{configured: cfg.Controls.PlanOnly, state: cfg.Controls.State, branch: cfg.Branch, now: cfg.Now, ungated: !cfg.Review.Require}
 	if _, err := statefile.Read(sw.state, &sw.local); err != nil {
 		sw.local = Controls{Paused: &Switch{By: "the reconciler itself", At: sw.now().UTC(), Reason: "its operator controls file could not be read"}}
 		return sw, fmt.Errorf("read the operator controls %s: %w", sw.state, err)
@@ -302,6 +303,9 @@ func (sw *switches) banner() mdtext.Markup {
 			by = mdtext.F("%s%s", s.By, since(s.At))
 		}
 		d.F("> **Plan-only** (%s): each stand's status says what would be applied or destroyed; nothing is.\n", by)
+	}
+	if sw.ungated {
+		d.F("> **No review gate**: every change landing on %s is applied, reviewed or not (`--require-review=false`, or no Gitea API to read reviews in; docs/pr-workflow.md#apply-only-what-was-reviewed).\n", sw.branch)
 	}
 	if len(sw.unguarded) > 0 {
 		d.F("> **The protection of %s lacks** %s: a merge can apply what no reviewer approved or planned "+

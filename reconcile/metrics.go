@@ -32,6 +32,7 @@ type metrics struct {
 	sinceSync    *prometheus.Desc
 	down         *prometheus.Desc
 	unreviewed   *prometheus.Desc
+	gate         *prometheus.Desc
 }
 
 // gauges is what a scrape reads of the loop's state, taken at one moment.
@@ -46,6 +47,7 @@ type gauges struct {
 	paused     bool
 	planOnly   bool
 	unreviewed int
+	gated      bool // changes are applied only once reviewed
 }
 
 func newMetrics(read func() gauges, reg prometheus.Registerer) *metrics {
@@ -72,6 +74,7 @@ func newMetrics(read func() gauges, reg prometheus.Registerer) *metrics {
 		controls:   prometheus.NewDesc("stands_control_active", "Whether an operator's control is in force: paused (locally or by .stands/pause), plan_only.", []string{"control"}, nil),
 		sinceSync:  prometheus.NewDesc("stands_seconds_since_last_successful_sync", "Seconds since the last cycle that fetched, judged and planned without error (-1: none yet).", nil, nil),
 		unreviewed: prometheus.NewDesc("stands_unreviewed_changes", "Changes of stands held because no review approved them (--require-review), each until a reviewed pull request or ctl approve.", nil, nil),
+		gate:       prometheus.NewDesc("stands_review_gate", "1 when a change of a stand is applied only once reviewed (--require-review with the Gitea API); 0 when every change is applied as it lands.", nil, nil),
 		down:       prometheus.NewDesc("stands_dependency_up", "Whether an outside service answered in the last cycle (source, secrets, backend), no operation ran past its deadline (operations) and, with replicas, the lease store answers (leases).", []string{"dependency"}, nil),
 	}
 	// Served from the start, at 0: an alert on increase() needs the series before the first error.
@@ -98,6 +101,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.sinceSync
 	ch <- m.down
 	ch <- m.unreviewed
+	ch <- m.gate
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -110,6 +114,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(m.running, prometheus.GaugeValue, float64(g.active))
 	ch <- prometheus.MustNewConstMetric(m.unreviewed, prometheus.GaugeValue, float64(g.unreviewed))
+	ch <- prometheus.MustNewConstMetric(m.gate, prometheus.GaugeValue, b2f(g.gated))
 	ch <- prometheus.MustNewConstMetric(m.queued, prometheus.GaugeValue, float64(max(g.decided-g.active, 0)))
 	for name, on := range map[string]bool{"paused": g.paused, "plan_only": g.planOnly} {
 		ch <- prometheus.MustNewConstMetric(m.controls, prometheus.GaugeValue, b2f(on), name)
@@ -154,7 +159,7 @@ func (r *Reconciler) gauges() gauges {
 	}
 	g.health, g.lastSync, g.active = r.health, r.lastSync, r.active
 	g.paused, g.planOnly = r.sw.paused() != nil, r.sw.planOnly()
-	g.unreviewed = r.gate.pending()
+	g.unreviewed, g.gated = r.gate.pending(), r.gate.gating()
 	r.mu.Unlock()
 	g.health.Leases = r.claims.ready()
 	return g

@@ -398,6 +398,9 @@ func (g *gate) heldChange(id string) (unreviewed, bool) {
 	return *u, true
 }
 
+// gating says whether changes are applied only once reviewed.
+func (g *gate) gating() bool { return g.required }
+
 // pending counts the changes held.
 func (g *gate) pending() int {
 	g.heldMu.Lock()

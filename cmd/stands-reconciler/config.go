@@ -51,6 +51,9 @@ func runConfig(ctx context.Context, args []string, std stdio, getenv env) int {
 	if len(problems) == 0 {
 		printProtection(ctx, std, f.s, daemon.Env(conf.Env()))
 	}
+	if why := f.s.Ungated(daemon.Env(conf.Env())); why != "" {
+		fmt.Fprintf(std.err, "config: warning: no review gate: every change landing on %s is applied, reviewed or not (%s)\n", f.s.Branch, why)
+	}
 	for _, p := range problems {
 		fmt.Fprintf(std.err, "config: %v\n", p)
 	}

@@ -317,6 +317,21 @@ func TestConfigCheckNamesMissingSafeguards(t *testing.T) {
 			t.Errorf("config check does not name %s:\n%s", name, r.stderr)
 		}
 	}
+	// A daemon without its review gate says so: switched off, or with no token for the API.
+	const ungated = "config: warning: no review gate: every change landing on main is applied, reviewed or not"
+	if strings.Contains(r.stderr, ungated) {
+		t.Errorf("config check with the Gitea API and a token warns of no review gate:\n%s", r.stderr)
+	}
+	for why, args := range map[string][]string{"--require-review=false": {"--require-review=false"}, "no STANDS_GIT_TOKEN for the Gitea API": nil} {
+		v := maps.Clone(vars)
+		if args == nil {
+			delete(v, "STANDS_GIT_TOKEN_FILE")
+		}
+		r := runCLI(t, context.Background(), newRecorder(v), append([]string{"config", "check", "--repo", repo.Info.CloneURL}, args...)...)
+		if !strings.Contains(r.stderr, ungated+" ("+why+")") {
+			t.Errorf("config check with %s: exit %d, no warning of it:\n%s", why, r.code, r.stderr)
+		}
+	}
 }
 
 // TestRenamedSettingsStillWork: a setting renamed keeps its old flag, variable and config key for a

@@ -86,6 +86,10 @@ func TestPullRequestPlans(t *testing.T) {
 			status = s
 			return strings.Contains(s, "**The protection of `main` lacks** `required-approvals`:") && strings.Contains(s, "is not fully known")
 		})
+		// This daemon runs with --require-review=false (newDaemonEnv) until the restart below.
+		if !strings.Contains(status, "> **No review gate**: every change landing on `main` is applied, reviewed or not") {
+			t.Errorf("STATUS.md of a daemon without its review gate does not say so:\n%s", status)
+		}
 		t.Logf("STATUS.md:\n%s", status[:min(len(status), 700)])
 		// The watch logs each safeguard after handing them to the loop, whose cycle wrote STATUS.md.
 		e.waitFor("the log to name 1 missing and 4 unknown safeguards", time.Minute, func() bool {
@@ -102,7 +106,7 @@ func TestPullRequestPlans(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for _, want := range []string{`stands_branch_safeguard_missing{safeguard="required-approvals"} 1`,
-			`stands_branch_safeguard_missing{safeguard="plan-required"} 0`, "stands_branch_protection_read 0"} {
+			`stands_branch_safeguard_missing{safeguard="plan-required"} 0`, "stands_branch_protection_read 0", "\nstands_review_gate 0\n"} {
 			if !strings.Contains(string(body), want) {
 				t.Errorf("/metrics lacks %s", want)
 			}
@@ -359,6 +363,15 @@ func TestPullRequestPlans(t *testing.T) {
 	e.stop()
 	e.start("--require-review=true")
 	e.run("an unreviewed merge is held until ctl approve", func(t *testing.T) {
+		e.waitFor("STATUS.md and /metrics to show the review gate on", time.Minute, func() bool {
+			resp, err := http.Get("http://" + e.listen + "/metrics")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return strings.Contains(string(body), "\nstands_review_gate 1\n") && !strings.Contains(e.file("STATUS.md"), "No review gate")
+		})
 		head1 := e.repo.ChangeOn("weak", "a on 6341", map[string]string{standPath("a"): daemonStand("a", 6341)})
 		pr := e.repo.Open(devAPI, "weak", "Move a")
 		e.waitComment(pr, head1)
