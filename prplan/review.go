@@ -113,6 +113,12 @@ type edge struct {
 // leading from q.From to q.To. Only an error of the forge or the history is an error; any other
 // answer is a ChangeReview, saying why when it is not one.
 func (pl *Planner) Reviewed(ctx context.Context, q stands.ReviewQuery) (stands.ChangeReview, error) {
+	rv, _, err := pl.reviewed(ctx, q)
+	return rv, err
+}
+
+// reviewed is Reviewed, with the walk it took.
+func (pl *Planner) reviewed(ctx context.Context, q stands.ReviewQuery) (stands.ChangeReview, *walk, error) {
 	pl.mu.Lock()
 	var edges []edge
 	for idx, h := range pl.records {
@@ -123,22 +129,22 @@ func (pl *Planner) Reviewed(ctx context.Context, q stands.ReviewQuery) (stands.C
 	pl.mu.Unlock()
 	// The newest pull request first: the chain found is the one a reviewer saw last.
 	slices.SortFunc(edges, func(a, b edge) int { return cmp.Compare(b.index, a.index) })
-	w := &walk{pl: pl, q: q, edges: edges, checked: map[int]checkedEdge{}}
+	w := &walk{pl: pl, q: q, edges: edges, checked: map[int]checkedEdge{}, dead: map[string]bool{}}
 	steps, err := w.from(ctx, q.From, map[string]bool{})
 	if err == nil && steps == nil {
 		err = w.explain(ctx)
 	}
 	switch {
 	case err != nil:
-		return stands.ChangeReview{}, err
+		return stands.ChangeReview{}, w, err
 	case steps != nil:
-		return stands.ChangeReview{Reviewed: true, Steps: steps}, nil
+		return stands.ChangeReview{Reviewed: true, Steps: steps}, w, nil
 	case len(w.why) > 0:
-		return stands.ChangeReview{Why: "no reviewed change leads to it: " + strings.Join(w.why, "; ")}, nil
+		return stands.ChangeReview{Why: "no reviewed change leads to it: " + strings.Join(w.why, "; ")}, w, nil
 	case len(edges) > 0:
-		return stands.ChangeReview{Why: "no pull request's successful plan shows this change from what is applied"}, nil
+		return stands.ChangeReview{Why: "no pull request's successful plan shows this change from what is applied"}, w, nil
 	}
-	return stands.ChangeReview{Why: "no pull request's successful plan shows this change"}, nil
+	return stands.ChangeReview{Why: "no pull request's successful plan shows this change"}, w, nil
 }
 
 // walk finds a chain of authorisations for one ReviewQuery, asking the forge about each planned
@@ -148,7 +154,11 @@ type walk struct {
 	q       stands.ReviewQuery
 	edges   []edge
 	checked map[int]checkedEdge // by index into edges
-	why     []string
+	// dead are the prints no chain leads on from: each is walked once, so a writer opening many
+	// pull requests of one stand costs the walk their number, not the paths between them.
+	dead   map[string]bool
+	why    []string
+	visits int // prints walked from
 }
 
 type checkedEdge struct {
@@ -158,10 +168,11 @@ type checkedEdge struct {
 
 // from is a chain from print to w.q.To, nil when there is none; seen are the prints on the way.
 func (w *walk) from(ctx context.Context, print string, seen map[string]bool) ([]stands.Authorisation, error) {
+	w.visits++
 	seen[print] = true
 	defer delete(seen, print)
 	for i, e := range w.edges {
-		if e.From != print || seen[e.To] && e.To != w.q.To {
+		if e.From != print || (seen[e.To] || w.dead[e.To]) && e.To != w.q.To {
 			continue
 		}
 		a, ok, err := w.check(ctx, i)
@@ -182,6 +193,7 @@ func (w *walk) from(ctx context.Context, print string, seen map[string]bool) ([]
 			return append([]stands.Authorisation{a}, rest...), nil
 		}
 	}
+	w.dead[print] = true
 	return nil, nil
 }
 

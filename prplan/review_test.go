@@ -539,3 +539,40 @@ func TestAReviewOnTopOfAnUnreviewedChange(t *testing.T) {
 		t.Errorf("a reviewed change on top of an unreviewed one: %d ups, %s %q", h.eng.UpsOf("local_a_dev"), st.Reason, st.Message)
 	}
 }
+
+// TestReviewedWalksEachPlannedChangeOnce: planned changes of one stand by many approved, merged pull
+// requests, in layers where every print of a layer leads to every print of the next and none to
+// the print asked for: the walk goes on from each print once and reads each pull request's reviews
+// once, however many paths there are (4^10 here), so a writer opening pull requests cannot make the
+// gate spin.
+func TestReviewedWalksEachPlannedChangeOnce(t *testing.T) {
+	const layers, width = 10, 4
+	f := fakes.NewForge()
+	pl := New(Config{Branch: "main", MergeWait: -1}, f, nil, f, nil)
+	pl.records = map[int64]plannedHead{}
+	print := func(layer, i int) string { return fmt.Sprintf("p%d-%d", layer, i) }
+	since := time.Now()
+	n := int64(0)
+	for l := range layers {
+		for i := range width {
+			for j := range width {
+				from, to := print(l, i), print(l+1, j)
+				if l == 0 {
+					from = "applied"
+				}
+				n++
+				head := fmt.Sprintf("head%d", n)
+				pl.records[n] = plannedHead{Head: head, Author: "author", Changes: map[string]plannedChange{"local_a_dev": {From: from, Print: to, Since: since}}}
+				f.Review(n, stands.Review{User: "rev", State: stands.Approved, Commit: head, Submitted: since.Add(time.Minute)})
+				f.Merge(n, fmt.Sprintf("m%d", n))
+			}
+		}
+	}
+	got, w, err := pl.reviewed(context.Background(), stands.ReviewQuery{Stand: "local_a_dev", Transition: stands.Transition{From: "applied", To: "elsewhere"}})
+	if err != nil || got.Reviewed {
+		t.Fatalf("reviewed %+v, %v", got, err)
+	}
+	if prints := 1 + layers*width; w.visits > prints || f.ReviewReads > int(n) {
+		t.Errorf("the walk went from %d prints (of %d) and read reviews %d times (for %d pull requests)", w.visits, prints, f.ReviewReads, n)
+	}
+}

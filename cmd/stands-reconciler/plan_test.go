@@ -63,13 +63,7 @@ func TestPullRequestPlans(t *testing.T) {
 	// After its cycles, /metrics shows the stands by phase and the Pulumi processes by command.
 	var metrics string
 	e.waitFor("/metrics to show the two stands Ready", time.Minute, func() bool {
-		resp, err := http.Get("http://" + e.listen + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		metrics = string(body)
+		metrics = e.metrics()
 		return strings.Contains(metrics, `stands_stands{phase="Ready"} 2`) && strings.Contains(metrics, `stands_pulumi_cli_invocations_total{command="up"}`) &&
 			strings.Contains(metrics, "stands_cycle_duration_seconds_count") && strings.Contains(metrics, `stands_dependency_up{dependency="source"} 1`)
 	})
@@ -99,15 +93,10 @@ func TestPullRequestPlans(t *testing.T) {
 			t.Errorf("the log names %d missing and %d unknown safeguards, want 1 and 4", e.logCount("branch protection lacks a safeguard"),
 				e.logCount("branch protection safeguard not known"))
 		}
-		resp, err := http.Get("http://" + e.listen + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		body := e.metrics()
 		for _, want := range []string{`stands_branch_safeguard_missing{safeguard="required-approvals"} 1`,
 			`stands_branch_safeguard_missing{safeguard="plan-required"} 0`, "stands_branch_protection_read 0", "\nstands_review_gate 0\n"} {
-			if !strings.Contains(string(body), want) {
+			if !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %s", want)
 			}
 		}
@@ -364,13 +353,7 @@ func TestPullRequestPlans(t *testing.T) {
 	e.start("--require-review=true")
 	e.run("an unreviewed merge is held until ctl approve", func(t *testing.T) {
 		e.waitFor("STATUS.md and /metrics to show the review gate on", time.Minute, func() bool {
-			resp, err := http.Get("http://" + e.listen + "/metrics")
-			if err != nil {
-				return false
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			return strings.Contains(string(body), "\nstands_review_gate 1\n") && !strings.Contains(e.file("STATUS.md"), "No review gate")
+			return strings.Contains(e.metrics(), "\nstands_review_gate 1\n") && !strings.Contains(e.file("STATUS.md"), "No review gate")
 		})
 		head1 := e.repo.ChangeOn("weak", "a on 6341", map[string]string{standPath("a"): daemonStand("a", 6341)})
 		pr := e.repo.Open(devAPI, "weak", "Move a")
@@ -661,6 +644,17 @@ func (e *daemonEnv) planComments(n int64) int {
 		}
 	}
 	return count
+}
+
+// metrics is what the daemon serves on /metrics now, "" when it does not answer.
+func (e *daemonEnv) metrics() string {
+	resp, err := http.Get("http://" + e.listen + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
 }
 
 // ctlApprove releases stand id's change held at commit with ctl approve, as on-call would, giving

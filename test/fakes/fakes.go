@@ -493,16 +493,17 @@ type Forge struct {
 	Bases map[string]fstest.MapFS // ref → the files its branch was cut from (the merge base)
 	// InBranch marks refs whose head the tracked branch already holds, as after a merge: their merge
 	// base is the head itself.
-	InBranch map[string]bool
-	Comments map[int64]string
-	Edits    int
-	Statuses map[string]string // sha + " " + context → state: description
-	Tips     map[string]string // branch → commit
-	Fetches  int               // FetchPull calls
-	Lists    int               // PullRequests calls
-	Down     bool              // branch lookups fail, as with Gitea unreachable
-	TooLarge bool              // every head is over the snapshot's size limit
-	Reviewed map[int64][]stands.Review
+	InBranch    map[string]bool
+	Comments    map[int64]string
+	Edits       int
+	Statuses    map[string]string // sha + " " + context → state: description
+	Tips        map[string]string // branch → commit
+	Fetches     int               // FetchPull calls
+	Lists       int               // PullRequests calls
+	Down        bool              // branch lookups fail, as with Gitea unreachable
+	TooLarge    bool              // every head is over the snapshot's size limit
+	Reviewed    map[int64][]stands.Review
+	ReviewReads int // Reviews calls
 	// Pushers names who pushed to a pull request besides its author; Readers the users who may
 	// only read the repository (everyone else may write).
 	Pushers map[int64][]string
@@ -661,6 +662,7 @@ func (f *Forge) Review(n int64, r stands.Review) {
 func (f *Forge) Reviews(_ context.Context, n int64) ([]stands.Review, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
+	f.ReviewReads++
 	return slices.Clone(f.Reviewed[n]), nil
 }
 
