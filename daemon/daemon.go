@@ -193,7 +193,7 @@ func (d *Daemon) forgeParts(cfg *reconcile.Config, forge Forge, eng *engine.Engi
 			cfg.Plans, cfg.Review.Reviews = planner, planner
 		}
 		cfg.Expiries = expiry.New(expiry.Config{Branch: s.Branch, Log: log,
-			Merged: func(id, by string) { d.rec.ApproveRemoval(id, by) }}, forge, d.src)
+			Merged: func(id, by string) { d.rec.ApproveRemoval(id, by) }, Unmerged: func(id string) { d.rec.RevokeRemoval(id) }}, forge, d.src)
 	}
 	switch {
 	case !s.RequireReview:

@@ -78,9 +78,11 @@ type Config struct {
 	Branch string // the tracked branch: the pull requests' base
 	Log    *slog.Logger
 	Now    func() time.Time
-	// Merged is told of each removal the reconciler merged under the policy, so the review gate
-	// lets its destroy through (reconcile.Reconciler.ApproveRemoval).
-	Merged func(id, by string)
+	// Merged is told of each removal the reconciler merges under the policy, so the review gate
+	// lets its destroy through (reconcile.Reconciler.ApproveRemoval); Unmerged when that merge failed
+	// after all, so the gate takes the approval back (reconcile.Reconciler.RevokeRemoval).
+	Merged   func(id, by string)
+	Unmerged func(id string)
 }
 
 // Warner runs the warnings of the cycles it is handed, one at a time, off the loop: a newer
@@ -332,6 +334,9 @@ func (w *Warner) merge(ctx context.Context, pr stands.PullRequest, end stands.En
 	}
 	msg := fmt.Sprintf("Remove stand %s at its end (#%d)\n\nMerged by stands-reconciler: the repository's lifetime policy says merge_at_expiry: true (%s).", end.ID, pr.Index, e.PolicyAt)
 	if err := w.forge.MergePullRequest(ctx, pr.Index, pr.HeadSHA, msg); err != nil {
+		if w.cfg.Unmerged != nil {
+			w.cfg.Unmerged(end.ID) // only a removal merged is approved
+		}
 		return err
 	}
 	w.log.Info("removal pull request merged at the stand's end", "stand", end.ID, "pull_request", pr.Index)

@@ -156,3 +156,30 @@ func TestARemovalMergedAtTheEndPassesTheGate(t *testing.T) {
 		t.Errorf("b, removed without a review: %s %s", st.Phase, st.Reason)
 	}
 }
+
+// TestARemovalApprovalEnds: the lifetime policy's approval of a removal is taken back when its merge
+// failed, and ends on its own 15 minutes on: neither lets a later removal around review through.
+func TestARemovalApprovalEnds(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		end  func(h *harness)
+	}{
+		{"its merge failed", func(h *harness) { h.r.RevokeRemoval("local_a_dev") }},
+		{"15 minutes on", func(h *harness) { h.now = h.now.Add(16 * time.Minute) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, repoWith("a", "b", "c", "d"), func(cfg *Config) {
+				cfg.Review.Require, cfg.Review.State = true, t.TempDir()+"/reviews.json"
+			})
+			h.mustCycle() // the first import
+			h.r.ApproveRemoval("local_a_dev", "merge_at_expiry (.stands/lifetime.yml:3:18): #7")
+			h.mustCycle()
+			c.end(h)
+			h.src.Commit(map[string]string{fakes.StandFile("a"): ""})
+			h.mustCycle()
+			if st := h.src.statusOf(t, "local_a_dev"); len(h.eng.Destroys) != 0 || st.Reason != reason.Unreviewed {
+				t.Errorf("a removal around review after the approval ended: destroys %v, %s %s", h.eng.Destroys, st.Phase, st.Reason)
+			}
+		})
+	}
+}

@@ -64,9 +64,10 @@ type reviewState struct {
 // grant is a transition let through, and what let it through.
 type grant struct {
 	stands.Transition
-	// Any: from whatever the stack has (a removal the lifetime policy merged).
-	Any  bool       `json:"any,omitempty"`
-	Auth Authorised `json:"auth"`
+	// Any: from whatever the stack has (a removal the lifetime policy merged), until Until.
+	Any   bool       `json:"any,omitempty"`
+	Until time.Time  `json:"until,omitzero"`
+	Auth  Authorised `json:"auth"`
 	// Keys are the pull requests' authorisations it rests on: used once the stack moves, kept for
 	// another change when the repository asks for one before it does.
 	Keys []string `json:"keys,omitempty"`
@@ -271,6 +272,9 @@ func (g *gate) settle(found map[string]stands.StackInfo, d *desiredState) bool {
 	for id, gr := range g.state.Granted {
 		from := applied(found, id)
 		switch {
+		case !gr.Until.IsZero() && g.now().After(gr.Until):
+			// A removal merged under the policy is applied within a cycle or two; one that is
+			// not (its merge failed unseen, a crash) lets no later removal through.
 		case gr.Any && from != "", !gr.Any && gr.From == from && !g.askedNoMore(d, id, gr):
 			continue
 		case gr.Any || gr.From != from:
@@ -315,7 +319,22 @@ func (g *gate) desired(d *desiredState, id string) (string, bool) {
 // approveRemoval lets a stand's destroy through, when changes must be reviewed at all.
 func (g *gate) approveRemoval(id, by string) {
 	if g.required {
-		g.grant(id, grant{Any: true, Auth: Authorised{By: by}})
+		g.grant(id, grant{Any: true, Until: g.now().Add(removalGrant), Auth: Authorised{By: by}})
+	}
+}
+
+// removalGrant is how long a removal the lifetime policy merged is let through: its merge's cycle
+// comes within seconds, or at the next poll.
+const removalGrant = 15 * time.Minute
+
+// revokeRemoval takes back a removal's approval: its merge failed.
+func (g *gate) revokeRemoval(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.load()
+	if gr, ok := g.state.Granted[id]; ok && gr.Any {
+		delete(g.state.Granted, id)
+		g.save()
 	}
 }
 
@@ -462,4 +481,10 @@ func (r *Reconciler) reportUnreviewed(ctx context.Context) {
 // merged by the reconciler at its end, as the repository's lifetime policy allows (by says so).
 func (r *Reconciler) ApproveRemoval(id, by string) {
 	r.gate.approveRemoval(id, by)
+}
+
+// RevokeRemoval takes back ApproveRemoval: the removal pull request could not be merged after all.
+func (r *Reconciler) RevokeRemoval(id string) {
+	r.gate.revokeRemoval(id)
+	r.log.Warn("the removal merged under the lifetime policy failed; its destroy is no longer approved", "stand", id)
 }
