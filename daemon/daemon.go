@@ -197,6 +197,7 @@ func (d *Daemon) forgeParts(cfg *reconcile.Config, forge Forge, eng *engine.Engi
 	}
 	switch {
 	case !s.RequireReview:
+		log.Info("no review gate: changes are applied as they land (--require-review=false)")
 	case forge == nil:
 		// No pull requests to review in: a local repository, or no token for the API. STATUS.md,
 		// stands_review_gate and its alert say so too.

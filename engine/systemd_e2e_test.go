@@ -134,7 +134,7 @@ func systemdOnNode(t *testing.T, c *ssh.Client) {
 printf %%s %s | sudo install -m 0600 /dev/stdin /etc/stands-reconciler/credentials/hcloud-token
 printf %%s %s | sudo install -m 0600 /dev/stdin /etc/stands-reconciler/credentials/passphrase
 printf '%%s\n' STANDS_REPO_URL=%s STANDS_OWNER=local STANDS_NODES=skip STANDS_CLOUD_ENDPOINT=http://127.0.0.1:8086/v1 \
-  STANDS_POLL_INTERVAL=10m STANDS_DRIFT_INTERVAL=0 STANDS_LISTEN=127.0.0.1:8080 | sudo tee /etc/stands-reconciler/stands-reconciler.env >/dev/null
+  STANDS_POLL_INTERVAL=10m STANDS_DRIFT_INTERVAL=0 STANDS_LISTEN=127.0.0.1:8080 STANDS_REQUIRE_REVIEW=false | sudo tee /etc/stands-reconciler/stands-reconciler.env >/dev/null
 sudo mkdir -p %s && sudo tar -C %s -xf %s/repo.tar && sudo chown -R stands:stands %s`, vmHetzner, vmPassword, vmRepo, vmRepo, vmRepo, vmInstall, vmRepo))
 
 	// 4. Start it with the sampler watching its cgroup, and a control process given the token.
