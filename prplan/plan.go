@@ -302,8 +302,8 @@ type judgement struct {
 	policy    []string
 	// key digests everything the plan is made of but the stacks: equal keys, equal plans.
 	key string
-	// applied are the stacks' prints by stand (stands.Unrecorded where none is recorded): where a
-	// change of a stand the tracked branch cannot judge starts.
+	// applied are the stacks' prints by stand (stands.Unrecorded where none is recorded; no entry
+	// without a stack): where a change of a stand the tracked branch cannot judge starts.
 	applied map[string]string
 }
 

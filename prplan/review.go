@@ -96,7 +96,7 @@ func (pl *Planner) mainPrint(j *judgement, id string) (string, error) {
 	}
 	for _, v := range j.main.Verdicts {
 		if v.ID == id {
-			return cmp.Or(j.applied[id], stands.Unrecorded), nil
+			return j.applied[id], nil // "" without a stack: the step is its create
 		}
 	}
 	return "", nil

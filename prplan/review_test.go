@@ -576,3 +576,23 @@ func TestReviewedWalksEachPlannedChangeOnce(t *testing.T) {
 		t.Errorf("the walk went from %d prints (of %d) and read reviews %d times (for %d pull requests)", w.visits, prints, f.ReviewReads, n)
 	}
 }
+
+// TestAReviewedFixOfABrokenStandCreatesIt: a stand main declares but cannot judge, never applied,
+// fixed by a reviewed pull request: the plan's step starts where the stand is, with no stack (a
+// create), so the merge creates it.
+func TestAReviewedFixOfABrokenStandCreatesIt(t *testing.T) {
+	files := repoWith("a", "b")
+	files[fakes.StandFile("c")] = strings.Replace(fakes.StandYML("c", ""), "profile: small", "profile: huge", 1)
+	h := newHarness(t, files, func(c *reconcile.Config, _ *Config) {
+		c.Review.Require, c.Review.State = true, t.TempDir()+"/reviews.json"
+	})
+	h.mustCycle()
+	if st := h.statusOf(t, "local_c_dev"); st.Reason != reason.Invalid || h.eng.UpsOf("local_c_dev") != 0 {
+		t.Fatalf("the broken stand: %s %s, %d ups", st.Phase, st.Reason, h.eng.UpsOf("local_c_dev"))
+	}
+	h.mergeReviewed(1, "fix-c", map[string]string{fakes.StandFile("c"): fakes.StandYML("c", "")})
+	h.mustCycle()
+	if st := h.statusOf(t, "local_c_dev"); st.Phase != reason.Ready || h.eng.UpsOf("local_c_dev") != 1 {
+		t.Errorf("the reviewed fix: %d ups, %s %s %q", h.eng.UpsOf("local_c_dev"), st.Phase, st.Reason, st.Message)
+	}
+}
