@@ -156,7 +156,7 @@ func (s *Settings) Ungated(env Env) string {
 	switch {
 	case !s.RequireReview:
 		return "--require-review=false"
-	case s.GiteaURL == "" && repoKindOf(s.Repo) != httpRepo:
+	case s.giteaAPI() == "":
 		return "no Gitea API to read reviews in: a local or SSH repository without --gitea-url"
 	case env("STANDS_GIT_TOKEN_FILE") == "" && env("STANDS_GIT_TOKEN") == "":
 		return "no STANDS_GIT_TOKEN for the Gitea API"

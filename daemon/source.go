@@ -73,13 +73,19 @@ func (s *Settings) source(env Env, gitToken *credential.Credential, log *slog.Lo
 	return gitsource.New(s.Repo, s.Branch, opts...), nil
 }
 
+// giteaAPI is where the repository's Gitea API is: --gitea-url, else an http(s) repository's own
+// URL; "" for an SSH or local repository without --gitea-url.
+func (s *Settings) giteaAPI() string {
+	if s.GiteaURL == "" && repoKindOf(s.Repo) == httpRepo {
+		return s.Repo
+	}
+	return s.GiteaURL
+}
+
 // forge is the Gitea API of an http(s) repository: commit statuses and pull request plans. An SSH
 // or local repository has none (--gitea-url gives an SSH repository its API). nil: none.
 func (s *Settings) forge(gitToken *credential.Credential, log *slog.Logger) Forge {
-	apiURL := s.GiteaURL
-	if apiURL == "" && repoKindOf(s.Repo) == httpRepo {
-		apiURL = s.Repo
-	}
+	apiURL := s.giteaAPI()
 	if apiURL == "" {
 		log.Info("no Gitea API: no commit statuses and no pull request plans")
 		return nil
