@@ -309,6 +309,13 @@ func TestWorkerPoolBound(t *testing.T) {
 	if err := h.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// Both workers at work before any is let go: on a busy machine the second may reach its apply
+	// after the first finished, and the bound would not be what is measured.
+	wait.For(t, "both workers applying", 10*time.Second, func() bool {
+		h.eng.Mu.Lock()
+		defer h.eng.Mu.Unlock()
+		return h.eng.Running >= 2
+	})
 	// A second cycle while all operations run starts none twice.
 	if err := h.r.Cycle(context.Background()); err != nil {
 		t.Fatal(err)
