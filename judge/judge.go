@@ -56,6 +56,9 @@ type Options struct {
 	// SkipRender leaves the templates for the caller to render (the render sandbox of a pull
 	// request's plan).
 	SkipRender bool
+	// Policy, when set, is the lifetime policy in force, judged under instead of the snapshot's
+	// (manifest.PreflightOptions.Policy).
+	Policy *manifest.Policy
 	// Now is when the snapshot is judged: an expiry beyond the repository's maximum from it is
 	// refused (zero: the wall clock).
 	Now time.Time
@@ -68,13 +71,16 @@ func Evaluate(ctx context.Context, files fs.FS, o Options) (*Evaluation, error) 
 		return nil, fmt.Errorf("list stands: %w", err)
 	}
 	results, err := manifest.PreflightAll(ctx, files, paths, manifest.PreflightOptions{
-		LoadOptions: manifest.LoadOptions{DefaultOwner: o.Owner}, Secrets: o.Secrets, KeepGoing: true, SkipRender: o.SkipRender, Now: o.Now})
+		LoadOptions: manifest.LoadOptions{DefaultOwner: o.Owner}, Secrets: o.Secrets, KeepGoing: true, SkipRender: o.SkipRender, Now: o.Now, Policy: o.Policy})
 	var rep *manifest.Report
 	if err != nil && !errors.As(err, &rep) {
 		return nil, fmt.Errorf("preflight: %w", err)
 	}
 	ev := &Evaluation{Allow: allowDestroy(files), Files: files}
 	ev.Lifetime, _ = manifest.ReadLifetime(files)
+	if o.Policy != nil {
+		ev.Lifetime, _ = o.Policy.Lifetime()
+	}
 	for _, res := range results {
 		s := res.Stand
 		if s == nil || s.ID == "" || s.Project == "" || s.Env == "" || s.Owner == "" {

@@ -2,6 +2,8 @@ package manifest
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -83,21 +85,83 @@ func (l Lifetime) Warn() time.Duration {
 // a file that cannot be read or has a mistake is a report with file and line, and every stand is
 // refused with it: a policy is not guessed.
 func ReadLifetime(fsys fs.FS) (Lifetime, *Report) {
-	var l Lifetime
-	rep := &Report{}
-	at := Pos{File: LifetimeFile, Line: 1, Col: 1}
+	return ReadPolicy(fsys).Lifetime()
+}
+
+// A Policy is the text of a repository's LifetimeFile, as one commit holds it. The review gate keeps
+// the one in force (the last reviewed) and judges the tracked branch under it: a policy pushed
+// around review takes no effect (docs/lifetime.md#only-reviewed-ends-take-effect).
+type Policy struct {
+	Data    []byte `json:"data,omitempty"`
+	Present bool   `json:"present,omitempty"`
+	// Unreadable says why the file is there but cannot be read (a symbolic link, too large).
+	Unreadable string `json:"unreadable,omitempty"`
+	Symlink    bool   `json:"symlink,omitempty"`
+}
+
+// ReadPolicy reads the repository's LifetimeFile.
+func ReadPolicy(fsys fs.FS) Policy {
 	data, err := fs.ReadFile(fsys, LifetimeFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return l, nil
-	case errors.Is(err, repofs.ErrSymlink):
-		rep.addf(at, RuleSymlink, "%v", fsErr(err))
-		return l, rep
+		return Policy{}
 	case err != nil:
-		rep.addf(at, RuleLifetime, "read the lifetime policy: %v", fsErr(err))
+		return Policy{Present: true, Unreadable: fsErr(err).Error(), Symlink: errors.Is(err, repofs.ErrSymlink)}
+	}
+	return Policy{Data: data, Present: true}
+}
+
+// Print names what the policy says, not how the file says it: two texts with the same settings (a
+// comment, an order, a default written out) have one print, and a repository without the file the
+// print "". A policy that cannot be read prints as its text's digest.
+func (p Policy) Print() string {
+	l, rep := p.Lifetime()
+	switch {
+	case !p.Present:
+		return ""
+	case p.Unreadable != "":
+		return "unreadable: " + p.Unreadable
+	case rep != nil:
+		sum := sha256.Sum256(p.Data)
+		return "invalid " + hex.EncodeToString(sum[:8])
+	}
+	var out []string
+	for _, s := range []struct {
+		name string
+		v    time.Duration
+	}{{"default", l.Default}, {"maximum", l.Maximum}} {
+		if s.v > 0 {
+			out = append(out, s.name+"="+FormatLifetime(s.v))
+		}
+	}
+	if l.Required {
+		out = append(out, "required")
+	}
+	if l.Warn() != DefaultWarnBefore {
+		out = append(out, "warn_before="+FormatLifetime(l.Warn()))
+	}
+	if l.MergeAtExpiry {
+		out = append(out, "merge_at_expiry")
+	}
+	return strings.Join(out, " ")
+}
+
+// Lifetime parses the policy, as ReadLifetime does the file.
+func (p Policy) Lifetime() (Lifetime, *Report) {
+	var l Lifetime
+	rep := &Report{}
+	at := Pos{File: LifetimeFile, Line: 1, Col: 1}
+	switch {
+	case !p.Present:
+		return l, nil
+	case p.Symlink:
+		rep.addf(at, RuleSymlink, "%s", p.Unreadable)
+		return l, rep
+	case p.Unreadable != "":
+		rep.addf(at, RuleLifetime, "read the lifetime policy: %s", p.Unreadable)
 		return l, rep
 	}
-	root, diags := parseYAML(LifetimeFile, data, false)
+	root, diags := parseYAML(LifetimeFile, p.Data, false)
 	rep.add(diags...)
 	if root == nil || len(diags) > 0 {
 		return l, rep
@@ -257,4 +321,34 @@ func ExpiresKey(file string, data []byte) string {
 		return n.value
 	}
 	return ""
+}
+
+// EndPrint names a stand's own end as the review gate compares it: "protected" (it never ends),
+// its stand.expires in UTC, or "" when it declares none (the policy's default is its end).
+func EndPrint(s *Stand) string {
+	switch {
+	case s.Protect:
+		return EndProtected
+	case !s.Expires.IsZero():
+		return s.Expires.UTC().Format(time.RFC3339)
+	}
+	return ""
+}
+
+// EndProtected is the EndPrint of a protected stand.
+const EndProtected = "protected"
+
+// WithEnd is a copy of s whose own end is the one print names (EndPrint's), declared at pos: the
+// end in force where the tracked branch asks for another that no review let through.
+func WithEnd(s *Stand, print string, pos Pos) (*Stand, error) {
+	c := *s
+	c.Protect, c.Expires, c.ExpiresPos = print == EndProtected, time.Time{}, pos
+	if print != "" && print != EndProtected {
+		t, err := time.Parse(time.RFC3339, print)
+		if err != nil {
+			return nil, fmt.Errorf("parse the end in force %q: %w", print, err)
+		}
+		c.Expires = t
+	}
+	return &c, nil
 }

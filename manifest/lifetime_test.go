@@ -3,6 +3,7 @@ package manifest
 import (
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 )
 
@@ -89,5 +90,38 @@ func TestLifetimeWithinMaximum(t *testing.T) {
 	l, rep := ReadLifetime(files)
 	if rep != nil || l.Maximum != 30*24*time.Hour || l.Warn() != 2*time.Hour || !l.MergeAtExpiry || l.Required {
 		t.Errorf("ReadLifetime = %+v, %v", l, rep)
+	}
+}
+
+// TestPolicyPrint: the review gate compares policies by what they say. A comment, an order or a
+// default written out is the same policy; every setting that changes when a stand ends is another.
+func TestPolicyPrint(t *testing.T) {
+	print := func(text string) string {
+		if text == "-" {
+			return ReadPolicy(fstest.MapFS{}).Print()
+		}
+		return ReadPolicy(fstest.MapFS{LifetimeFile: {Data: []byte(text)}}).Print()
+	}
+	for _, c := range []struct{ a, b string }{
+		{"-", ""},
+		{"-", "# no settings\n"},
+		{"-", "warn_before: 24h\nmerge_at_expiry: false\n"},
+		{"default: 7d\nmaximum: 30d\n", "maximum: 30d # a month\ndefault: 1w\n"},
+	} {
+		if print(c.a) != print(c.b) {
+			t.Errorf("%q prints %q, %q prints %q: want one print", c.a, print(c.a), c.b, print(c.b))
+		}
+	}
+	seen := map[string]string{}
+	for _, text := range []string{"-", "default: 7d\n", "default: 1h\n", "maximum: 7d\n", "required: true\n",
+		"warn_before: 1h\n", "merge_at_expiry: true\n", "default: seven days\n", "default: 7 days\n"} {
+		p := print(text)
+		if other, ok := seen[p]; ok {
+			t.Errorf("%q and %q both print %q", text, other, p)
+		}
+		seen[p] = text
+	}
+	if p := print("default: seven days\n"); !strings.HasPrefix(p, "invalid ") {
+		t.Errorf("a policy with a mistake prints %q", p)
 	}
 }

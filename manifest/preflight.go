@@ -70,6 +70,9 @@ type PreflightOptions struct {
 	// Now is when the stands are judged: a stand.expires further from it than the repository's
 	// maximum is refused (zero: the wall clock).
 	Now time.Time
+	// Policy, when set, is the lifetime policy the stands are judged under instead of the
+	// repository's LifetimeFile: the one in force under the review gate.
+	Policy *Policy
 	// KeepGoing records a secret source's failure (a Vault that is down) in the stand's Result.SourceErr
 	// and goes on with the other stands, instead of stopping the run.
 	KeepGoing bool
@@ -106,6 +109,9 @@ func PreflightAll(ctx context.Context, fsys fs.FS, files []string, opts Prefligh
 	red := &redactor{}
 	var results []*Result
 	policy, prep := ReadLifetime(fsys)
+	if opts.Policy != nil {
+		policy, prep = opts.Policy.Lifetime()
+	}
 	now := opts.Now
 	if now.IsZero() {
 		now = time.Now()

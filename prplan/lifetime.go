@@ -104,3 +104,41 @@ func (p *prPlan) lifetimeSection() mdtext.Markup {
 	}
 	return d.Markup()
 }
+
+// ends is what a successful plan changes of the stands' own ends (manifest.EndPrint) and of the
+// lifetime policy (manifest.Policy.Print, under manifest.LifetimeFile): the review gate lets an end
+// take effect only where an approved plan showed it (docs/lifetime.md#only-reviewed-ends-take-effect).
+// Like changes, a change this head's earlier plan showed and main now holds stays.
+func ends(j *judgement, was plannedHead, now time.Time) map[string]plannedChange {
+	out := map[string]plannedChange{}
+	same := was.Head == j.pr.HeadSHA
+	add := func(id, from, to string) {
+		if from == to {
+			return
+		}
+		c := plannedChange{From: from, Print: to, Since: now}
+		if old, ok := was.Ends[id]; ok && same && old.From == from && old.Print == to {
+			c.Since = old.Since
+		}
+		out[id] = c
+	}
+	add(manifest.LifetimeFile, manifest.ReadPolicy(j.main.Files).Print(), manifest.ReadPolicy(j.merged.Files).Print())
+	for _, v := range j.merged.Verdicts {
+		if v.Input == nil {
+			continue
+		}
+		from := ""
+		if in := j.main.Input(v.ID); in != nil {
+			from = manifest.EndPrint(in.Stand)
+		}
+		add(v.ID, from, manifest.EndPrint(v.Input.Stand))
+	}
+	if same {
+		for id, c := range was.Ends {
+			if _, ok := out[id]; !ok {
+				out[id] = c
+			}
+		}
+	}
+	return out
+}

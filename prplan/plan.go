@@ -49,7 +49,7 @@ func (pl *Planner) forgetClosed(open map[int64]bool, now time.Time) {
 			h.ClosedAt, changed = time.Time{}, true // reopened
 			pl.heads[idx] = h
 		case open[idx]:
-		case len(h.Changes) == 0 || !h.ClosedAt.IsZero() && now.Sub(h.ClosedAt) > ReviewRetention:
+		case len(h.Changes) == 0 && len(h.Ends) == 0 || !h.ClosedAt.IsZero() && now.Sub(h.ClosedAt) > ReviewRetention:
 			delete(pl.heads, idx) // closed or merged, and nothing of it can still be applied
 			changed = true
 		case h.ClosedAt.IsZero():
@@ -183,6 +183,7 @@ func (pl *Planner) planOne(ctx context.Context, j *judgement) {
 		if done.Changes, err = pl.changes(j, plan, pl.head(pr.Index), shown); err != nil {
 			log.Warn("the plan's changes not kept: none of them counts as reviewed", "err", err)
 		}
+		done.Ends = ends(j, pl.head(pr.Index), shown)
 	}
 	pl.settle(pr.Index, done)
 	log.Info("pull request planned", "stands", len(plan.rows), "conflicts", len(plan.conflicts), "failed", plan.failed)

@@ -122,7 +122,11 @@ func (pl *Planner) reviewed(ctx context.Context, q stands.ReviewQuery) (stands.C
 	pl.mu.Lock()
 	var edges []edge
 	for idx, h := range pl.records {
-		if c, ok := h.Changes[q.Stand]; ok {
+		changes := h.Changes
+		if q.End {
+			changes = h.Ends
+		}
+		if c, ok := changes[q.Stand]; ok {
 			edges = append(edges, edge{candidate{index: idx, head: h.Head, author: h.Author, since: c.Since}, stands.Transition{From: c.From, To: c.Print}})
 		}
 	}
@@ -142,7 +146,7 @@ func (pl *Planner) reviewed(ctx context.Context, q stands.ReviewQuery) (stands.C
 	case len(w.why) > 0:
 		return stands.ChangeReview{Why: "no reviewed change leads to it: " + strings.Join(w.why, "; ")}, w, nil
 	case len(edges) > 0:
-		return stands.ChangeReview{Why: "no pull request's successful plan shows this change from what is applied"}, w, nil
+		return stands.ChangeReview{Why: "no pull request's successful plan shows this change from what " + w.current()}, w, nil
 	}
 	return stands.ChangeReview{Why: "no pull request's successful plan shows this change"}, w, nil
 }
@@ -197,6 +201,14 @@ func (w *walk) from(ctx context.Context, print string, seen map[string]bool) ([]
 	return nil, nil
 }
 
+// current is where the query's transition starts, as its messages say it.
+func (w *walk) current() string {
+	if w.q.End {
+		return "is in force"
+	}
+	return "is applied"
+}
+
 // explain adds why the planned changes that end where the query does, and that the walk did not
 // reach, do not count: a reviewer expects to hear of the pull requests that planned this content.
 func (w *walk) explain(ctx context.Context) error {
@@ -212,8 +224,8 @@ func (w *walk) explain(ctx context.Context) error {
 			return err
 		}
 		if ok {
-			w.why = append(w.why, fmt.Sprintf("#%d approved its change from what %s held then, not from what is applied: a change of the stand before it was not reviewed",
-				e.index, w.pl.cfg.Branch))
+			w.why = append(w.why, fmt.Sprintf("#%d approved its change from what %s held then, not from what %s: a change of the stand before it was not reviewed",
+				e.index, w.pl.cfg.Branch, w.current()))
 		}
 	}
 	return nil
@@ -226,7 +238,7 @@ func (w *walk) check(ctx context.Context, i int) (stands.Authorisation, bool, er
 		return c.auth, c.ok, nil
 	}
 	e := w.edges[i]
-	a := stands.Authorisation{Stand: w.q.Stand, Transition: e.Transition, PR: e.index, Head: e.head}
+	a := stands.Authorisation{Stand: w.q.Stand, End: w.q.End, Transition: e.Transition, PR: e.index, Head: e.head}
 	why, err := w.against(ctx, &a, e.candidate)
 	if err != nil {
 		return a, false, err

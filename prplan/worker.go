@@ -228,8 +228,10 @@ type plannedHead struct {
 	Attempts  int  `json:"attempts"` // tries started, each counted before it starts
 	// Author opened the pull request; Changes are the stands its last successful plan changes
 	// (review.go). ClosedAt: when it was first seen closed; it is forgotten ReviewRetention later.
-	Author   string                   `json:"author,omitempty"`
-	Changes  map[string]plannedChange `json:"changes,omitempty"`
+	Author  string                   `json:"author,omitempty"`
+	Changes map[string]plannedChange `json:"changes,omitempty"`
+	// Ends are the stands' own ends and the lifetime policy that plan changes (lifetime.go).
+	Ends     map[string]plannedChange `json:"ends,omitempty"`
 	ClosedAt time.Time                `json:"closedAt,omitzero"`
 	// State and Summary are the stands/plan the plan at Base set. Stale: stands/plan says pending
 	// since the branch moved, before a worker judged the head again; a judgement that keeps the

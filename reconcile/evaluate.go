@@ -15,12 +15,17 @@ import (
 // number of stands. A judgement that met an unavailable secret store is never kept.
 func (r *Reconciler) evaluate(ctx context.Context, snap *stands.Snapshot) (*judge.Evaluation, error) {
 	now := r.cfg.Now()
-	if c := r.lastEval; c != nil && c.source == snap.Source && now.Sub(c.at) < r.cfg.SecretRefresh {
+	policy := r.gate.policy(ctx, snap.Files, snap.Source) // the one in force under the review gate
+	var print string
+	if policy != nil {
+		print = policy.Print()
+	}
+	if c := r.lastEval; c != nil && c.source == snap.Source && c.policy == print && now.Sub(c.at) < r.cfg.SecretRefresh {
 		return c.ev, nil
 	}
-	ev, err := judge.Evaluate(ctx, snap.Files, judge.Options{Owner: r.cfg.Owner, Passphrase: r.cfg.Passphrase, Secrets: judge.Once(r.sec), Now: r.cfg.Now()})
+	ev, err := judge.Evaluate(ctx, snap.Files, judge.Options{Owner: r.cfg.Owner, Passphrase: r.cfg.Passphrase, Secrets: judge.Once(r.sec), Now: r.cfg.Now(), Policy: policy})
 	if err == nil && ev.SecretsErr == nil {
-		r.lastEval = &keptEvaluation{source: snap.Source, at: now, ev: ev}
+		r.lastEval = &keptEvaluation{source: snap.Source, policy: print, at: now, ev: ev}
 	} else {
 		r.lastEval = nil
 	}
@@ -30,6 +35,7 @@ func (r *Reconciler) evaluate(ctx context.Context, snap *stands.Snapshot) (*judg
 // keptEvaluation is the last judgement of the tracked branch (evaluate).
 type keptEvaluation struct {
 	source string // Snapshot.Source
+	policy string // the lifetime policy in force it was judged under (manifest.Policy.Print)
 	at     time.Time
 	ev     *judge.Evaluation
 }

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -43,7 +42,7 @@ func (lt *lifetimes) stamp(st *stand, next *Status) {
 	if st.declared == nil {
 		return
 	}
-	next.Expires, next.ExpiresBy = nil, ""
+	next.Expires, next.ExpiresBy, next.EndHeld = nil, "", st.endHeld
 	if e := endOf(st.lifetime, st.declared, next, lt.now()); !e.IsZero() {
 		at := e.At.UTC()
 		next.Expires, next.ExpiresBy = &at, e.By
@@ -113,7 +112,8 @@ func (lt *lifetimes) ended(st *stand) string {
 
 // endings are the ends of the stands the judgement declares, for their removal pull requests;
 // status is each stand's status now (nil when it has none).
-func (lt *lifetimes) endings(commit string, ev *judge.Evaluation, status func(id string) *Status) stands.Endings {
+func (lt *lifetimes) endings(commit string, d *desiredState, status func(id string) *Status) stands.Endings {
+	ev := d.ev
 	l := ev.Lifetime
 	e := stands.Endings{Commit: commit, Declared: map[string]bool{}, WarnBefore: l.Warn(), MergeAtEnd: l.MergeAtExpiry,
 		PolicyAt: l.At["merge_at_expiry"].String()}
@@ -123,7 +123,7 @@ func (lt *lifetimes) endings(commit string, ev *judge.Evaluation, status func(id
 		if v.Input == nil || st == nil {
 			continue
 		}
-		x := endOf(l, v.Input.Stand, st, lt.now())
+		x := endOf(l, d.declared(v), st, lt.now())
 		if x.IsZero() {
 			continue
 		}

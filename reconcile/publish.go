@@ -147,7 +147,7 @@ func (r *Reconciler) publish(ctx context.Context) error {
 				all[id] = st.status
 			}
 		}
-		return all, r.unreadable, r.sw.banner()
+		return all, r.unreadable, r.sw.banner() + r.gate.lifetimeBanner()
 	})
 }
 

@@ -230,8 +230,9 @@ type stand struct {
 	lastDrift time.Time
 	connSaved string            // digest of the connection record last written to the secret store
 	ref       stands.StackRef   // its stack, once the inventory found one (the health check's target)
-	declared  *manifest.Stand   // as the tracked branch last declared it, valid; nil when not
-	lifetime  manifest.Lifetime // the repository's policy when declared was judged
+	declared  *manifest.Stand   // as the tracked branch last declared it, valid, with its end in force; nil when not
+	lifetime  manifest.Lifetime // the repository's policy in force when declared was judged
+	endHeld   string            // why the end the branch asks for is not in force ("" when it is)
 }
 
 // Health is what /readyz reports: the outside services of the last cycle.
@@ -463,7 +464,7 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 		r.cfg.Plans.Schedule(d.ev, snap.Source, actual, r.leading)
 	}
 	if r.cfg.Expiries != nil && r.claims.leader() && len(d.ev.Unreadable) == 0 && d.secretsErr == nil {
-		r.cfg.Expiries.Schedule(r.life.endings(snap.Source, d.ev, r.Status))
+		r.cfg.Expiries.Schedule(r.life.endings(snap.Source, d, r.Status))
 	}
 	return nil
 }
@@ -478,6 +479,15 @@ type desiredState struct {
 	unreadable []string
 	unreviewed map[string]string      // why each change held for review is (review.go)
 	authorised map[string]*Authorised // what let each change through the review gate (review.go)
+	ends       map[string]endHeld     // the stands whose end in force is not the one asked (review_lifetime.go)
+}
+
+// declared is stand v as its lifetime is judged: with its end in force.
+func (d *desiredState) declared(v judge.Verdict) *manifest.Stand {
+	if e, ok := d.ends[v.ID]; ok {
+		return e.stand
+	}
+	return v.Input.Stand
 }
 
 // guards are the destroy guards of the settings.
@@ -492,7 +502,8 @@ func (r *Reconciler) judge(ctx context.Context, snap *stands.Snapshot) (*desired
 		return nil, err
 	}
 	r.claim(ctx, r.known(ev)) // before the verdicts are recorded: a stand newly held continues from its record
-	d := &desiredState{ev: ev, running: map[string]bool{}, inputs: map[string]*stands.Input{}, authorised: map[string]*Authorised{}, secretsErr: ev.SecretsErr, unreadable: ev.Unreadable}
+	d := &desiredState{ev: ev, running: map[string]bool{}, inputs: map[string]*stands.Input{}, authorised: map[string]*Authorised{}, secretsErr: ev.SecretsErr, unreadable: ev.Unreadable,
+		ends: r.gate.ends(ctx, ev, snap.Source)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, v := range ev.Verdicts {
@@ -513,11 +524,12 @@ func (r *Reconciler) judge(ctx context.Context, snap *stands.Snapshot) (*desired
 			continue
 		}
 		st := r.state(v.ID)
-		st.declared, st.lifetime = nil, ev.Lifetime
+		st.declared, st.lifetime, st.endHeld = nil, ev.Lifetime, ""
 		o := outcomeOf(v, snap.Source)
 		if v.Input != nil {
 			d.inputs[v.ID] = v.Input
-			st.declared = v.Input.Stand
+			st.declared = d.declared(v)
+			st.endHeld = d.ends[v.ID].why
 			o.ended = r.life.ended(st)
 		}
 		r.record(v.ID, o)

@@ -345,7 +345,7 @@ func (r *Reconciler) publishShared(ctx context.Context) error {
 	return r.pub.commitShared(ctx, r.cfg.Replicas, func() ([]string, mdtext.Markup) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.unreadable, r.sw.banner()
+		return r.unreadable, r.sw.banner() + r.gate.lifetimeBanner()
 	})
 }
 

@@ -59,6 +59,8 @@ type reviewState struct {
 	// Used are the pull requests' authorisations that let their transition through, by
 	// stands.Authorisation.Key, with when: each is used once. Kept usedRetention.
 	Used map[string]time.Time `json:"used,omitempty"`
+	// Lifetime is the lifetime policy and the stands' own ends in force (review_lifetime.go).
+	Lifetime *lifetimeState `json:"lifetime,omitempty"`
 }
 
 // grant is a transition let through, and what let it through.
@@ -136,8 +138,9 @@ type gate struct {
 	loaded bool
 	state  reviewState
 
-	heldMu leafMutex
-	held   map[string]*unreviewed // by stand
+	heldMu   leafMutex
+	held     map[string]*unreviewed // by stand
+	heldEnds map[string]*unreviewed // lifetime changes, by stand or manifest.LifetimeFile
 }
 
 func newGate(cfg Config, src Source) *gate {
@@ -146,7 +149,7 @@ func newGate(cfg Config, src Source) *gate {
 		cfg.Log.Error("the repository's history cannot be read: every reviewed change is held until ctl approve")
 	}
 	return &gate{required: cfg.Review.Require, reviews: cfg.Review.Reviews, history: h, file: cfg.Review.State, passphrase: cfg.Passphrase,
-		now: cfg.Now, log: cfg.Log, held: map[string]*unreviewed{}}
+		now: cfg.Now, log: cfg.Log, held: map[string]*unreviewed{}, heldEnds: map[string]*unreviewed{}}
 }
 
 // applied is the print stand id's stack records: "" without a stack, stands.Unrecorded where the
@@ -235,14 +238,7 @@ func (g *gate) authorise(ctx context.Context, id string, t stands.Transition, co
 	if g.reviews == nil {
 		return "no pull request plans review it (--previews=false)", false
 	}
-	q := stands.ReviewQuery{Stand: id, Transition: t, Used: func(key string) bool { _, ok := g.state.Used[key]; return ok },
-		OnBranch: func(ctx context.Context, merge string) (bool, error) {
-			if g.history == nil {
-				return false, nil
-			}
-			return g.history.OnFirstParents(ctx, commit, merge)
-		}}
-	rv, err := g.reviews.Reviewed(ctx, q)
+	rv, err := g.reviews.Reviewed(ctx, g.query(id, t, commit))
 	switch {
 	case err != nil:
 		return "its reviews cannot be read now (" + err.Error() + "); tried again next cycle", false
@@ -252,15 +248,32 @@ func (g *gate) authorise(ctx context.Context, id string, t stands.Transition, co
 		}
 		return rv.Why, false
 	}
+	auth, keys := authorisedBy(rv.Steps)
+	g.grantLocked(id, grant{Transition: t, Auth: auth, Keys: keys})
+	return "", true
+}
+
+// query asks whether subject's transition t at commit was reviewed, with the authorisations used.
+func (g *gate) query(subject string, t stands.Transition, commit string) stands.ReviewQuery {
+	return stands.ReviewQuery{Stand: subject, Transition: t, Used: func(key string) bool { _, ok := g.state.Used[key]; return ok },
+		OnBranch: func(ctx context.Context, merge string) (bool, error) {
+			if g.history == nil {
+				return false, nil
+			}
+			return g.history.OnFirstParents(ctx, commit, merge)
+		}}
+}
+
+// authorisedBy is what the reviewed steps authorise, for the audit trail, and their keys.
+func authorisedBy(steps []stands.Authorisation) (Authorised, []string) {
 	var by, keys []string
 	var prs []AuthorisedPR
-	for _, s := range rv.Steps {
+	for _, s := range steps {
 		keys = append(keys, s.Key())
 		by = append(by, fmt.Sprintf("#%d, approved by %s, merged at %s", s.PR, s.By, mdtext.Short(s.Merge)))
 		prs = append(prs, AuthorisedPR{Number: s.PR, Approvers: strings.Split(s.By, ", "), Head: s.Head, Merge: s.Merge})
 	}
-	g.grantLocked(id, grant{Transition: t, Auth: Authorised{By: strings.Join(by, "; "), PullRequests: prs}, Keys: keys})
-	return "", true
+	return Authorised{By: strings.Join(by, "; "), PullRequests: prs}, keys
 }
 
 // settle ends the transitions let through that will not go on. One whose stack moved from where it
@@ -424,7 +437,7 @@ func (g *gate) gating() bool { return g.required }
 func (g *gate) pending() int {
 	g.heldMu.Lock()
 	defer g.heldMu.Unlock()
-	return len(g.held)
+	return len(g.held) + len(g.heldEnds)
 }
 
 // toReport are the changes held and not yet reported on their commit, each marked reported; those of
@@ -446,20 +459,32 @@ func (g *gate) toReport(declared func(string) bool) map[string]unreviewed {
 	return out
 }
 
-// Approve releases a stand's unreviewed change at commit: it is applied (or destroyed) as if a
-// review had approved it. commit must be the one its status names.
+// Approve releases a stand's unreviewed change at commit, and its unreviewed end there: it is
+// applied (or destroyed, or put in force) as if a review had approved it. commit must be the one
+// its status names. id manifest.LifetimeFile releases a change of the lifetime policy.
 func (r *Reconciler) Approve(id, commit, by, why string) error {
 	u, ok := r.gate.heldChange(id)
+	end, endOK := r.gate.heldEnd(id)
+	at := func(u unreviewed) bool { return commit == u.commit || mdtext.Short(commit) == mdtext.Short(u.commit) }
 	switch {
-	case !ok:
+	case !ok && !endOK:
 		return fmt.Errorf("%w %q with an unreviewed change", ErrUnknownStand, id)
-	case commit != u.commit && mdtext.Short(commit) != mdtext.Short(u.commit):
-		return fmt.Errorf("the unreviewed change of %s is at %s, not %s: look at it there", id, mdtext.Short(u.commit), commit)
+	case !(ok && at(u)) && !(endOK && at(end)):
+		held := cmp.Or(u.commit, end.commit)
+		return fmt.Errorf("the unreviewed change of %s is at %s, not %s: look at it there", id, mdtext.Short(held), commit)
 	}
-	r.gate.grant(id, grant{Transition: stands.Transition{From: u.from, To: u.print}, Auth: Authorised{
-		By:       by + " (ctl approve of " + mdtext.Short(u.commit) + ")",
-		Operator: &OperatorAction{Action: "approve", By: by, At: r.cfg.Now().UTC(), Reason: why}}})
-	r.log.Warn("operator: approve", "stand", id, "commit", mdtext.Short(u.commit), "by", by, "reason", why)
+	auth := func(u unreviewed) Authorised {
+		return Authorised{By: by + " (ctl approve of " + mdtext.Short(u.commit) + ")",
+			Operator: &OperatorAction{Action: "approve", By: by, At: r.cfg.Now().UTC(), Reason: why}}
+	}
+	if ok && at(u) {
+		r.gate.grant(id, grant{Transition: stands.Transition{From: u.from, To: u.print}, Auth: auth(u)})
+		r.log.Warn("operator: approve", "stand", id, "commit", mdtext.Short(u.commit), "by", by, "reason", why)
+	}
+	if endOK && at(end) {
+		r.gate.approveEnd(id, end, auth(end))
+		r.log.Warn("operator: approve", "lifetime_of", id, "commit", mdtext.Short(end.commit), "asks", end.print, "by", by, "reason", why)
+	}
 	r.Trigger()
 	return nil
 }
@@ -475,6 +500,7 @@ func (r *Reconciler) reportUnreviewed(ctx context.Context) {
 		r.setCommitStatus(ctx, u.commit, "stands/"+id, stands.StateFailure, "not applied: unreviewed change ("+u.why+")", r.statusURL(id))
 		r.log.Warn("change not applied: not reviewed", "stand", id, "commit", mdtext.Short(u.commit), "why", u.why)
 	}
+	r.reportUnreviewedEnds(ctx)
 }
 
 // ApproveRemoval lets the destroy of a stand through the review gate: its removal pull request was

@@ -55,7 +55,10 @@ type Status struct {
 	Expires       *time.Time `json:"expires,omitempty"`
 	ExpiresBy     string     `json:"expiresBy,omitempty"`
 	DeclaredSince *time.Time `json:"declaredSince,omitempty"`
-	MonthlyCost   *Cost      `json:"monthlyCost,omitempty"`
+	// EndHeld says why the end the tracked branch asks for is not the one in force (Expires): its
+	// change was not reviewed (docs/lifetime.md#only-reviewed-ends-take-effect).
+	EndHeld     string `json:"endHeld,omitempty"`
+	MonthlyCost *Cost  `json:"monthlyCost,omitempty"`
 }
 
 // Cost is a monthly amount at Hetzner's list prices, gross, as its API states them.
@@ -84,14 +87,18 @@ func (s *Status) encode() []byte {
 
 // endCell is when a stand ends, absolute: STATUS.md changes only when a status does.
 func endCell(s *Status) mdtext.Markup {
+	held := mdtext.Markup("")
+	if s.EndHeld != "" {
+		held = " (a change of it is held: unreviewed)"
+	}
 	if s.Expires == nil {
-		return "never"
+		return "never" + held
 	}
 	at := mdtext.Code(s.Expires.UTC().Format("2006-01-02 15:04 UTC"))
 	if s.ExpiresBy == manifest.ByDefault {
-		return at + " (default)"
+		return at + " (default)" + held
 	}
-	return at
+	return at + held
 }
 
 // totalCost adds up the stands' monthly costs for STATUS.md; a stand of unknown cost is counted

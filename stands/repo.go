@@ -107,7 +107,9 @@ const (
 type Contributors map[string]string
 
 // A Transition is one change of a stand, by its prints (judge.Print: what a plan shows and a review
-// approves): From what it has ("" no stand: a create), To what it will have ("" a removal).
+// approves): From what it has ("" no stand: a create), To what it will have ("" a removal). A
+// transition of an end (Authorisation.End, ReviewQuery.End) is between ends instead
+// (manifest.EndPrint; for the repository's lifetime policy, manifest.Policy.Print).
 type Transition struct{ From, To string }
 
 // Unrecorded is the From of a stack applied before prints were recorded: no review leads from it.
@@ -126,6 +128,9 @@ type ChangeReview struct {
 // plan showed, approved there by others. Each lets its transition through once (Key).
 type Authorisation struct {
 	Stand string
+	// End: a transition of the stand's own end, or of the lifetime policy when Stand is
+	// manifest.LifetimeFile, not of its spec.
+	End bool
 	Transition
 	PR    int64
 	Head  string // the head planned and approved
@@ -135,12 +140,16 @@ type Authorisation struct {
 
 // Key names the authorisation among those used.
 func (a Authorisation) Key() string {
+	if a.End {
+		return fmt.Sprintf("#%d end of %s %s>%s", a.PR, a.Stand, a.From, a.To)
+	}
 	return fmt.Sprintf("#%d %s %s>%s", a.PR, a.Stand, a.From, a.To)
 }
 
 // A ReviewQuery asks whether a stand's transition was reviewed (prplan.Planner.Reviewed).
 type ReviewQuery struct {
 	Stand string
+	End   bool // of the stand's end, or of the lifetime policy (Authorisation.End)
 	Transition
 	// OnBranch says whether a merge commit is on the first-parent history of the commit to apply:
 	// a merge the branch no longer holds (a reset, a force-push) authorises nothing.

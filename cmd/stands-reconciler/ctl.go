@@ -22,8 +22,10 @@ Talks to the running daemon through its control socket (--control-socket, defaul
   retry STAND-ID         forget the stand's failures and backoff (a Stalled one too): attempt it now
   approve STAND-ID COMMIT REASON...
                          apply (or destroy) the stand's unreviewed change at COMMIT, as its status
-                         names it, as if a review had approved it, once (--require-review); REASON
-                         is kept in the stand's status (without one: deprecated, refused later)
+                         names it, as if a review had approved it, once (--require-review), and
+                         its unreviewed end there; REASON is kept in the stand's status (without
+                         one: deprecated, refused later). STAND-ID .stands/lifetime.yml puts the
+                         lifetime policy of COMMIT in force
 Each action is logged by the daemon and shown in STATUS.md or the stand's status, naming the caller
 (the kernel's account, and $SUDO_USER or $USER as the operator it claims).`, std)
 	conf := newSettings(fs, getenv)

@@ -529,6 +529,35 @@ func TestPullRequestPlans(t *testing.T) {
 		if n := e.ups() - ups; n != 0 {
 			t.Errorf("%d pulumi up for changes no unused approval let through", n)
 		}
+
+		// A lifetime policy pushed around review (docs/lifetime.md#only-reviewed-ends-take-effect):
+		// every stand would end a minute after it was first seen, and be removed at its end. It
+		// takes no effect, and says so on the commit, in STATUS.md and in the log.
+		policy := e.repo.Change("every stand ends in a minute, around review", map[string]string{manifest.LifetimeFile: "default: 1m\nmerge_at_expiry: true\n"})
+		e.waitFor("STATUS.md to say the policy is not in force", 2*time.Minute, func() bool {
+			return strings.Contains(e.file("STATUS.md"), "**Lifetime policy change not in force**: `.stands/lifetime.yml` at `"+policy[:12]+"` was not reviewed")
+		})
+		for _, id := range []string{"local_a_dev", "local_b_dev"} {
+			if st := e.waitStatus(id, time.Minute, func(*reconcile.Status) bool { return true }); st.Expires != nil || st.Phase == reason.Expired {
+				t.Errorf("%s ends at %v (%s) under a policy no review let through", id, st.Expires, st.Phase)
+			}
+		}
+		var lifetime []string
+		statuses, _, err := admin.ListStatuses(owner, repo, policy, gitea.ListStatusesOption{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range statuses {
+			if s.Context == reconcile.LifetimeContext {
+				lifetime = append(lifetime, string(s.State)+": "+s.Description)
+			}
+		}
+		if !slices.Contains(lifetime, "failure: not in force: unreviewed change of the lifetime policy") {
+			t.Errorf("%s on the policy's commit: %q", reconcile.LifetimeContext, lifetime)
+		}
+		if e.logCount("lifetime change not in force: not reviewed") == 0 {
+			t.Error("the daemon's log does not say the policy is held")
+		}
 	})
 
 	e.stop()
