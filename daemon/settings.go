@@ -31,31 +31,34 @@ type Settings struct {
 	GitUser           string // for HTTP(S) token authentication
 	GitName, GitEmail string // the status commits' author
 	GitKnownHosts     string // pins an ssh:// repository's host keys
-	GiteaURL          string // "": an http(s) repository's own
-	Listen            string // the webhook, probes and /metrics; "": none
-	MetricsListen     string // the probes and /metrics on a listener of their own; "": on Listen
-	VaultAddr         string // "": local mode, secrets from SECRET_<NAME>_FILE files
-	VaultRoleID       string // "": a token
-	VaultMount        string
-	VaultPrefix       string
-	ControlSocket     string // "": <state-dir>/control.sock; "none": no controls
-	Poll              time.Duration
-	Drain             time.Duration
-	Drift             time.Duration
-	OperationTimeout  time.Duration
-	StatusDelay       time.Duration
-	SecretRefresh     time.Duration
-	HealthInterval    time.Duration
-	Workers           int
-	PlanWorkers       int // pull requests planned at once
-	PlanBudget        time.Duration
-	PlanRenderCPU     time.Duration
-	HealLimit         int
-	MaxDestroyShare   float64
-	AllowMassDestroy  bool
-	DriftApply        bool
-	Previews          bool
-	RequireReview     bool // apply only reviewed changes (docs/pr-workflow.md#apply-only-what-was-reviewed)
+	// SigningKeysTrusted: public keys rotated out whose signatures of the reconciler's commits
+	// still count (signing.go).
+	SigningKeysTrusted string
+	GiteaURL           string // "": an http(s) repository's own
+	Listen             string // the webhook, probes and /metrics; "": none
+	MetricsListen      string // the probes and /metrics on a listener of their own; "": on Listen
+	VaultAddr          string // "": local mode, secrets from SECRET_<NAME>_FILE files
+	VaultRoleID        string // "": a token
+	VaultMount         string
+	VaultPrefix        string
+	ControlSocket      string // "": <state-dir>/control.sock; "none": no controls
+	Poll               time.Duration
+	Drain              time.Duration
+	Drift              time.Duration
+	OperationTimeout   time.Duration
+	StatusDelay        time.Duration
+	SecretRefresh      time.Duration
+	HealthInterval     time.Duration
+	Workers            int
+	PlanWorkers        int // pull requests planned at once
+	PlanBudget         time.Duration
+	PlanRenderCPU      time.Duration
+	HealLimit          int
+	MaxDestroyShare    float64
+	AllowMassDestroy   bool
+	DriftApply         bool
+	Previews           bool
+	RequireReview      bool // apply only reviewed changes (docs/pr-workflow.md#apply-only-what-was-reviewed)
 	// RequiredApprovals is how many approvals that count a change needs at least; main's protection
 	// may ask more (docs/pr-workflow.md#four-eyes).
 	RequiredApprovals int
@@ -89,6 +92,7 @@ var Credentials = []Credential{
 	{Key: "VAULT_TOKEN", Name: "vault-token"},
 	{Key: "VAULT_SECRET_ID", Name: "vault-secret-id"},
 	{Key: "STANDS_DB_PASSWORD", Name: "db-password"}, // a postgres:// backend's; never in its URL
+	{Key: "STANDS_SIGNING_KEY", Name: "signing-key"}, // signs the reconciler's commits (signing.go)
 }
 
 // CredentialByKey is the credential read from KEY.
@@ -263,7 +267,7 @@ func (s *Settings) checkCredentials(env Env, o Origins) []error {
 	}
 	// The optional credentials, and whether these settings use them: one they use fails when first
 	// used if empty, hours after the start; the others may stay empty (the unit gives every one a file).
-	optional := map[string]bool{"STANDS_GIT_TOKEN": repoKindOf(s.Repo) == httpRepo, "STANDS_WEBHOOK_SECRET": false, "STANDS_DB_PASSWORD": false}
+	optional := map[string]bool{"STANDS_GIT_TOKEN": repoKindOf(s.Repo) == httpRepo, "STANDS_WEBHOOK_SECRET": false, "STANDS_DB_PASSWORD": false, "STANDS_SIGNING_KEY": false}
 	if s.VaultAddr != "" {
 		if _, err := vaultAuth(env, s.VaultRoleID); err != nil {
 			errs = append(errs, err)
@@ -279,6 +283,9 @@ func (s *Settings) checkCredentials(env Env, o Origins) []error {
 		if _, err := sshAuth(env, s.GitKnownHosts); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if _, _, _, err := s.signing(env, false); err != nil {
+		errs = append(errs, err)
 	}
 	if bin, err := s.Engine.PulumiBin(); err != nil {
 		errs = append(errs, fmt.Errorf("--pulumi (from %s): %v", o.Setting("pulumi"), err))

@@ -50,6 +50,11 @@ func (s *Settings) source(env Env, gitToken *credential.Credential, log *slog.Lo
 	if dir, err := s.stateFile("git"); err == nil {
 		opts = append(opts, gitsource.WithWorkDir(dir)) // the repository's objects, on disk
 	}
+	sign, err := s.signingOption(env, log)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, sign)
 	status := s.StatusBranch
 	switch repoKindOf(s.Repo) {
 	case httpRepo:

@@ -83,12 +83,30 @@ func (s *Source) CheckRemoval(ctx context.Context, branch, head, folder string) 
 	if err != nil {
 		return "", fmt.Errorf("read commit %s: %w", head, err)
 	}
-	if c.Author.Email != s.identity.Email || c.Author.Name != s.identity.Name || c.NumParents() != 1 {
-		return "its head is not a commit of the reconciler's on one parent", nil
+	if why := s.notOwn(c); why != "" {
+		return "its head is not a commit of the reconciler's: " + why, nil
+	}
+	if c.NumParents() != 1 {
+		return "its head is not a commit on one parent", nil
 	}
 	parent, err := c.Parent(0)
 	if err != nil {
 		return "", fmt.Errorf("read parent of %s: %w", head, err)
+	}
+	// Its parent on the tracked branch's own history: else the removal carries, into the merge,
+	// whatever its parent's history holds that no review saw.
+	main, err := s.store.fetch(ctx, auth, s.branch)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if main == nil {
+		return "the tracked branch is gone", nil
+	}
+	switch on, err := s.onFirstParents(ctx, *main, parent.Hash); {
+	case err != nil:
+		return "", err
+	case !on:
+		return fmt.Sprintf("its head's parent %s is not on %s's history", parent.Hash.String()[:12], s.branch), nil
 	}
 	from, err := parent.Tree()
 	if err != nil {
@@ -207,11 +225,15 @@ const maxFirstParents = 1 << 20
 func (s *Source) OnFirstParents(ctx context.Context, tip, commit string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, err := s.store.repo().CommitObject(plumbing.NewHash(tip))
+	return s.onFirstParents(ctx, plumbing.NewHash(tip), plumbing.NewHash(commit))
+}
+
+// onFirstParents is OnFirstParents with the source's lock held.
+func (s *Source) onFirstParents(ctx context.Context, tip, want plumbing.Hash) (bool, error) {
+	c, err := s.store.repo().CommitObject(tip)
 	if err != nil {
 		return false, fmt.Errorf("read commit %s: %w", tip, err)
 	}
-	want := plumbing.NewHash(commit)
 	for range maxFirstParents {
 		if c.Hash == want {
 			return true, nil

@@ -12,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +36,7 @@ import (
 	"github.com/go-git/go-git/v5/storage/memory"
 	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"github.com/stands-engine/stands-reconciler/stands"
+	"golang.org/x/crypto/ssh"
 )
 
 // Identity is who the reconciler commits as.
@@ -98,9 +100,13 @@ type Source struct {
 	store        store
 	workDir      string
 	pullLimits   PullLimits
-	maxTree      int64 // bytes a snapshot's files may hold in all (stands.MaxTreeSize)
-	largeBlobs   bool  // the filter's control: every blob asked for (withLargeBlobs)
-	cleaned      bool  // the pull request folders a killed daemon left were removed
+	maxTree      int64                  // bytes a snapshot's files may hold in all (stands.MaxTreeSize)
+	largeBlobs   bool                   // the filter's control: every blob asked for (withLargeBlobs)
+	cleaned      bool                   // the pull request folders a killed daemon left were removed
+	signer       ssh.Signer             // signs the reconciler's commits (signing.go); nil: unsigned
+	trusted      []ssh.PublicKey        // keys rotated out whose signatures still count
+	signedOnce   bool                   // a status commit was signed (status_trust.go)
+	reported     map[plumbing.Hash]bool // others' status changes logged
 
 	mu        sync.Mutex
 	last      *stands.Snapshot
@@ -172,7 +178,7 @@ func WithLogger(l *slog.Logger) Option { return func(s *Source) { s.log = l } }
 // (plain or file://), read and written in place without a clone.
 func New(url, branch string, opts ...Option) *Source {
 	s := &Source{url: url, branch: branch, identity: DefaultIdentity, retries: 5, timeout: 2 * time.Minute, recloneEvery: 500, pullLimits: DefaultPullLimits, maxTree: stands.MaxTreeSize,
-		log:  slog.New(slog.DiscardHandler),
+		log: slog.New(slog.DiscardHandler), reported: map[plumbing.Hash]bool{},
 		auth: func() (transport.AuthMethod, error) { return nil, nil }}
 	for _, o := range opts {
 		o(s)
@@ -268,9 +274,9 @@ func (s *Source) sourceCommit(c *object.Commit) (*object.Commit, error) {
 	return c, nil
 }
 
-// isOwn: authored by the reconciler's identity AND touching only status paths.
+// isOwn: the reconciler's (signed, when it has a key) AND touching only status paths.
 func (s *Source) isOwn(c *object.Commit) (bool, error) {
-	if c.Author.Email != s.identity.Email || c.Author.Name != s.identity.Name || c.NumParents() != 1 {
+	if s.notOwn(c) != "" || c.NumParents() != 1 {
 		return false, nil
 	}
 	parent, err := c.Parent(0)
@@ -315,9 +321,9 @@ func (s *Source) StatusFiles(ctx context.Context) (fs.FS, error) {
 	if head == nil {
 		return fstest.MapFS{}, nil
 	}
-	c, err := s.store.repo().CommitObject(*head)
-	if err != nil {
-		return nil, fmt.Errorf("read commit %s: %w", head, err)
+	c, _, err := s.trustedStatus(ctx, *head)
+	if err != nil || c == nil {
+		return fstest.MapFS{}, err
 	}
 	return treeFS(s.store.repo().Storer, c, s.maxTree)
 }
@@ -355,6 +361,9 @@ func (s *Source) commit(tree plumbing.Hash, parents []plumbing.Hash, message str
 	repo := s.store.repo()
 	sig := object.Signature{Name: s.identity.Name, Email: s.identity.Email, When: time.Now()}
 	c := &object.Commit{Author: sig, Committer: sig, Message: message, TreeHash: tree, ParentHashes: parents}
+	if err := s.sign(c); err != nil {
+		return plumbing.ZeroHash, err
+	}
 	obj := repo.Storer.NewEncodedObject()
 	if err := c.Encode(obj); err != nil {
 		return plumbing.ZeroHash, err
@@ -399,6 +408,18 @@ func (s *Source) publish(ctx context.Context, files map[string][]byte, message s
 			return "", fmt.Errorf("read tree of %s: %w", base, err)
 		}
 		parents = []plumbing.Hash{*base}
+		own, foreign, err := s.trustedStatus(ctx, *base)
+		if err != nil {
+			return "", fmt.Errorf("read the status branch's history: %w", err)
+		}
+		files = maps.Clone(files)
+		back, err := putBack(own, foreign, files)
+		if err != nil {
+			return "", err
+		}
+		if len(back) > 0 {
+			message += "\n\nPut back as the reconciler wrote them (changed by commits it did not make): " + strings.Join(back, ", ")
+		}
 	}
 	tree, err := writeTree(repo, baseTree, files)
 	if err != nil {
@@ -414,6 +435,7 @@ func (s *Source) publish(ctx context.Context, files map[string][]byte, message s
 	if err := s.store.push(ctx, auth, s.statusBranch, base, hash); err != nil {
 		return "", err
 	}
+	s.markSigned()
 	s.log.Info("status committed", "commit", hash.String()[:12], "branch", s.statusBranch, "files", len(files))
 	return hash.String(), nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,6 +139,66 @@ func TestPublishToGitea(t *testing.T) {
 			t.Error("the orphan status branch carries the stands")
 		}
 		read(t, st, "STATUS.md")
+	})
+
+	// Status files feed decisions after a restart, and any writer can push to the status branch
+	// (status_trust.go): what a commit the reconciler did not sign changed there is ignored,
+	// logged, and put back by its next status commit. The forger uses the reconciler's own name.
+	t.Run("status files a writer pushed", func(t *testing.T) {
+		p := g.CreateRepo(t, "forged-status")
+		p.Commit("stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add a")
+		key, _ := signingKey(t, t.TempDir(), "reconciler")
+		var logs syncBuffer
+		opts := []Option{token, WithStatusBranch("stands-status"), WithSigner(key), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+			WithIdentity(Identity{Name: "stands-reconciler", Email: "stands-reconciler@example.test"})}
+		src := New(p.Info.CloneURL, "main", opts...)
+		a := "status/local_a_dev.json"
+		ours := `{"phase":"Ready","declaredSince":"2026-12-01T09:00:00Z"}` + "\n"
+		if _, err := src.Publish(ctx, map[string][]byte{a: []byte(ours), "STATUS.md": []byte("| a | Ready |\n")}, "status: a Ready"); err != nil {
+			t.Fatal(err)
+		}
+		forged := p.ChangeByOn("stands-reconciler", "stands-status", "status: a Ready", map[string]string{
+			a: `{"phase":"Ready","declaredSince":"2020-01-01T00:00:00Z"}` + "\n", "status/local_z_dev.json": `{"phase":"Ready"}` + "\n"})
+
+		restarted := New(p.Info.CloneURL, "main", opts...)
+		files, err := restarted.StatusFiles(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := fs.ReadFile(files, a); err != nil || string(got) != ours {
+			t.Errorf("a's status after the forged push reads %q (%v), want the reconciler's %q", got, err, ours)
+		}
+		if _, err := fs.Stat(files, "status/local_z_dev.json"); err == nil {
+			t.Error("a status file only the forger wrote is read")
+		}
+		if !strings.Contains(logs.String(), "status files changed by a commit the reconciler did not make are ignored") || !strings.Contains(logs.String(), forged[:12]) {
+			t.Errorf("the forged commit %s is not reported:\n%s", forged[:12], logs.String())
+		}
+
+		c, err := restarted.Publish(ctx, map[string][]byte{"STATUS.md": []byte("| a | Ready | later |\n")}, "status: summary")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := New(p.Info.CloneURL, "stands-status", token).Fetch(ctx)
+		if err != nil || st.Commit != c {
+			t.Fatalf("the status branch after the next status commit: %+v %v", st, err)
+		}
+		if got := read(t, st, a); got != ours {
+			t.Errorf("a's status not put back: %q", got)
+		}
+		if _, err := fs.Stat(st.Files, "status/local_z_dev.json"); err == nil {
+			t.Error("the forger's status file is still there")
+		}
+		if !strings.Contains(st.Message, "Put back as the reconciler wrote them") || !strings.Contains(st.Message, a) {
+			t.Errorf("the status commit that puts them back says %q", st.Message)
+		}
+
+		// Rewritten without any signed status commit: nothing is trusted.
+		orphan := p.ChangeOn("stands-status-2", "rewritten", map[string]string{a: `{"phase":"Ready"}` + "\n"})
+		p.ForcePush("stands-status", orphan)
+		if files, err := restarted.StatusFiles(ctx); err != nil || len(listed(files)) != 0 {
+			t.Errorf("a rewritten status branch gives %v (%v), want nothing", listed(files), err)
+		}
 	})
 
 	t.Run("refused push", func(t *testing.T) {

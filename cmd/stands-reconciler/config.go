@@ -51,6 +51,12 @@ func runConfig(ctx context.Context, args []string, std stdio, getenv env) int {
 	if len(problems) == 0 {
 		printProtection(ctx, std, f.s, daemon.Env(conf.Env()))
 	}
+	if what, warning := f.s.Signing(daemon.Env(conf.Env())); what != "" {
+		fmt.Fprintf(std.err, "config: %s\n", what)
+		if warning != "" {
+			fmt.Fprintf(std.err, "config: warning: %s\n", warning)
+		}
+	}
 	if why := f.s.Ungated(daemon.Env(conf.Env())); why != "" {
 		fmt.Fprintf(std.err, "config: warning: no review gate: every change landing on %s is applied, reviewed or not (%s)\n", f.s.Branch, why)
 	}

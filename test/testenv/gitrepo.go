@@ -123,6 +123,15 @@ func (r *Repo) ChangeBy(user, msg string, write map[string]string, remove ...str
 	return r.Change(msg, write, remove...)
 }
 
+// ChangeByOn is ChangeOn authored by a user CreateUser made (or any name: its address is
+// name@example.test).
+func (r *Repo) ChangeByOn(user, branch, msg string, write map[string]string, remove ...string) string {
+	r.t.Helper()
+	r.author = user
+	defer func() { r.author = "" }()
+	return r.ChangeOn(branch, msg, write, remove...)
+}
+
 // ChangeOn is Change pushed to branch (created from main), e.g. a pull request's head. A push that
 // loses a race (the branch moved between the fetch and the push: the reconciler commits status to
 // main while a test pushes) is made again on top of the branch as it is then, as a person would.
