@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -173,4 +174,34 @@ func listed(fsys fs.FS) []string {
 		return err
 	})
 	return out
+}
+
+// TestSignedStatusMarkSurvivesRestarts: the mark that the reconciler signed a status commit is kept
+// in its work folder (made if missing: a local repository is read in place), so a restarted source
+// finds a status branch rewritten without any signed commit and trusts none of its files.
+func TestSignedStatusMarkSurvivesRestarts(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	gitAs(t, dir, "dev", "init", "--quiet", "--initial-branch=main", work)
+	writeAndCommit(t, work, "dev", "stands/x/stand.yml", "stand: {project: x}\n", "add x")
+	key, _ := signingKey(t, dir, "reconciler")
+	var logs syncBuffer
+	opts := []Option{WithStatusBranch("stands-status"), WithSigner(key), WithWorkDir(filepath.Join(dir, "state", "git")),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}
+	ctx := context.Background()
+	if _, err := New(work, "main", opts...).Publish(ctx, map[string][]byte{"status/local_x_dev.json": []byte("{}\n")}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("a warning on the first signed status commit:\n%s", logs.String())
+	}
+	// Rewritten: the status branch is now a writer's unsigned commit.
+	gitAs(t, work, "mallory", "checkout", "--quiet", "--orphan", "forged")
+	writeAndCommit(t, work, "mallory", "status/local_x_dev.json", `{"declaredSince":"2020-01-01T00:00:00Z"}`+"\n", "status")
+	gitAs(t, work, "mallory", "branch", "--quiet", "-f", "stands-status", "forged")
+	gitAs(t, work, "mallory", "checkout", "--quiet", "main")
+	files, err := New(work, "main", opts...).StatusFiles(ctx)
+	if err != nil || len(listed(files)) != 0 {
+		t.Errorf("after a restart, a rewritten status branch gives %v (%v), want nothing", listed(files), err)
+	}
 }

@@ -152,7 +152,12 @@ func (s *Source) markSigned() {
 	if s.workDir == "" {
 		return
 	}
-	if err := os.WriteFile(filepath.Join(s.workDir, signedMark), []byte("the reconciler signed a status commit on "+s.statusBranch+"\n"), 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+	// A local repository is read in place: its work folder may not exist yet.
+	err := os.MkdirAll(s.workDir, 0o700)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(s.workDir, signedMark), []byte("the reconciler signed a status commit on "+s.statusBranch+"\n"), 0o600)
+	}
+	if err != nil {
 		s.log.Warn("the mark of a signed status commit not kept", "err", err)
 	}
 }
