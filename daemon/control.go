@@ -31,7 +31,7 @@ type controls interface {
 	Resume(by string) error
 	SetPlanOnly(on bool, by string) error
 	Retry(id, by string) error
-	Approve(id, commit, by, why string) error
+	ApproveChange(ctx context.Context, q reconcile.ApproveRequest) (reconcile.Approval, error)
 	Controls() reconcile.ControlView
 }
 
@@ -42,13 +42,17 @@ type ControlRequest struct {
 	Reason   string `json:"reason,omitempty"`
 	Stand    string `json:"stand,omitempty"`
 	Commit   string `json:"commit,omitempty"` // approve: the commit of the change released
-	On       bool   `json:"on,omitempty"`
+	// All: approve a change made of more than one commit (reconcile.ApproveRequest.All).
+	All bool `json:"all,omitempty"`
+	On  bool `json:"on,omitempty"`
 }
 
 // ControlAnswer is every response: the controls after the action, or why it was refused.
 type ControlAnswer struct {
 	Error    string                 `json:"error,omitempty"`
 	Controls *reconcile.ControlView `json:"controls,omitempty"`
+	// Approval: what ctl approve released, or would have (the commits its change holds).
+	Approval *reconcile.Approval `json:"approval,omitempty"`
 }
 
 type peerKey struct{}
@@ -125,44 +129,53 @@ func (p peer) who(claimed string) string {
 
 func controlHandler(c controls, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
-	act := func(pattern string, do func(req ControlRequest, by string) error) {
+	act := func(pattern string, do func(ctx context.Context, req ControlRequest, by string, a *ControlAnswer) error) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			var req ControlRequest
 			if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-				answer(w, http.StatusBadRequest, c, fmt.Errorf("read the request: %w", err))
+				answer(w, http.StatusBadRequest, c, ControlAnswer{}, fmt.Errorf("read the request: %w", err))
 				return
 			}
 			by := r.Context().Value(peerKey{}).(peer).who(req.Operator)
 			if len(req.Reason) > 500 {
 				req.Reason = req.Reason[:500]
 			}
-			if err := do(req, by); err != nil {
+			var a ControlAnswer
+			if err := do(r.Context(), req, by, &a); err != nil {
 				code := http.StatusConflict
 				if errors.Is(err, reconcile.ErrUnknownStand) {
 					code = http.StatusNotFound
 				}
-				answer(w, code, c, err)
+				answer(w, code, c, a, err)
 				return
 			}
-			answer(w, http.StatusOK, c, nil)
+			answer(w, http.StatusOK, c, a, nil)
 		})
 	}
-	act("POST /v1/pause", func(req ControlRequest, by string) error { return c.Pause(by, req.Reason) })
-	act("POST /v1/resume", func(_ ControlRequest, by string) error { return c.Resume(by) })
-	act("POST /v1/plan-only", func(req ControlRequest, by string) error { return c.SetPlanOnly(req.On, by) })
-	act("POST /v1/retry", func(req ControlRequest, by string) error {
+	act("POST /v1/pause", func(_ context.Context, req ControlRequest, by string, _ *ControlAnswer) error {
+		return c.Pause(by, req.Reason)
+	})
+	act("POST /v1/resume", func(_ context.Context, _ ControlRequest, by string, _ *ControlAnswer) error { return c.Resume(by) })
+	act("POST /v1/plan-only", func(_ context.Context, req ControlRequest, by string, _ *ControlAnswer) error {
+		return c.SetPlanOnly(req.On, by)
+	})
+	act("POST /v1/retry", func(_ context.Context, req ControlRequest, by string, _ *ControlAnswer) error {
 		if req.Stand == "" {
 			return errors.New("name the stand to retry")
 		}
 		return c.Retry(req.Stand, by)
 	})
-	act("POST /v1/approve", func(req ControlRequest, by string) error {
+	act("POST /v1/approve", func(ctx context.Context, req ControlRequest, by string, a *ControlAnswer) error {
 		if req.Stand == "" || req.Commit == "" {
 			return errors.New("name the stand and the commit of its change to approve")
 		}
-		return c.Approve(req.Stand, req.Commit, by, req.Reason)
+		ap, err := c.ApproveChange(ctx, reconcile.ApproveRequest{Stand: req.Stand, Commit: req.Commit, By: by, Why: req.Reason, All: req.All})
+		if ap.Commits != nil {
+			a.Approval = &ap
+		}
+		return err
 	})
-	mux.HandleFunc("GET /v1/controls", func(w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusOK, c, nil) })
+	mux.HandleFunc("GET /v1/controls", func(w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusOK, c, ControlAnswer{}, nil) })
 	return allowOwnUser(mux, log)
 }
 
@@ -181,8 +194,7 @@ func allowOwnUser(next http.Handler, log *slog.Logger) http.Handler {
 	})
 }
 
-func answer(w http.ResponseWriter, code int, c controls, err error) {
-	a := ControlAnswer{}
+func answer(w http.ResponseWriter, code int, c controls, a ControlAnswer, err error) {
 	if err != nil {
 		a.Error = err.Error()
 	}

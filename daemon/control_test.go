@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
@@ -41,8 +42,9 @@ func (r *recorder) Retry(id, by string) error {
 	}
 	return r.add("retry " + id + " by " + by)
 }
-func (r *recorder) Approve(id, commit, by, why string) error {
-	return r.add("approve " + id + " at " + commit + " by " + by + ": " + why)
+func (r *recorder) ApproveChange(_ context.Context, q reconcile.ApproveRequest) (reconcile.Approval, error) {
+	ap := reconcile.Approval{Stand: q.Stand, Commits: []stands.LogEntry{{Commit: q.Commit, Author: "dev", Subject: "resize"}}, Complete: true}
+	return ap, r.add(fmt.Sprintf("approve %s at %s by %s: %s (all %v)", q.Stand, q.Commit, q.By, q.Why, q.All))
 }
 func (r *recorder) Controls() reconcile.ControlView {
 	return reconcile.ControlView{Running: len(r.calls)}

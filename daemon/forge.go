@@ -24,3 +24,7 @@ var _ Forge = (*gitsource.Gitea)(nil)
 // The review gate reads the tracked branch's history from the source (reconcile.History): without
 // it, every reviewed change would be held.
 var _ reconcile.History = (*gitsource.Source)(nil)
+
+// ctl approve lists the commits a change holds from the source (reconcile.Log): without it, every
+// approval would need --all.
+var _ reconcile.Log = (*gitsource.Source)(nil)

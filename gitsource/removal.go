@@ -247,3 +247,62 @@ func (s *Source) onFirstParents(ctx context.Context, tip, want plumbing.Hash) (b
 	}
 	return false, fmt.Errorf("read the history of %s: over %d commits", tip, maxFirstParents)
 }
+
+// FirstParents lists the commits of tip's first-parent history, newest first, each with the paths
+// it changes against its first parent: back to since (not included), or else through the commit that
+// added the file added, at most max. Complete says the list reached since or that commit.
+func (s *Source) FirstParents(ctx context.Context, tip, since, added string, max int) (_ []stands.LogEntry, complete bool, _ error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.store.repo().CommitObject(plumbing.NewHash(tip))
+	if err != nil {
+		return nil, false, fmt.Errorf("read commit %s: %w", tip, err)
+	}
+	var out []stands.LogEntry
+	for len(out) < max {
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+		if since != "" && c.Hash.String() == since {
+			return out, true, nil
+		}
+		to, err := c.Tree()
+		if err != nil {
+			return nil, false, err
+		}
+		from := &object.Tree{}
+		var parent *object.Commit
+		if c.NumParents() > 0 {
+			if parent, err = c.Parent(0); err != nil {
+				return nil, false, fmt.Errorf("read parent of %s: %w", c.Hash, err)
+			}
+			if from, err = parent.Tree(); err != nil {
+				return nil, false, err
+			}
+		}
+		changes, err := object.DiffTree(from, to)
+		if err != nil {
+			return nil, false, fmt.Errorf("diff %s: %w", c.Hash, err)
+		}
+		e := stands.LogEntry{Commit: c.Hash.String(), Author: c.Author.Name, Subject: firstLine(c.Message)}
+		for _, ch := range changes {
+			e.Paths = append(e.Paths, cmpName(ch))
+		}
+		out = append(out, e)
+		if parent == nil {
+			return out, true, nil
+		}
+		if since == "" && added != "" {
+			if _, err := from.FindEntry(added); err != nil {
+				return out, true, nil // c added it
+			}
+		}
+		c = parent
+	}
+	return out, false, nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}

@@ -158,6 +158,28 @@ func TestOnFirstParents(t *testing.T) {
 			t.Errorf("%s: %v %v, want %v", c.name, got, err, c.want)
 		}
 	}
+	// What ctl approve lists: the branch's own commits with what each changes, back to since, or
+	// through the commit that added a file.
+	for _, c := range []struct {
+		name, since, added string
+		max                int
+		want               string
+		complete           bool
+	}{
+		{"back to the first", first, "", 50, "d.txt; b.txt; c.txt", true},
+		{"through the one that added c.txt", "", "c.txt", 50, "d.txt; b.txt; c.txt", true},
+		{"at most two", first, "", 2, "d.txt; b.txt", false},
+	} {
+		log, complete, err := src.FirstParents(ctx, tip, c.since, c.added, c.max)
+		var got []string
+		for _, e := range log {
+			got = append(got, strings.Join(e.Paths, ","))
+		}
+		if err != nil || strings.Join(got, "; ") != c.want || complete != c.complete {
+			t.Errorf("%s: %q complete %v (%v), want %q, %v", c.name, got, complete, err, c.want, c.complete)
+		}
+	}
+
 	// A reset away from the merge, and a new commit where it was.
 	gitAs(t, work, "dev", "reset", "--quiet", "--hard", first)
 	reset := writeAndCommit(t, work, "dev", "e.txt", "e\n", "instead")

@@ -102,6 +102,15 @@ const (
 	RequestChanges ReviewState = "REQUEST_CHANGES"
 )
 
+// A LogEntry is one commit of the tracked branch's first-parent history, and the paths it changes
+// against its first parent: what ctl approve shows it releases.
+type LogEntry struct {
+	Commit  string   `json:"commit"`
+	Author  string   `json:"author"`
+	Subject string   `json:"subject"`
+	Paths   []string `json:"-"`
+}
+
 // Contributors names who took part in a pull request's change, each with what they did: opened it,
 // pushed to it, authored or committed one of its commits. By the forge's user name.
 type Contributors map[string]string

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/stands-engine/stands-reconciler/daemon"
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
+	"github.com/stands-engine/stands-reconciler/reconcile"
 )
 
 // runCtl is the operator's side of the daemon's controls: one action through its Unix socket.
@@ -20,17 +22,20 @@ Talks to the running daemon through its control socket (--control-socket, defaul
   resume                 undo pause (a committed .stands/pause still pauses)
   plan-only on|off       decide and report in each stand's status, apply and destroy nothing
   retry STAND-ID         forget the stand's failures and backoff (a Stalled one too): attempt it now
-  approve STAND-ID COMMIT REASON...
+  approve STAND-ID COMMIT [--all] REASON...
                          apply (or destroy) the stand's unreviewed change at COMMIT, as its status
                          names it, as if a review had approved it, once (--require-review), and
                          its unreviewed end there; REASON is kept in the stand's status (without
-                         one: deprecated, refused later). STAND-ID .stands/lifetime.yml puts the
-                         lifetime policy of COMMIT in force
+                         one: deprecated, refused later). It lists the commits the change holds
+                         since what is applied, and refuses more than one unless --all says you
+                         looked at each. STAND-ID .stands/lifetime.yml puts the lifetime policy of
+                         COMMIT in force
 Each action is logged by the daemon and shown in STATUS.md or the stand's status, naming the caller
 (the kernel's account, and $SUDO_USER or $USER as the operator it claims).`, std)
 	conf := newSettings(fs, getenv)
 	var f daemonFlags // the daemon's settings, so its --config file is read alike
 	f.register(conf)
+	all := fs.Bool("all", false, "approve: release a change made of more than one commit, each of them looked at")
 	if done, code := parseFlags(conf, args, std); done {
 		return code
 	}
@@ -52,7 +57,7 @@ Each action is logged by the daemon and shown in STATUS.md or the stand's status
 	case action == "retry" && len(rest) == 2:
 		req.Stand = rest[1]
 	case action == "approve" && len(rest) >= 3:
-		req.Stand, req.Commit, req.Reason = rest[1], rest[2], strings.Join(rest[3:], " ")
+		req.Stand, req.Commit, req.Reason, req.All = rest[1], rest[2], strings.Join(rest[3:], " "), *all
 		if req.Reason == "" {
 			// The reason became part of the audit trail after scripts were written without it: they
 			// keep working for a release.
@@ -68,9 +73,31 @@ Each action is logged by the daemon and shown in STATUS.md or the stand's status
 		return exitUsage
 	}
 	a, err := daemon.NewControlClient(p).Do(ctx, action, req)
+	if a != nil && a.Approval != nil {
+		printApproval(std, *a.Approval, err == nil)
+	}
 	if err != nil {
 		fmt.Fprintf(std.err, "ctl: %v\n", err)
 		return exitError
 	}
-	return writeRecord(std, map[string]any{"operation": "ctl", "action": cmp.Or(action, "status"), "status": "success", "controls": a.Controls})
+	rec := map[string]any{"operation": "ctl", "action": cmp.Or(action, "status"), "status": "success", "controls": a.Controls}
+	if a.Approval != nil {
+		rec["approval"] = a.Approval
+	}
+	return writeRecord(std, rec)
+}
+
+// printApproval says which commits an approval releases, or would have.
+func printApproval(std stdio, ap reconcile.Approval, done bool) {
+	verb := "would release"
+	if done {
+		verb = "releases"
+	}
+	fmt.Fprintf(std.err, "ctl: approve %s %s %d commit(s) since what is applied:\n", ap.Stand, verb, len(ap.Commits))
+	for _, c := range ap.Commits {
+		fmt.Fprintf(std.err, "  %s %s: %s\n", mdtext.Short(c.Commit), c.Author, mdtext.FirstLine(c.Subject))
+	}
+	if !ap.Complete {
+		fmt.Fprintln(std.err, "  … and older ones not read")
+	}
 }

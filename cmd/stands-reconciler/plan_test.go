@@ -509,6 +509,24 @@ func TestPullRequestPlans(t *testing.T) {
 		held(revert, "no reviewed change leads to it")
 		e.ctlApprove(t, "local_a_dev", revert, "the revert of incident 7")
 
+		// ctl approve releases the whole change from what is applied: it lists the commits, and
+		// refuses two until --all says the operator looked at both.
+		one := e.repo.Change("a on 6347, around review", map[string]string{standPath("a"): daemonStand("a", 6347)})
+		e.repo.Change("the lifetime policy, which changes no stand's content", map[string]string{manifest.LifetimeFile: "warn_before: 24h\n"})
+		two := e.repo.Change("a on 6348, around review", map[string]string{standPath("a"): daemonStand("a", 6348)})
+		held(two, "no reviewed change leads to it")
+		before := e.ups()
+		r := runCLI(t, t.Context(), newRecorder(map[string]string{"STANDS_CONTROL_SOCKET": filepath.Join(e.state, "control.sock"), "SUDO_USER": "oncall"}),
+			"ctl", "approve", "local_a_dev", two[:12], "looked", "at", "the", "last")
+		if r.code == exitOK || !strings.Contains(r.stderr, "is made of 2 commits") || !strings.Contains(r.stderr, one[:12]) || !strings.Contains(r.stderr, two[:12]) {
+			t.Errorf("ctl approve of a change of two commits, without --all: %d\n%s", r.code, r.stderr)
+		}
+		e.waitLog("cycle planned", e.logCount("cycle planned")+2, time.Minute)
+		if e.ups() != before {
+			t.Error("a refused ctl approve applied the change")
+		}
+		e.ctlApprove(t, "local_a_dev", two, "looked at both", "--all")
+
 		head3 := e.repo.ChangeOn("closed", "a on 6346", map[string]string{standPath("a"): daemonStand("a", 6346)})
 		pr3 := e.repo.Open(devAPI, "closed", "Move a to 6346")
 		e.waitComment(pr3, head3)
@@ -689,10 +707,10 @@ func (e *daemonEnv) metrics() string {
 // ctlApprove releases stand id's change held at commit with ctl approve, as on-call would, giving
 // why ("" gives none: the deprecated form, which warns), and waits for it applied: Ready at commit,
 // after a pulumi up, its status naming the operator and the reason.
-func (e *daemonEnv) ctlApprove(t *testing.T, id, commit, why string) {
+func (e *daemonEnv) ctlApprove(t *testing.T, id, commit, why string, flags ...string) {
 	t.Helper()
 	ups := e.ups()
-	args := []string{"ctl", "approve", id, commit[:12]}
+	args := append([]string{"ctl", "approve", id, commit[:12]}, flags...)
 	if why != "" {
 		args = append(args, strings.Fields(why)...)
 	}

@@ -45,7 +45,8 @@ type Source struct {
 	Down      bool
 	Fetches   int
 	Published []map[string][]byte
-	gone      map[string]bool // commits a Reset left off the history
+	gone      map[string]bool   // commits a Reset left off the history
+	log       []stands.LogEntry // the human commits, oldest first, by Source's name
 }
 
 func NewSource(t *testing.T, stands map[string]string) *Source {
@@ -68,7 +69,9 @@ func NewSource(t *testing.T, stands map[string]string) *Source {
 func (s *Source) Commit(files map[string]string) {
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
+	e := stands.LogEntry{Author: "dev", Subject: "change"}
 	for p, c := range files {
+		e.Paths = append(e.Paths, p)
 		if c == "" {
 			delete(s.Files, p)
 		} else {
@@ -77,6 +80,31 @@ func (s *Source) Commit(files map[string]string) {
 	}
 	s.N++
 	s.Humans++
+	e.Commit = fmt.Sprintf("h%03d", s.Humans)
+	s.log = append(s.log, e)
+}
+
+// FirstParents lists the human commits from tip back, as gitsource.Source.FirstParents does: to
+// since, or through the first commit that wrote the file added.
+func (s *Source) FirstParents(_ context.Context, tip, since, added string, max int) ([]stands.LogEntry, bool, error) {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	addedAt := slices.IndexFunc(s.log, func(e stands.LogEntry) bool { return slices.Contains(e.Paths, added) })
+	var out []stands.LogEntry
+	for i := len(s.log) - 1; i >= 0 && len(out) < max; i-- {
+		e := s.log[i]
+		switch {
+		case e.Commit > tip:
+			continue
+		case since != "" && e.Commit == since:
+			return out, true, nil
+		}
+		out = append(out, e)
+		if since == "" && i == addedAt {
+			return out, true, nil
+		}
+	}
+	return out, len(out) < max, nil
 }
 
 // Head is the commit a fetch reads now.
