@@ -117,7 +117,8 @@ const usedRetention = 45 * 24 * time.Hour
 // unreviewed is a change held for review: what ctl approve releases.
 type unreviewed struct {
 	commit, from, print, why string
-	statused                 bool // stands/<id> says so on commit
+	file                     string // the stand.yml asking for it ("" for a removal)
+	statused                 bool   // stands/<id> says so on commit
 }
 
 // gate is the review gate: which transitions were let through and which authorisations used (kept
@@ -394,20 +395,20 @@ func (g *gate) save() {
 
 // hold records a change held for review and returns the stand's outcome.
 func (g *gate) hold(a diff.Action, d *desiredState, from, why, commit string) outcome {
-	print := ""
+	print, file := "", ""
 	if in := d.inputs[a.ID]; in != nil && a.Kind != diff.Destroy {
-		print = in.Print
+		print, file = in.Print, in.Stand.Path
 	}
 	g.heldMu.Lock()
 	u := g.held[a.ID]
 	if u == nil || u.commit != commit || u.print != print || u.from != from {
-		u = &unreviewed{commit: commit, from: from, print: print}
+		u = &unreviewed{commit: commit, from: from, print: print, file: file}
 		g.held[a.ID] = u
 	}
 	u.why = why
 	g.heldMu.Unlock()
 	would := map[diff.Kind]string{diff.Create: "create", diff.Update: "apply", diff.Destroy: "destroy"}[a.Kind]
-	return outcome{kind: outBlocked, reason: reason.Unreviewed, detail: fmt.Sprintf(
+	return outcome{kind: outBlocked, reason: reason.Unreviewed, file: file, detail: fmt.Sprintf(
 		"not applied: the change at %s was not reviewed (%s); a reviewed pull request changing the stand, or "+
 			"stands-reconciler ctl approve %s %s REASON, lets the reconciler %s it", mdtext.Short(commit), why, a.ID, mdtext.Short(commit), would)}
 }

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -108,8 +109,14 @@ func (r *Reconciler) pending(ctx context.Context, subject, commit string) ([]sta
 	if subject == manifest.LifetimeFile {
 		file, since = manifest.LifetimeFile, ""
 	}
-	if u, ok := r.gate.heldChange(subject); ok && u.from == "" {
-		since = "" // a create: back to the commit that added it
+	if u, ok := r.gate.heldChange(subject); ok {
+		file = cmp.Or(u.file, file) // a stand not made yet has no file in its status
+		if u.from == "" {
+			since = "" // a create: back to the commit that added it
+		}
+	}
+	if file == "" {
+		return nil, false, fmt.Errorf("the stand.yml of %s is not known", subject)
 	}
 	entries, complete, err := log.FirstParents(ctx, commit, since, file, maxApproveLog)
 	if err != nil {

@@ -54,4 +54,14 @@ func TestCtlApproveListsTheCommits(t *testing.T) {
 	if h.eng.UpsOf("local_a_dev") != 2 {
 		t.Errorf("a after ctl approve --all: %d ups", h.eng.UpsOf("local_a_dev"))
 	}
+
+	// A stand made around review: its change starts at the commit that added it, not before (a
+	// shared file changed just before is no part of it).
+	h.src.Commit(map[string]string{"bases/notes.md": "shared\n"})                  // h006
+	h.src.Commit(map[string]string{fakes.StandFile("c"): fakes.StandYML("c", "")}) // h007
+	h.mustCycle()
+	ap, err = h.r.ApproveChange(ctx, ApproveRequest{Stand: "local_c_dev", Commit: "h007", By: "ops", Why: "a new stand"})
+	if err != nil || commits(ap) != "h007" {
+		t.Errorf("c's creation: %q, %v; want h007 alone", commits(ap), err)
+	}
 }
