@@ -186,6 +186,7 @@ func (pl *Planner) planOne(ctx context.Context, j *judgement) {
 		done.Ends = ends(j, pl.head(pr.Index), shown)
 	}
 	pl.settle(pr.Index, done)
+	pl.reviewStatuses(ctx, []stands.PullRequest{pr}, nil) // what its approvals are worth, at once
 	log.Info("pull request planned", "stands", len(plan.rows), "conflicts", len(plan.conflicts), "failed", plan.failed)
 }
 

@@ -83,7 +83,10 @@ type Config struct {
 	// that planned it (DefaultMergeWait): Gitea pushes a merge before it marks the pull request, and
 	// the push's webhook may start the cycle in between. Once per pull request.
 	MergeWait time.Duration
-	Log       *slog.Logger
+	// ReviewStatus sets stands/review on the open pull requests (review_status.go): the loop's
+	// review gate is on.
+	ReviewStatus bool
+	Log          *slog.Logger
 	// Metrics, when set, gets the plans' metrics (stands_pull_request_plans_total).
 	Metrics prometheus.Registerer
 }
@@ -105,6 +108,8 @@ type Planner struct {
 	records map[int64]plannedHead
 	merges  map[int64]string // the merge commits of pull requests, once merged
 	waited  map[int64]bool   // the open pull requests MergeWait was spent on
+	// reviewSet is the stands/review last set on each open pull request's head.
+	reviewSet map[int64]string
 	// hmu guards the workers' own: which head of each open pull request was planned. Each pull
 	// request is planned by one worker at a time, but they share the map and its file.
 	hmu    sync.Mutex
@@ -134,7 +139,7 @@ func New(cfg Config, forge Forge, prev Previewer, refs Refs, sec manifest.Secret
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	pl := &Planner{cfg: cfg, forge: forge, prev: prev, refs: refs, sec: sec, log: cfg.Log, heads: map[int64]plannedHead{}, merges: map[int64]string{}, waited: map[int64]bool{},
+	pl := &Planner{cfg: cfg, forge: forge, prev: prev, refs: refs, sec: sec, log: cfg.Log, heads: map[int64]plannedHead{}, merges: map[int64]string{}, waited: map[int64]bool{}, reviewSet: map[int64]string{},
 		plans: promauto.With(cfg.Metrics).NewCounterVec(prometheus.CounterOpts{Name: "stands_pull_request_plans_total",
 			Help: "Pull request plans, by result: success, failure (the plan refuses), error (planning failed), untrusted (no plan)."}, []string{"result"})}
 	pl.w.ctx, pl.w.cancel = context.WithCancel(context.Background())

@@ -144,3 +144,27 @@ func TestOnlyReviewedEndsTakeEffect(t *testing.T) {
 		t.Errorf("d after ctl approve: %s, ends %v, held %q", st.Phase, st.Expires, st.EndHeld)
 	}
 }
+
+// TestReviewStatusSaysBeforeTheMerge: with the gate on, stands/review on an open pull request's
+// head says whether its approvals count, before anyone merges: none yet; a reviewer who pushed onto
+// it and approved (Gitea would let them merge); then a second writer's approval.
+func TestReviewStatusSaysBeforeTheMerge(t *testing.T) {
+	h := newHarness(t, repoWith("a", "b"), func(c *reconcile.Config, p *Config) {
+		c.Review.Require, c.Review.State, p.ReviewStatus = true, t.TempDir()+"/reviews.json", true
+	})
+	h.mustCycle()
+	h.forge.Open(1, "head1", h.files(), map[string]string{fakes.StandFile("a"): resized("a", "cx32")}, true)
+	status := func(want string) {
+		t.Helper()
+		h.mustCycle()
+		if got := h.forge.Status("head1", ReviewContext); got != want {
+			t.Errorf("%s: %q, want %q", ReviewContext, got, want)
+		}
+	}
+	status("pending: not applied if merged now: it has no approval")
+	h.forge.Push(1, "rev")
+	h.forge.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: time.Now().Add(time.Minute)})
+	status("pending: not applied if merged now: it has no approval that counts: approved by rev, who pushed to it")
+	h.forge.Review(1, stands.Review{User: "lead", State: stands.Approved, Commit: "head1", Submitted: time.Now().Add(time.Minute)})
+	status("success: approved by lead: applied once merged")
+}

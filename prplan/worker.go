@@ -125,8 +125,7 @@ func (pl *Planner) startWaiting(ctx context.Context, j job) {
 	// Oldest first: the order does not depend on Gitea's, and a pull request opened later cannot
 	// jump the queue.
 	slices.SortFunc(prs, func(a, b stands.PullRequest) int { return cmp.Compare(a.Index, b.Index) })
-	w := &pl.w
-	open := map[int64]bool{}
+	w, open := &pl.w, map[int64]bool{}
 	// The tasks start once the pull requests left waiting say so on stands/plan: before any plan
 	// of this pass is previewed.
 	var starts []func()
@@ -136,6 +135,7 @@ func (pl *Planner) startWaiting(ctx context.Context, j job) {
 		for _, start := range starts {
 			start()
 		}
+		pl.reviewStatuses(ctx, prs, open)
 	}()
 	for _, pr := range prs {
 		open[pr.Index] = true

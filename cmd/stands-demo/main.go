@@ -1,5 +1,5 @@
 // Command stands-demo runs the reconciler's whole loop on this machine, on the example stands
-// repository: a local Gitea (an admin, a reviewer and the reconciler's bot), a real Vault holding the
+// repository: a local Gitea (an admin, two reviewers and the reconciler's bot), a real Vault holding the
 // example's secrets, hcloudsim standing in for Hetzner, and the reconciler with Gitea's webhook
 // pointed at it. It then tells the story a team lives: the example stands come up, a pull request
 // adding a stand is planned, reviewed, merged and applied, and every step is reported back in Git.

@@ -42,16 +42,17 @@ func (d *demo) pushRepository(ctx context.Context) error {
 	if _, err := d.push(ctx, "", "main", "The example stands", write); err != nil {
 		return err
 	}
-	// The bot reads main's protection whole, which Gitea shows administrators only; the reviewer writes.
-	for u, mode := range map[string]gitea.AccessMode{botName: gitea.AccessModeAdmin, reviewerName: gitea.AccessModeWrite} {
+	// The bot reads main's protection whole, which Gitea shows administrators only; the reviewers write.
+	for u, mode := range map[string]gitea.AccessMode{botName: gitea.AccessModeAdmin, reviewerName: gitea.AccessModeWrite, leadName: gitea.AccessModeWrite} {
 		if _, err := d.api.AddCollaborator(adminName, repoName, u, gitea.AddCollaboratorOption{Permission: &mode}); err != nil {
 			return fmt.Errorf("add collaborator %s: %w", u, err)
 		}
 	}
-	// Every safeguard of docs/pr-workflow.md#branch-protection. Status goes to its own branch, so
-	// nobody pushes to main and a status commit never makes a pull request outdated.
+	// Every safeguard of docs/pr-workflow.md#branch-protection, and stands/review required too: Gitea
+	// then refuses a merge whose approvals the review gate would not count. Status goes to its own
+	// branch, so nobody pushes to main and a status commit never makes a pull request outdated.
 	if _, _, err := d.api.CreateBranchProtection(adminName, repoName, gitea.CreateBranchProtectionOption{RuleName: "main", BranchName: "main",
-		EnableStatusCheck: true, StatusCheckContexts: []string{prplan.PlanContext}, RequiredApprovals: 1, DismissStaleApprovals: true,
+		EnableStatusCheck: true, StatusCheckContexts: []string{prplan.PlanContext, prplan.ReviewContext}, RequiredApprovals: 1, DismissStaleApprovals: true,
 		BlockOnOutdatedBranch: true, BlockAdminMergeOverride: true}); err != nil {
 		return fmt.Errorf("branch protection: %w", err)
 	}
@@ -72,7 +73,15 @@ func (d *demo) pushRepository(ctx context.Context) error {
 // push commits files onto from's head (a new history when from is empty) and pushes the commit to
 // branch as the admin (a nil file is removed); it returns the commit.
 func (d *demo) push(ctx context.Context, from, branch, msg string, files map[string][]byte) (string, error) {
-	auth := &githttp.BasicAuth{Username: adminName, Password: d.gitea.Token}
+	return d.pushAs(ctx, nil, from, branch, msg, files)
+}
+
+// pushAs is push by user (nil: the admin), who authors the commit.
+func (d *demo) pushAs(ctx context.Context, user *localserver.User, from, branch, msg string, files map[string][]byte) (string, error) {
+	name, auth := adminName, &githttp.BasicAuth{Username: adminName, Password: d.gitea.Token}
+	if user != nil {
+		name, auth = user.Name, &githttp.BasicAuth{Username: user.Name, Password: user.Token}
+	}
 	url := d.gitea.URL + adminName + "/" + repoName + ".git"
 	var repo *git.Repository
 	var err error
@@ -108,7 +117,7 @@ func (d *demo) push(ctx context.Context, from, branch, msg string, files map[str
 			return "", err
 		}
 	}
-	h, err := wt.Commit(msg, &git.CommitOptions{Author: &object.Signature{Name: adminName, Email: adminName + "@example.test", When: time.Now()}})
+	h, err := wt.Commit(msg, &git.CommitOptions{Author: &object.Signature{Name: name, Email: name + "@example.test", When: time.Now()}})
 	if err != nil {
 		return "", err
 	}

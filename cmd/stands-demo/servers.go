@@ -20,6 +20,7 @@ import (
 const (
 	adminName    = "demo"       // owns the stands repository and opens the pull request
 	reviewerName = "reviewer"   // approves and merges it
+	leadName     = "lead"       // a second reviewer, whose approval counts where the first's does not
 	botName      = "stands-bot" // the reconciler: status commits, commit statuses, plan comments
 	statusBranch = "status"     // where the bot commits status: main takes no push, only merges
 	repoName     = "stands"
@@ -39,6 +40,7 @@ type demo struct {
 	rec      *localserver.Process
 	api      *gitea.Client // as the admin
 	reviewer *localserver.User
+	lead     *localserver.User
 	bot      *localserver.User
 	hookKey  string
 	simURL   string // hcloudsim's endpoint
@@ -57,7 +59,7 @@ func (d *demo) start(ctx context.Context) error {
 		fn   func(context.Context) error
 	}
 	steps := []step{
-		{"Gitea: an admin, a reviewer and the reconciler's bot", d.startGitea},
+		{"Gitea: an admin, two reviewers and the reconciler's bot", d.startGitea},
 		{"the stands repository: the example pushed, main protected (stands/plan and an approval), a webhook", d.pushRepository},
 		{"Vault: the example's secrets, an AppRole for the reconciler", d.startVault},
 		{"hcloudsim: a simulated Hetzner project, servers only (records, not machines)", d.startHetzner},
@@ -129,6 +131,9 @@ func (d *demo) startGitea(ctx context.Context) error {
 		return err
 	}
 	if d.reviewer, err = d.gitea.CreateUser(reviewerName); err != nil {
+		return err
+	}
+	if d.lead, err = d.gitea.CreateUser(leadName); err != nil {
 		return err
 	}
 	d.bot, err = d.gitea.CreateUser(botName)

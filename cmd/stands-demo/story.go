@@ -184,31 +184,39 @@ func (s *story) pullRequestIsPlanned(ctx context.Context) error {
 }
 
 func (s *story) reviewerMerges(ctx context.Context) error {
-	s.step(3, "The reviewer approves it, and merges it (main requires a green stands/plan and an approval of the head merged)")
+	s.step(3, "The reviewer approves it, pushes a fix onto it and approves again; the reconciler says that approval is of their own change (main requires a green stands/review), so a second reviewer approves and the merge goes through")
 	rc, err := s.d.reviewer.Client(s.d.gitea)
 	if err != nil {
 		return err
 	}
 	// Without the approval, Gitea refuses: main's protection, not the story's order, keeps an
-	// unreviewed change out.
+	// unreviewed change out (stands/review is pending until an approval counts, and Gitea may say
+	// either).
 	_, early := s.d.merge(ctx, s.d.reviewer, s.pr)
-	if err := s.expect(errors.Is(early, errMergeRefused) && strings.Contains(strings.ToLower(early.Error()), "approv"),
-		"without an approval the merge is refused (%v)", errOr(early, "it was merged")); err != nil {
+	if err := s.expect(refusedUnapproved(early), "without an approval the merge is refused (%v)", errOr(early, "it was merged")); err != nil {
 		return err
 	}
-	approve := func() error {
-		if _, _, err := rc.CreatePullReview(adminName, repoName, s.pr, gitea.CreatePullReviewOptions{State: gitea.ReviewStateApproved,
-			Body: "The plan creates one cx22 server and nothing else: approved."}); err != nil {
-			return fmt.Errorf("approve: %w", err)
+	approve := func(user *localserver.User, head string) error {
+		c, err := user.Client(s.d.gitea)
+		if err != nil {
+			return err
+		}
+		if _, _, err := c.CreatePullReview(adminName, repoName, s.pr, gitea.CreatePullReviewOptions{State: gitea.ReviewStateApproved,
+			Body: "The plan creates one cx22 server and nothing else: approved.", CommitID: head}); err != nil {
+			return fmt.Errorf("approve as %s: %w", user.Name, err)
 		}
 		return nil
 	}
-	if err := approve(); err != nil {
+	pr, _, err := rc.GetPullRequest(adminName, repoName, s.pr)
+	if err != nil {
 		return err
 	}
-	// The author pushes after the approval: Gitea dismisses it (the approval was of the plan of
-	// the old head), and refuses the merge until the new head is planned and approved again.
-	head, err := s.d.push(ctx, "add-review-stand", "add-review-stand", "Say what the stand is for",
+	if err := approve(s.d.reviewer, pr.Head.Sha); err != nil {
+		return err
+	}
+	// The reviewer pushes a fix onto the author's pull request: Gitea dismisses the approval (it was
+	// of the old head), and the reviewer approves again, now their own change.
+	head, err := s.d.pushAs(ctx, s.d.reviewer, "add-review-stand", "add-review-stand", "Say what the stand is for",
 		map[string][]byte{newStandPath: []byte("# The checkout feature's review stand.\n" + newStand)})
 	if err != nil {
 		return err
@@ -216,14 +224,33 @@ func (s *story) reviewerMerges(ctx context.Context) error {
 	if _, err := s.d.waitPlanComment(ctx, s.pr, head, 5*time.Minute); err != nil {
 		return err
 	}
-	if _, err := s.d.waitCommitStatus(ctx, head, prplan.PlanContext, time.Minute); err != nil {
+	if err := approve(s.d.reviewer, head); err != nil {
 		return err
 	}
-	_, stale := s.d.merge(ctx, s.d.reviewer, s.pr)
-	if err := s.expect(errors.Is(stale, errMergeRefused) && strings.Contains(strings.ToLower(stale.Error()), "approv"), "after a push that follows the approval, the merge is refused (%v)", errOr(stale, "it was merged")); err != nil {
+	state, desc, err := s.d.waitReview(ctx, head, func(state gitea.StatusState, desc string) bool {
+		return strings.Contains(desc, "who pushed to it") || strings.Contains(desc, "who authored")
+	})
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	if err := approve(); err != nil {
+	fmt.Fprintf(s.out, "  %s on %s: %s %q\n", prplan.ReviewContext, head[:12], state, desc)
+	if err := s.expect(state == gitea.StatusPending && strings.Contains(desc, "approved by "+reviewerName+", who"),
+		"the reconciler says the reviewer's approval is of their own change"); err != nil {
+		return err
+	}
+	_, own := s.d.merge(ctx, s.d.reviewer, s.pr)
+	if err := s.expect(errors.Is(own, errMergeRefused), "with only that approval, the merge is refused (%v)", errOr(own, "it was merged")); err != nil {
+		return err
+	}
+	if err := approve(s.d.lead, head); err != nil {
+		return err
+	}
+	state, desc, err = s.d.waitReview(ctx, head, func(state gitea.StatusState, _ string) bool { return state == gitea.StatusSuccess })
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if err := s.expect(state == gitea.StatusSuccess && strings.Contains(desc, leadName),
+		"%s approves: %s %s %q", leadName, prplan.ReviewContext, state, desc); err != nil {
 		return err
 	}
 	merged, err := s.d.merge(ctx, s.d.reviewer, s.pr)
@@ -232,6 +259,33 @@ func (s *story) reviewerMerges(ctx context.Context) error {
 	}
 	s.d.mergeCommit = merged
 	return nil
+}
+
+// refusedUnapproved says whether Gitea refused a merge for want of an approval, or of the green
+// stands/review that stands for one.
+func refusedUnapproved(err error) bool {
+	why := strings.ToLower(errOr(err, ""))
+	return errors.Is(err, errMergeRefused) && (strings.Contains(why, "approv") || strings.Contains(why, "status check"))
+}
+
+// waitReview waits for stands/review on head to be what done says, for up to two minutes, and
+// returns it as it was last read.
+func (d *demo) waitReview(ctx context.Context, head string, done func(gitea.StatusState, string) bool) (gitea.StatusState, string, error) {
+	var state gitea.StatusState
+	var desc string
+	err := poll(ctx, 2*time.Minute, func() bool {
+		cs, _, err := d.api.GetCombinedStatus(adminName, repoName, head)
+		if err != nil {
+			return false
+		}
+		for _, st := range cs.Statuses {
+			if st.Context == prplan.ReviewContext {
+				state, desc = st.State, st.Description
+			}
+		}
+		return state != "" && done(state, desc)
+	})
+	return state, desc, err
 }
 
 func (s *story) mergeIsApplied(ctx context.Context) error {
