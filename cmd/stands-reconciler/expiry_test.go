@@ -9,6 +9,7 @@ import (
 	"code.gitea.io/sdk/gitea"
 
 	"github.com/stands-engine/stands-reconciler/expiry"
+	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/reconcile"
@@ -208,6 +209,61 @@ func TestStandsExpireThroughGit(t *testing.T) {
 		}
 		if s := e.waitStatus("local_y_dev", time.Second, func(*reconcile.Status) bool { return true }); s.Phase != reason.Expired {
 			t.Errorf("y: %s", s.Phase)
+		}
+	})
+
+	// A writer puts a commit under the reconciler's name and address on its removal branch
+	// (docs/operations.md#the-signing-key): unsigned, it is not the reconciler's, and the policy
+	// merges nothing for it.
+	e.run("a removal head under the reconciler's name, unsigned, is not merged", func(t *testing.T) {
+		vEnd := time.Now().UTC().Truncate(time.Second).Add(75 * time.Second)
+		e.repo.Change("v ends soon", map[string]string{standPath("v"): endingStand("v", vEnd)})
+		e.waitStatus("local_v_dev", 3*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Ready })
+		pr := onePull("local_v_dev")
+		refused := e.logCount("removal pull request not merged: its head is not the reconciler's removal")
+		e.repo.ChangeAs(gitsource.DefaultIdentity.Name, gitsource.DefaultIdentity.Email, pr.Head.Ref, "Remove stand local_v_dev", nil)
+		deletes := e.deletes()
+		e.waitLog("removal pull request not merged: its head is not the reconciler's removal", refused+1, time.Until(vEnd)+2*time.Minute)
+		logs, err := e.allLogs()
+		if err != nil || !strings.Contains(string(logs), "its head is not a commit of the reconciler's: it is not signed") {
+			t.Errorf("the refusal does not say the head is unsigned (%v)", err)
+		}
+		e.waitStatus("local_v_dev", time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Expired })
+		if p, _, err := api.GetPullRequest(e.repo.Info.Owner.UserName, e.repo.Info.Name, pr.Index); err != nil || p.HasMerged {
+			t.Errorf("#%d merged at a head the reconciler did not sign (%v)", pr.Index, err)
+		}
+		if got := e.deletes() - deletes; got != 0 {
+			t.Errorf("%d servers deleted", got)
+		}
+	})
+	e.stop()
+
+	// With the review gate, a removal pull request is reviewed as any other (docs/pr-workflow.md#four-eyes):
+	// a writer who pushed onto it and approves it has had nobody else look at their commit.
+	e.start("--require-review=true")
+	e.run("a writer who pushed onto a removal pull request approves it: held", func(t *testing.T) {
+		add := e.repo.Change("u ends in twenty minutes", map[string]string{standPath("u"): endingStand("u", time.Now().Add(20*time.Minute))})
+		e.waitStatus("local_u_dev", 2*time.Minute, func(s *reconcile.Status) bool { return s.Reason == reason.Unreviewed }) // its creation around review
+		e.ctlApprove(t, "local_u_dev", add, "a stand for the removal's review")
+		pr := onePull("local_u_dev")
+		bob := e.gitea.CreateUser(t, "bob")
+		e.repo.AddWriter(api, bob.Name)
+		head := e.repo.ChangeByOn(bob.Name, pr.Head.Ref, "tidy the removal", nil)
+		e.waitComment(pr.Index, head)
+		if _, _, err := bob.Client(t, e.gitea).CreatePullReview(e.repo.Info.Owner.UserName, e.repo.Info.Name, pr.Index,
+			gitea.CreatePullReviewOptions{State: gitea.ReviewStateApproved, Body: "fine", CommitID: head}); err != nil {
+			t.Fatal(err)
+		}
+		deletes := e.deletes()
+		if err := e.repo.TryMerge(api, pr.Index); err != nil {
+			t.Fatal(err)
+		}
+		st := e.waitStatus("local_u_dev", 2*time.Minute, func(s *reconcile.Status) bool { return s.Reason == reason.Unreviewed })
+		if !strings.Contains(st.Message, "approved by bob, who") {
+			t.Errorf("u's removal: %s %q, want it held for bob's own push", st.Phase, st.Message)
+		}
+		if got := e.deletes() - deletes; got != 0 {
+			t.Errorf("%d servers deleted for a removal its pusher approved", got)
 		}
 	})
 	e.stop()

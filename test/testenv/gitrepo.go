@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
@@ -81,8 +82,9 @@ type Repo struct {
 	t     testing.TB
 	local *git.Repository
 	auth  *githttp.BasicAuth
-	// author of the next commits: a user's name ("" for dev@example.test, whom Gitea does not know)
-	author string
+	// author of the next commits: a user's name ("" for dev@example.test, whom Gitea does not know),
+	// and an address of its own ("": name@example.test)
+	author, email string
 }
 
 // CreateRepo creates a private repository with default branch main through the SDK.
@@ -121,6 +123,15 @@ func (r *Repo) ChangeBy(user, msg string, write map[string]string, remove ...str
 	r.author = user
 	defer func() { r.author = "" }()
 	return r.Change(msg, write, remove...)
+}
+
+// ChangeAs is ChangeOn authored under any name and address: as a writer forging someone's commit
+// would.
+func (r *Repo) ChangeAs(name, email, branch, msg string, write map[string]string, remove ...string) string {
+	r.t.Helper()
+	r.author, r.email = name, email
+	defer func() { r.author, r.email = "", "" }()
+	return r.ChangeOn(branch, msg, write, remove...)
 }
 
 // ChangeByOn is ChangeOn authored by a user CreateUser made (or any name: its address is
@@ -197,7 +208,7 @@ func (r *Repo) commitOn(branch, msg string, write map[string]string, remove []st
 	}
 	author := &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}
 	if r.author != "" {
-		author.Name, author.Email = r.author, r.author+"@example.test" // as CreateUser made them
+		author.Name, author.Email = r.author, cmp.Or(r.email, r.author+"@example.test") // as CreateUser made them
 	}
 	h, err := wt.Commit(msg, &git.CommitOptions{AllowEmptyCommits: true, Author: author})
 	if err != nil {
