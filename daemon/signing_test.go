@@ -1,15 +1,14 @@
 package daemon
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // TestSigningKey: without a credential the daemon signs with a key of its state folder, made once
@@ -17,20 +16,8 @@ import (
 // is refused naming the credential; rotated keys are read from --signing-keys-trusted; replicas
 // without a shared key are warned of.
 func TestSigningKey(t *testing.T) {
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	given, _ := ssh.NewSignerFromKey(priv)
 	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "given")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(block), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	given, keyFile := testenv.NewSSHKey(t, dir, "given")
 	bad := filepath.Join(dir, "bad")
 	if err := os.WriteFile(bad, []byte("not a key\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -1,11 +1,7 @@
 package gitsource
 
 import (
-	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -13,32 +9,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // signingKey makes an ed25519 key, written in OpenSSH's format to dir/name for git, and its signer.
 func signingKey(t *testing.T, dir, name string) (ssh.Signer, string) {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, name)
-	if err := os.WriteFile(file, pem.EncodeToMemory(block), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, file
+	return testenv.NewSSHKey(t, dir, name)
 }
 
 // TestSignedCommits: with a key, the reconciler's removal commits carry an SSH signature git's own
@@ -146,24 +127,6 @@ func TestSignedCommits(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log's output, read while the source writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // listed names the files of fsys.
 func listed(fsys fs.FS) []string {
 	var out []string
@@ -185,7 +148,7 @@ func TestSignedStatusMarkSurvivesRestarts(t *testing.T) {
 	gitAs(t, dir, "dev", "init", "--quiet", "--initial-branch=main", work)
 	writeAndCommit(t, work, "dev", "stands/x/stand.yml", "stand: {project: x}\n", "add x")
 	key, _ := signingKey(t, dir, "reconciler")
-	var logs syncBuffer
+	var logs testenv.Buffer
 	opts := []Option{WithStatusBranch("stands-status"), WithSigner(key), WithWorkDir(filepath.Join(dir, "state", "git")),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}
 	ctx := context.Background()

@@ -148,7 +148,7 @@ func TestPublishToGitea(t *testing.T) {
 		p := g.CreateRepo(t, "forged-status")
 		p.Commit("stands/a/stand.yml", "stand: {project: a, env: dev}\n", "add a")
 		key, _ := signingKey(t, t.TempDir(), "reconciler")
-		var logs syncBuffer
+		var logs testenv.Buffer
 		opts := []Option{token, WithStatusBranch("stands-status"), WithSigner(key), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
 			WithIdentity(Identity{Name: "stands-reconciler", Email: "stands-reconciler@example.test"})}
 		src := New(p.Info.CloneURL, "main", opts...)

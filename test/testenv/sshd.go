@@ -46,21 +46,7 @@ func StartSSHD(t testing.TB) *SSHD {
 	}
 	s.User = u.Username
 	writeKey := func(name string) ssh.Signer {
-		_, priv, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		block, err := ssh.MarshalPrivateKey(priv, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(s.dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		signer, err := ssh.NewSignerFromKey(priv)
-		if err != nil {
-			t.Fatal(err)
-		}
+		signer, _ := NewSSHKey(t, s.dir, name)
 		return signer
 	}
 	host := writeKey("host_ed25519")
@@ -137,4 +123,27 @@ func (s *SSHD) Stop() {
 	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
 	<-s.done
 	s.cmd = nil
+}
+
+// NewSSHKey makes an ed25519 key, writes it in OpenSSH's format (no passphrase, mode 0600) to
+// dir/name, and returns its signer and the file.
+func NewSSHKey(t testing.TB, dir, name string) (ssh.Signer, string) {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, name)
+	if err := os.WriteFile(file, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signer, file
 }
