@@ -193,7 +193,8 @@ func (d *Daemon) forgeParts(cfg *reconcile.Config, forge Forge, eng *engine.Engi
 			cfg.Plans, cfg.Review.Reviews = planner, planner
 		}
 		cfg.Expiries = expiry.New(expiry.Config{Branch: s.Branch, Log: log,
-			Merged: func(id, by string) { d.rec.ApproveRemoval(id, by) }, Unmerged: func(id string) { d.rec.RevokeRemoval(id) }}, forge, d.src)
+			Merging: func(id, by string) { d.rec.ApproveRemoval(id, by) }, Merged: func(id string) { d.rec.ConfirmRemoval(id) },
+			Unmerged: func(id string) { d.rec.RevokeRemoval(id) }}, forge, d.src)
 	}
 	switch {
 	case !s.RequireReview:

@@ -78,10 +78,12 @@ type Config struct {
 	Branch string // the tracked branch: the pull requests' base
 	Log    *slog.Logger
 	Now    func() time.Time
-	// Merged is told of each removal the reconciler merges under the policy, so the review gate
-	// lets its destroy through (reconcile.Reconciler.ApproveRemoval); Unmerged when that merge failed
-	// after all, so the gate takes the approval back (reconcile.Reconciler.RevokeRemoval).
-	Merged   func(id, by string)
+	// Merging is told of each removal the reconciler is about to merge under the policy, so the
+	// review gate waits for it instead of holding its destroy as unreviewed
+	// (reconcile.Reconciler.ApproveRemoval); Merged once the merge succeeded, which approves the
+	// destroy (ConfirmRemoval); Unmerged when it failed, which takes the wait back (RevokeRemoval).
+	Merging  func(id, by string)
+	Merged   func(id string)
 	Unmerged func(id string)
 }
 
@@ -329,15 +331,18 @@ func (w *Warner) merge(ctx context.Context, pr stands.PullRequest, end stands.En
 		return nil
 	}
 	by := fmt.Sprintf("merge_at_expiry (%s): #%d", e.PolicyAt, pr.Index)
-	if w.cfg.Merged != nil {
-		w.cfg.Merged(end.ID, by) // before the merge: the cycle it triggers must find it approved
+	if w.cfg.Merging != nil {
+		w.cfg.Merging(end.ID, by) // before the merge: the cycle it triggers waits for the answer
 	}
 	msg := fmt.Sprintf("Remove stand %s at its end (#%d)\n\nMerged by stands-reconciler: the repository's lifetime policy says merge_at_expiry: true (%s).", end.ID, pr.Index, e.PolicyAt)
 	if err := w.forge.MergePullRequest(ctx, pr.Index, pr.HeadSHA, msg); err != nil {
 		if w.cfg.Unmerged != nil {
-			w.cfg.Unmerged(end.ID) // only a removal merged is approved
+			w.cfg.Unmerged(end.ID)
 		}
 		return err
+	}
+	if w.cfg.Merged != nil {
+		w.cfg.Merged(end.ID) // only a removal merged is approved
 	}
 	w.log.Info("removal pull request merged at the stand's end", "stand", end.ID, "pull_request", pr.Index)
 	return nil

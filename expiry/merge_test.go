@@ -28,22 +28,23 @@ func (ownRemoval) CheckRemoval(context.Context, string, string, string) (string,
 	return "", nil
 }
 
-// TestAFailedMergeTakesItsApprovalBack: the review gate hears of a removal merged under the policy
-// before the merge (the cycle the merge starts must find it approved), and hears it taken back when
-// the merge fails.
+// TestAFailedMergeTakesItsApprovalBack: the review gate hears of a removal the policy merges before
+// the merge (the cycle the merge starts waits for it), and that it merged only once it did: a merge
+// that fails takes the wait back.
 func TestAFailedMergeTakesItsApprovalBack(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		err  error
 		want []string
 	}{
-		{"merged", nil, []string{"merged local_x_dev"}},
-		{"refused", errors.New("merge refused (HTTP 405)"), []string{"merged local_x_dev", "unmerged local_x_dev"}},
+		{"merged", nil, []string{"merging local_x_dev", "merged local_x_dev"}},
+		{"refused", errors.New("merge refused (HTTP 405)"), []string{"merging local_x_dev", "unmerged local_x_dev"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var heard []string
 			w := New(Config{Branch: "main",
-				Merged:   func(id, _ string) { heard = append(heard, "merged "+id) },
+				Merging:  func(id, _ string) { heard = append(heard, "merging "+id) },
+				Merged:   func(id string) { heard = append(heard, "merged "+id) },
 				Unmerged: func(id string) { heard = append(heard, "unmerged "+id) }}, mergeForge{err: c.err}, ownRemoval{})
 			defer w.Close()
 			pr := stands.PullRequest{Index: 7, HeadSHA: "abc", HeadRef: Branch("local_x_dev", testEnd)}

@@ -139,8 +139,9 @@ func TestPastItsEndNothingIsDestroyed(t *testing.T) {
 }
 
 // TestARemovalMergedAtTheEndPassesTheGate: with the review gate on, the destroy of a stand whose
-// removal pull request the reconciler merged under merge_at_expiry is let through; another stand's
-// removal in the same commit is not.
+// removal pull request the reconciler merges under merge_at_expiry waits while the merge is under
+// way (neither destroyed nor reported unreviewed), and goes through once it succeeded; another
+// stand's removal in the same commit is held.
 func TestARemovalMergedAtTheEndPassesTheGate(t *testing.T) {
 	h := newHarness(t, repoWith("a", "b", "c", "d"), func(c *Config) {
 		c.Review.Require, c.Review.State = true, t.TempDir()+"/reviews.json"
@@ -148,6 +149,11 @@ func TestARemovalMergedAtTheEndPassesTheGate(t *testing.T) {
 	h.mustCycle() // the first import
 	h.r.ApproveRemoval("local_a_dev", "merge_at_expiry (.stands/lifetime.yml:3:18): #7")
 	h.src.Commit(map[string]string{fakes.StandFile("a"): "", fakes.StandFile("b"): ""})
+	h.mustCycle() // the merge's push, before Gitea answered the merge
+	if st := h.src.statusOf(t, "local_a_dev"); len(h.eng.Destroys) != 0 || st.Reason == reason.Unreviewed {
+		t.Errorf("while its merge is under way: destroys %v, a %s %s", h.eng.Destroys, st.Phase, st.Reason)
+	}
+	h.r.ConfirmRemoval("local_a_dev")
 	h.mustCycle()
 	if len(h.eng.Destroys) != 1 || h.eng.Destroys[0] != "local_a_dev" {
 		t.Errorf("destroys %v, want a's alone", h.eng.Destroys)

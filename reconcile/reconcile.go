@@ -480,6 +480,7 @@ type desiredState struct {
 	unreviewed map[string]string      // why each change held for review is (review.go)
 	authorised map[string]*Authorised // what let each change through the review gate (review.go)
 	ends       map[string]endHeld     // the stands whose end in force is not the one asked (review_lifetime.go)
+	waiting    map[string]bool        // changes waiting for the merge of their removal (review.go)
 }
 
 // declared is stand v as its lifetime is judged: with its end in force.
@@ -503,7 +504,7 @@ func (r *Reconciler) judge(ctx context.Context, snap *stands.Snapshot) (*desired
 	}
 	r.claim(ctx, r.known(ev)) // before the verdicts are recorded: a stand newly held continues from its record
 	d := &desiredState{ev: ev, running: map[string]bool{}, inputs: map[string]*stands.Input{}, authorised: map[string]*Authorised{}, secretsErr: ev.SecretsErr, unreadable: ev.Unreadable,
-		ends: r.gate.ends(ctx, ev, snap.Source)}
+		ends: r.gate.ends(ctx, ev, snap.Source), waiting: map[string]bool{}}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, v := range ev.Verdicts {

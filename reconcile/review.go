@@ -66,10 +66,12 @@ type reviewState struct {
 // grant is a transition let through, and what let it through.
 type grant struct {
 	stands.Transition
-	// Any: from whatever the stack has (a removal the lifetime policy merged), until Until.
-	Any   bool       `json:"any,omitempty"`
-	Until time.Time  `json:"until,omitzero"`
-	Auth  Authorised `json:"auth"`
+	// Any: from whatever the stack has (a removal the lifetime policy merged), until Until;
+	// Pending while that merge is under way: its destroy waits, neither held nor applied.
+	Any     bool       `json:"any,omitempty"`
+	Pending bool       `json:"pending,omitempty"`
+	Until   time.Time  `json:"until,omitzero"`
+	Auth    Authorised `json:"auth"`
 	// Keys are the pull requests' authorisations it rests on: used once the stack moves, kept for
 	// another change when the repository asks for one before it does.
 	Keys []string `json:"keys,omitempty"`
@@ -209,6 +211,9 @@ func (g *gate) review(ctx context.Context, actions []diff.Action, d *desiredStat
 		}
 		why, granted := g.authorise(ctx, a.ID, t, commit, first)
 		switch {
+		case why == awaitingMerge:
+			d.waiting[a.ID] = true
+			continue
 		case why != "":
 			held[a.ID] = why
 			continue
@@ -230,6 +235,9 @@ func (g *gate) review(ctx context.Context, actions []diff.Action, d *desiredStat
 // was newly let through.
 func (g *gate) authorise(ctx context.Context, id string, t stands.Transition, commit string, first bool) (string, bool) {
 	if gr, ok := g.state.Granted[id]; ok && gr.To == t.To && (gr.Any || gr.From == t.From) {
+		if gr.Pending {
+			return awaitingMerge, false
+		}
 		return "", false // let through before, and not applied yet
 	}
 	if first && t.From == "" {
@@ -330,10 +338,26 @@ func (g *gate) desired(d *desiredState, id string) (string, bool) {
 	return p, err == nil
 }
 
-// approveRemoval lets a stand's destroy through, when changes must be reviewed at all.
+// awaitingMerge is authorise's answer for a removal whose merge under the policy is under way.
+const awaitingMerge = "the lifetime policy's merge of its removal is under way"
+
+// approveRemoval readies a stand's destroy for the merge of its removal under the policy, when
+// changes must be reviewed at all: until confirmRemoval it waits.
 func (g *gate) approveRemoval(id, by string) {
 	if g.required {
-		g.grant(id, grant{Any: true, Until: g.now().Add(removalGrant), Auth: Authorised{By: by}})
+		g.grant(id, grant{Any: true, Pending: true, Until: g.now().Add(removalGrant), Auth: Authorised{By: by}})
+	}
+}
+
+// confirmRemoval lets the destroy approveRemoval readied through: its merge succeeded.
+func (g *gate) confirmRemoval(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.load()
+	if gr, ok := g.state.Granted[id]; ok && gr.Any && gr.Pending {
+		gr.Pending = false
+		g.state.Granted[id] = gr
+		g.save()
 	}
 }
 
@@ -504,10 +528,17 @@ func (r *Reconciler) reportUnreviewed(ctx context.Context) {
 	r.reportUnreviewedEnds(ctx)
 }
 
-// ApproveRemoval lets the destroy of a stand through the review gate: its removal pull request was
-// merged by the reconciler at its end, as the repository's lifetime policy allows (by says so).
+// ApproveRemoval readies the destroy of a stand for the review gate: the reconciler is merging its
+// removal pull request at its end, as the repository's lifetime policy allows (by says so). The
+// destroy waits, neither held nor applied, until ConfirmRemoval or RevokeRemoval.
 func (r *Reconciler) ApproveRemoval(id, by string) {
 	r.gate.approveRemoval(id, by)
+}
+
+// ConfirmRemoval lets the destroy ApproveRemoval readied through: the merge succeeded.
+func (r *Reconciler) ConfirmRemoval(id string) {
+	r.gate.confirmRemoval(id)
+	r.Trigger()
 }
 
 // RevokeRemoval takes back ApproveRemoval: the removal pull request could not be merged after all.
