@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
 
@@ -284,7 +285,7 @@ func (s *Source) FirstParents(ctx context.Context, tip, since, added string, max
 		if err != nil {
 			return nil, false, fmt.Errorf("diff %s: %w", c.Hash, err)
 		}
-		e := stands.LogEntry{Commit: c.Hash.String(), Author: c.Author.Name, Subject: firstLine(c.Message)}
+		e := stands.LogEntry{Commit: c.Hash.String(), Author: c.Author.Name, Subject: mdtext.FirstLine(c.Message)}
 		for _, ch := range changes {
 			e.Paths = append(e.Paths, cmpName(ch))
 		}
@@ -300,9 +301,4 @@ func (s *Source) FirstParents(ctx context.Context, tip, since, added string, max
 		c = parent
 	}
 	return out, false, nil
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
 }

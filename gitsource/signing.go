@@ -84,11 +84,3 @@ func (s *Source) notOwn(c *object.Commit) string {
 	}
 	return "it is signed by a key the reconciler does not trust (" + ssh.FingerprintSHA256(key) + ")"
 }
-
-// Signing is the public key the reconciler signs its commits with, nil without one.
-func (s *Source) Signing() ssh.PublicKey {
-	if s.signer == nil {
-		return nil
-	}
-	return s.signer.PublicKey()
-}

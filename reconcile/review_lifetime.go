@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io/fs"
@@ -135,7 +136,7 @@ func (g *gate) ends(ctx context.Context, ev *judge.Evaluation, commit string) ma
 		if why == "" {
 			g.releaseEnd(v.ID)
 			if in.Print != asked || in.Pos != s.ExpiresPos || auth != nil {
-				ls.Ends[v.ID] = endInForce{Print: asked, Pos: s.ExpiresPos, By: cmpAuth(auth, in.By)}
+				ls.Ends[v.ID] = endInForce{Print: asked, Pos: s.ExpiresPos, By: cmp.Or(auth, in.By)}
 				changed = true
 			}
 			if ls.Ends[v.ID].Print == "" {
@@ -164,13 +165,6 @@ func (g *gate) ends(ctx context.Context, ev *judge.Evaluation, commit string) ma
 		g.save()
 	}
 	return out
-}
-
-func cmpAuth(a, b *Authorised) *Authorised {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // endText is an end print as a status says it.

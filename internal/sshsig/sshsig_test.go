@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/stands-engine/stands-reconciler/test/testenv"
 )
 
 // keygen is OpenSSH's ssh-keygen: the reference for the format. Missing, the test fails in CI.
@@ -20,10 +22,7 @@ func keygen(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("ssh-keygen")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("ssh-keygen not found (openssh-client)")
-		}
-		t.Skip("ssh-keygen not found")
+		testenv.Missing(t, "ssh-keygen not found (openssh-client; scripts/install-deps.sh installs it)")
 	}
 	return p
 }
