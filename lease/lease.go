@@ -105,7 +105,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", schemaLock); err != nil {
 		return fmt.Errorf("lease: create tables: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, schema+recordSchema); err != nil {
+	if _, err := tx.ExecContext(ctx, schema+recordSchema+documentSchema); err != nil {
 		return fmt.Errorf("lease: create tables: %w", err)
 	}
 	if err := tx.Commit(); err != nil {

@@ -338,6 +338,9 @@ func (m *Member) TokenLive(ctx context.Context, name string, token int64) (bool,
 	return m.s.Current(ctx, name, token)
 }
 
+// Document is the store's document called name, which every replica reads and any may replace.
+func (m *Member) Document(name string) *Document { return m.s.Document(name) }
+
 // Put writes name's record under the member's lease on it; ErrLost when it holds none, or the
 // database no longer has it live.
 func (m *Member) Put(ctx context.Context, name string, body []byte) error {

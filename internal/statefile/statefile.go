@@ -19,8 +19,13 @@ func Write(path string, v any) error {
 	if err != nil {
 		return err
 	}
+	return writeFile(path, data)
+}
+
+// writeFile writes data aside and renames it into place.
+func writeFile(path string, data []byte) error {
 	tmp := path + ".tmp"
-	err = os.MkdirAll(filepath.Dir(tmp), 0o700)
+	err := os.MkdirAll(filepath.Dir(tmp), 0o700)
 	if err == nil {
 		err = os.WriteFile(tmp, data, 0o600)
 	}

@@ -35,3 +35,26 @@ func TestWriteRead(t *testing.T) {
 		t.Errorf("\"\" keeps nothing: %v %v", found, err)
 	}
 }
+
+// TestDoc: a document in one file reads what the last process saved, and nothing more at the
+// version it gave.
+func TestDoc(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "doc.json")
+	ctx := t.Context()
+	d := NewDoc(p)
+	if body, v, err := d.Load(ctx, -1); body != nil || v != 1 || err != nil {
+		t.Fatalf("a missing file: %q, version %d, %v", body, v, err)
+	}
+	if next, ok, err := d.Save(ctx, []byte(`{"a":1}`), 1); next != 1 || !ok || err != nil {
+		t.Fatalf("save: %d %v %v", next, ok, err)
+	}
+	if body, _, err := NewDoc(p).Load(ctx, -1); string(body) != `{"a":1}` || err != nil {
+		t.Errorf("read by the next process: %q, %v", body, err)
+	}
+	if body, _, _ := d.Load(ctx, 1); body != nil {
+		t.Errorf("a load at the known version read %q", body)
+	}
+	if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the file: %v, %v", st, err)
+	}
+}
