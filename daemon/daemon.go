@@ -183,6 +183,10 @@ func (d *Daemon) forgeParts(cfg *reconcile.Config, forge Forge, eng *engine.Engi
 	if cfg.Review.State, err = s.stateFile("reviews.json"); err != nil {
 		return err
 	}
+	if d.member != nil {
+		// Every replica gates its own stands' changes against the same authorisations.
+		cfg.Review.Store = d.member.Document(reviewDocument)
+	}
 	if forge != nil {
 		cfg.Forge = forge
 		if s.Previews {
@@ -193,7 +197,7 @@ func (d *Daemon) forgeParts(cfg *reconcile.Config, forge Forge, eng *engine.Engi
 			cfg.Plans, cfg.Review.Reviews = planner, planner
 		}
 		cfg.Expiries = expiry.New(expiry.Config{Branch: s.Branch, Log: log,
-			Merging: func(id, by string) { d.rec.ApproveRemoval(id, by) }, Merged: func(id string) { d.rec.ConfirmRemoval(id) },
+			Merging: func(id, by string) error { return d.rec.ApproveRemoval(id, by) }, Merged: func(id string) { d.rec.ConfirmRemoval(id) },
 			Unmerged: func(id string) { d.rec.RevokeRemoval(id) }}, forge, d.src)
 	}
 	switch {
@@ -223,7 +227,11 @@ func (d *Daemon) plans(forge Forge, eng *engine.Engine, sec reconcile.Secrets, l
 	if err != nil {
 		return nil, err
 	}
-	return prplan.New(prplan.Config{Branch: loop.Branch, Passphrase: loop.Passphrase, StateFile: state, Log: d.log, Metrics: d.metrics,
+	var store prplan.HeadStore
+	if d.member != nil {
+		store = d.member.Document(plansDocument) // the leader plans; every replica's gate reads them
+	}
+	return prplan.New(prplan.Config{Branch: loop.Branch, Passphrase: loop.Passphrase, StateFile: state, Store: store, Log: d.log, Metrics: d.metrics,
 		Guards:  judge.Guards{Owner: loop.Owner, MaxDestroyShare: loop.MaxDestroyShare, AllowMassDestroy: loop.AllowMassDestroy},
 		Workers: d.s.PlanWorkers, Budget: prplan.Budget{Wall: d.s.PlanBudget, RenderCPU: d.s.PlanRenderCPU},
 		RequiredApprovals: func() int { return max(d.s.RequiredApprovals, int(d.approvals.Load())) }, ReviewStatus: d.s.RequireReview, // plans are made only with a forge, where the gate follows the setting

@@ -26,6 +26,13 @@ func replicaNames(id string) (name, holder string) {
 	return name, name + "." + strings.ToLower(rand.Text()[:6])
 }
 
+// The documents the replicas share (docs/replicas.md#the-review-gate): the review gate's state, and
+// the pull request heads the leader planned, which every replica's gate asks about.
+const (
+	reviewDocument = "review-gate"
+	plansDocument  = "planned-heads"
+)
+
 // leaseCheck is, with replicas, how the engine judges a stack lock taken under a lease: abandoned
 // once the stand's lease has another token. The member is joined before any operation runs.
 func (d *Daemon) leaseCheck() engine.LeaseCheck {

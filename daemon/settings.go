@@ -196,11 +196,6 @@ func (s *Settings) checkReplicas(bad func(name, format string, a ...any)) {
 	if strings.ContainsAny(s.ReplicaID, " \t\n/") {
 		bad("replica-id", "%q: no spaces or slashes", s.ReplicaID)
 	}
-	if s.RequireReview && s.Previews && s.giteaAPI() != "" {
-		// Only the leader plans, so only it knows what its plans showed; another replica would
-		// hold every change of its stands.
-		bad("require-review", "is not available with --replicas yet: set --require-review=false (STANDS_REQUIRE_REVIEW=false)")
-	}
 }
 
 // checkWork checks how much work runs at once, and how much a plan may take.

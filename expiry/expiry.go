@@ -80,9 +80,10 @@ type Config struct {
 	Now    func() time.Time
 	// Merging is told of each removal the reconciler is about to merge under the policy, so the
 	// review gate waits for it instead of holding its destroy as unreviewed
-	// (reconcile.Reconciler.ApproveRemoval); Merged once the merge succeeded, which approves the
-	// destroy (ConfirmRemoval); Unmerged when it failed, which takes the wait back (RevokeRemoval).
-	Merging  func(id, by string)
+	// (reconcile.Reconciler.ApproveRemoval; an error: the gate cannot wait for it, and it is not
+	// merged); Merged once the merge succeeded, which approves the destroy (ConfirmRemoval);
+	// Unmerged when it failed, which takes the wait back (RevokeRemoval).
+	Merging  func(id, by string) error
 	Merged   func(id string)
 	Unmerged func(id string)
 }
@@ -332,7 +333,10 @@ func (w *Warner) merge(ctx context.Context, pr stands.PullRequest, end stands.En
 	}
 	by := fmt.Sprintf("merge_at_expiry (%s): #%d", e.PolicyAt, pr.Index)
 	if w.cfg.Merging != nil {
-		w.cfg.Merging(end.ID, by) // before the merge: the cycle it triggers waits for the answer
+		// Before the merge: the cycle it triggers waits for the answer.
+		if err := w.cfg.Merging(end.ID, by); err != nil {
+			return fmt.Errorf("merge the removal of %s: %w", end.ID, err)
+		}
 	}
 	msg := fmt.Sprintf("Remove stand %s at its end (#%d)\n\nMerged by stands-reconciler: the repository's lifetime policy says merge_at_expiry: true (%s).", end.ID, pr.Index, e.PolicyAt)
 	if err := w.forge.MergePullRequest(ctx, pr.Index, pr.HeadSHA, msg); err != nil {

@@ -43,7 +43,7 @@ func TestAFailedMergeTakesItsApprovalBack(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var heard []string
 			w := New(Config{Branch: "main",
-				Merging:  func(id, _ string) { heard = append(heard, "merging "+id) },
+				Merging:  func(id, _ string) error { heard = append(heard, "merging "+id); return nil },
 				Merged:   func(id string) { heard = append(heard, "merged "+id) },
 				Unmerged: func(id string) { heard = append(heard, "unmerged "+id) }}, mergeForge{err: c.err}, ownRemoval{})
 			defer w.Close()

@@ -71,8 +71,10 @@ type Config struct {
 	Budget  Budget
 	Workers int
 	// StateFile keeps which pull request heads were planned across restarts ("" keeps them in
-	// memory only).
+	// memory only); Store, when set, instead (with replicas: the heads they share, which each
+	// one's Reviewed reads and the leader writes).
 	StateFile string
+	Store     HeadStore
 	// Sandbox renders a pull request's stands where a runaway template can be killed; nil renders
 	// them in this process.
 	Sandbox Sandbox
@@ -91,6 +93,15 @@ type Config struct {
 	Metrics prometheus.Registerer
 }
 
+// HeadStore keeps the planned pull request heads (lease.Document, with replicas; a file otherwise):
+// a document replaced whole, only over the version read.
+type HeadStore interface {
+	// Load reads the document, nil when it is at the known version.
+	Load(ctx context.Context, known int64) (body []byte, version int64, err error)
+	// Save replaces the version read; ok is false when another wrote since.
+	Save(ctx context.Context, body []byte, version int64) (next int64, ok bool, err error)
+}
+
 // Planner plans the open pull requests, Config.Workers at a time, off the loop's path.
 type Planner struct {
 	cfg   Config
@@ -101,20 +112,23 @@ type Planner struct {
 	log   *slog.Logger
 	plans *prometheus.CounterVec
 
-	w worker
+	w     worker
+	store HeadStore
 	// mu guards records: what the workers knew of each pull request's head when they last saved
-	// it, read by Reviewed from the loop.
-	mu      sync.Mutex
-	records map[int64]plannedHead
-	merges  map[int64]string // the merge commits of pull requests, once merged
-	waited  map[int64]bool   // the open pull requests MergeWait was spent on
+	// it, read by Reviewed from the loop, at rversion of the store (read again when it moves).
+	mu       sync.Mutex
+	records  map[int64]plannedHead
+	rversion int64
+	merges   map[int64]string // the merge commits of pull requests, once merged
+	waited   map[int64]bool   // the open pull requests MergeWait was spent on
 	// reviewSet is the stands/review last set on each open pull request's head.
 	reviewSet map[int64]string
 	// hmu guards the workers' own: which head of each open pull request was planned. Each pull
 	// request is planned by one worker at a time, but they share the map and its file.
-	hmu    sync.Mutex
-	loaded bool
-	heads  map[int64]plannedHead
+	hmu     sync.Mutex
+	loaded  bool
+	version int64 // of the heads in the store
+	heads   map[int64]plannedHead
 	// bmu guards the tracked branch under placeholders, for the commit it was judged at.
 	bmu         sync.Mutex
 	blindCommit string
@@ -143,10 +157,10 @@ func New(cfg Config, forge Forge, prev Previewer, refs Refs, sec manifest.Secret
 		plans: promauto.With(cfg.Metrics).NewCounterVec(prometheus.CounterOpts{Name: "stands_pull_request_plans_total",
 			Help: "Pull request plans, by result: success, failure (the plan refuses), error (planning failed), untrusted (no plan)."}, []string{"result"})}
 	pl.w.ctx, pl.w.cancel = context.WithCancel(context.Background())
-	// Reviewed answers from the start: the loop may ask before the first plan runs.
-	var saved map[string]plannedHead
-	if _, err := statefile.Read(cfg.StateFile, &saved); err == nil {
-		pl.records = parsePlanned(saved)
+	pl.store = cfg.Store
+	if pl.store == nil {
+		pl.store = statefile.NewDoc(cfg.StateFile)
 	}
+	pl.rversion = -1 // Reviewed reads the store at its first question: it may come before the first plan
 	return pl
 }

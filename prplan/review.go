@@ -119,6 +119,9 @@ func (pl *Planner) Reviewed(ctx context.Context, q stands.ReviewQuery) (stands.C
 
 // reviewed is Reviewed, with the walk it took.
 func (pl *Planner) reviewed(ctx context.Context, q stands.ReviewQuery) (stands.ChangeReview, *walk, error) {
+	if err := pl.readRecords(ctx); err != nil {
+		return stands.ChangeReview{}, nil, err
+	}
 	pl.mu.Lock()
 	var edges []edge
 	for idx, h := range pl.records {
@@ -149,6 +152,28 @@ func (pl *Planner) reviewed(ctx context.Context, q stands.ReviewQuery) (stands.C
 		return stands.ChangeReview{Why: "no pull request's successful plan shows this change from what " + w.current()}, w, nil
 	}
 	return stands.ChangeReview{Why: "no pull request's successful plan shows this change"}, w, nil
+}
+
+// readRecords reads the planned heads where another wrote them since (the leader, with replicas).
+func (pl *Planner) readRecords(ctx context.Context) error {
+	pl.mu.Lock()
+	known := pl.rversion
+	pl.mu.Unlock()
+	body, version, err := pl.store.Load(ctx, known)
+	if err != nil {
+		return fmt.Errorf("read the planned pull requests: %w", err)
+	}
+	if body == nil && version == known {
+		return nil
+	}
+	records, err := parsePlanned(body)
+	if err != nil {
+		return fmt.Errorf("read the planned pull requests: %w", err)
+	}
+	pl.mu.Lock()
+	pl.records, pl.rversion = records, version
+	pl.mu.Unlock()
+	return nil
 }
 
 // walk finds a chain of authorisations for one ReviewQuery, asking the forge about each planned

@@ -3,6 +3,7 @@ package prplan
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/stands-engine/stands-reconciler/diff"
 	"github.com/stands-engine/stands-reconciler/internal/mdtext"
-	"github.com/stands-engine/stands-reconciler/internal/statefile"
 	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -116,7 +116,7 @@ func (pl *Planner) dispatch() {
 // startWaiting lists the open pull requests and starts a task for each one waiting, oldest first,
 // while workers are free; it forgets the closed ones.
 func (pl *Planner) startWaiting(ctx context.Context, j job) {
-	pl.loadPlanned()
+	pl.loadPlanned(ctx)
 	prs, err := pl.forge.PullRequests(ctx, pl.cfg.Branch)
 	if err != nil {
 		pl.log.Warn("pull requests not planned", "err", err)
@@ -266,21 +266,30 @@ func (pl *Planner) markMoved(ctx context.Context, prs []stands.PullRequest, comm
 	}
 }
 
-// loadPlanned reads the heads already planned, once.
-func (pl *Planner) loadPlanned() {
+// loadPlanned reads the heads planned when another wrote them since they were read: at the first
+// pass, and with replicas at a pass of a new leader, which goes on from its predecessor's.
+func (pl *Planner) loadPlanned(ctx context.Context) {
 	pl.hmu.Lock()
 	defer pl.hmu.Unlock()
-	if pl.loaded {
+	known := pl.version
+	if !pl.loaded {
+		known = -1
+	}
+	body, version, err := pl.store.Load(ctx, known)
+	if err != nil {
+		pl.log.Warn("planned heads not read; read again at the next pass", "err", err)
 		return
 	}
-	pl.loaded = true
-	var saved map[string]plannedHead
-	if _, err := statefile.Read(pl.cfg.StateFile, &saved); err != nil {
-		pl.log.Warn("planned heads not read; every open pull request is planned again", "file", pl.cfg.StateFile, "err", err)
+	if pl.loaded && body == nil && version == pl.version {
 		return
 	}
-	pl.heads = parsePlanned(saved)
-	pl.publish(maps.Clone(pl.heads))
+	pl.loaded, pl.version = true, version
+	heads, err := parsePlanned(body)
+	if err != nil {
+		pl.log.Warn("planned heads not read; every open pull request is planned again", "err", err)
+	}
+	pl.heads = heads
+	pl.publish(maps.Clone(pl.heads), version)
 }
 
 // head is what is known of pull request index's head.
@@ -290,18 +299,37 @@ func (pl *Planner) head(index int64) plannedHead {
 	return pl.heads[index]
 }
 
-// savePlannedLocked writes the heads, atomically, and hands them to Reviewed; a failure to write
-// is logged (at worst a head is planned again). The caller holds hmu.
+// savePlannedLocked writes the heads and hands them to Reviewed; a failure to write is logged (at
+// worst a head is planned again), and a write of another replica since they were read (a leader
+// that has lost its lease) makes the next pass read theirs. The caller holds hmu.
 func (pl *Planner) savePlannedLocked() {
 	out := map[string]plannedHead{}
 	for n, h := range pl.heads {
 		out[strconv.FormatInt(n, 10)] = h
 	}
-	pl.publish(maps.Clone(pl.heads))
-	if err := statefile.Write(pl.cfg.StateFile, out); err != nil {
-		pl.log.Warn("planned heads not saved", "file", pl.cfg.StateFile, "err", err)
+	body, err := json.Marshal(out)
+	if err != nil {
+		pl.log.Warn("planned heads not saved", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	next, ok, err := pl.store.Save(ctx, body, pl.version)
+	switch {
+	case err != nil:
+		pl.log.Warn("planned heads not saved", "err", err)
+		pl.publish(maps.Clone(pl.heads), -1)
+	case !ok:
+		pl.log.Warn("planned heads not saved: another replica wrote them since they were read; read again at the next pass")
+		pl.loaded = false
+	default:
+		pl.version = next
+		pl.publish(maps.Clone(pl.heads), next)
 	}
 }
+
+// storeTimeout bounds a write of the planned heads.
+const storeTimeout = 30 * time.Second
 
 // startPlan records a try of pr's head before it starts; false when its tries are used up (then
 // it waits for a push, with stands/plan failure saying why).
@@ -346,19 +374,27 @@ func (pl *Planner) untry(index int64) {
 	}
 }
 
-func parsePlanned(saved map[string]plannedHead) map[int64]plannedHead {
+// parsePlanned reads the heads of a saved document (nil: none).
+func parsePlanned(body []byte) (map[int64]plannedHead, error) {
 	out := map[int64]plannedHead{}
+	if body == nil {
+		return out, nil
+	}
+	var saved map[string]plannedHead
+	if err := json.Unmarshal(body, &saved); err != nil {
+		return out, err
+	}
 	for k, h := range saved {
 		if n, err := strconv.ParseInt(k, 10, 64); err == nil {
 			out[n] = h
 		}
 	}
-	return out
+	return out, nil
 }
 
-// publish hands the heads to Reviewed.
-func (pl *Planner) publish(records map[int64]plannedHead) {
+// publish hands the heads, at version (-1: not saved), to Reviewed.
+func (pl *Planner) publish(records map[int64]plannedHead, version int64) {
 	pl.mu.Lock()
-	pl.records = records
+	pl.records, pl.rversion = records, version
 	pl.mu.Unlock()
 }

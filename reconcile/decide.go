@@ -43,8 +43,8 @@ func (r *Reconciler) decide(actions []diff.Action, d *desiredState, found map[st
 		if st.running || !r.claims.holds(a.ID) {
 			continue // another replica's stand: it decides, and its status comes from its record
 		}
-		if d.waiting[a.ID] {
-			continue // its removal's merge is under way: the next cycle decides
+		if d.waiting[a.ID] || r.gate.gating() && gatedKind(a) && !d.gated[a.ID] {
+			continue // its removal's merge is under way, or the gate has not judged it: the next cycle decides
 		}
 		if why, held := d.unreviewed[a.ID]; held {
 			r.record(a.ID, r.gate.hold(a, d, applied(found, a.ID), why, commit))

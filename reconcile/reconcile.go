@@ -170,11 +170,13 @@ type PricesConfig struct {
 
 // ReviewConfig is the review gate's part of Config. Require applies a change of a stand only when
 // it was reviewed; Reviews asks pull requests (nil: only the first import and ctl approve let
-// changes through). State keeps what was let through across restarts ("" in memory only).
+// changes through). State keeps what was let through across restarts ("" in memory only); Store,
+// when set, instead (with replicas: the state they share).
 type ReviewConfig struct {
 	Require bool
 	Reviews Reviews
 	State   string
+	Store   ReviewStore
 }
 
 // Defaults of the deadlines: a two-node stand's first apply takes minutes (cloud-init, image pulls),
@@ -295,7 +297,7 @@ func New(cfg Config, src Source, eng Engine, sec Secrets) *Reconciler {
 		warned: map[manifest.Diagnostic]bool{},
 		claims: newClaims(cfg.Replicas)}
 	r.opsCtx, r.cancelOps = context.WithCancel(context.Background())
-	r.life, r.gate, r.heals = newLifetimes(cfg), newGate(cfg, src), newHealBook(cfg.Health.Limit)
+	r.life, r.gate, r.heals = newLifetimes(cfg), newGate(cfg, src, r.claims), newHealBook(cfg.Health.Limit)
 	r.metrics = newMetrics(r.gauges, cfg.Metrics)
 	var err error
 	if r.sw, err = newSwitches(cfg); err != nil {
@@ -481,6 +483,7 @@ type desiredState struct {
 	authorised map[string]*Authorised // what let each change through the review gate (review.go)
 	ends       map[string]endHeld     // the stands whose end in force is not the one asked (review_lifetime.go)
 	waiting    map[string]bool        // changes waiting for the merge of their removal (review.go)
+	gated      map[string]bool        // the changes the review gate judged (review.go): no other starts
 }
 
 // declared is stand v as its lifetime is judged: with its end in force.

@@ -170,6 +170,12 @@ func (c *claims) wrote(id string, body []byte) {
 }
 
 // leader says whether this replica commits status and plans pull requests: always without replicas.
+// owner is the replica stand id belongs to by rendezvous.
+func (c *claims) owner(id string) string { return c.rep.Owner(id) }
+
+// self is this replica's name.
+func (c *claims) self() string { return c.rep.Name() }
+
 func (c *claims) leader() bool { return c == nil || c.rep.Leader() }
 
 // ready is the lease store's state for /readyz: nil without replicas.

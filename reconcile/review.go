@@ -3,6 +3,7 @@ package reconcile
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -15,6 +16,7 @@ import (
 	"github.com/stands-engine/stands-reconciler/internal/mdtext"
 	"github.com/stands-engine/stands-reconciler/internal/statefile"
 	"github.com/stands-engine/stands-reconciler/judge"
+	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -40,6 +42,16 @@ import (
 // Reviews says whether a transition of a stand was reviewed on pull requests (prplan.Planner).
 type Reviews interface {
 	Reviewed(ctx context.Context, q stands.ReviewQuery) (stands.ChangeReview, error)
+}
+
+// ReviewStore keeps the review gate's state where every replica reads it (lease.Document, with
+// replicas; a file otherwise): a document replaced whole, only over the version read, so no
+// authorisation one replica used is made unused again by another's older copy.
+type ReviewStore interface {
+	// Load reads the document, nil when it is at the known version.
+	Load(ctx context.Context, known int64) (body []byte, version int64, err error)
+	// Save replaces the version read; ok is false when another wrote since.
+	Save(ctx context.Context, body []byte, version int64) (next int64, ok bool, err error)
 }
 
 // History says whether commit is on the first-parent history of tip (gitsource.Source): a merge the
@@ -124,35 +136,48 @@ type unreviewed struct {
 }
 
 // gate is the review gate: which transitions were let through and which authorisations used (kept
-// in Config.Review.State across restarts) and which changes are held. Two locks of its own: mu over
-// the state, held across the question to the forge (Reviews) and the state file, so taken with no
-// other lock held and taking none; heldMu over the changes held, a leaf taken under the loop's lock
-// (decide) or alone.
+// in Config.Review.Store across restarts, shared by the replicas) and which changes are held. With
+// replicas, each gates the stands it holds (mine) and only the leader the lifetime policy; every
+// change of the state is made over the latest one (update). Two locks of its own: mu over the
+// state, held across the question to the forge (Reviews) and the store, so taken with no other lock
+// held and taking none; heldMu over the changes held, a leaf taken under the loop's lock (decide) or
+// alone.
 type gate struct {
 	required   bool
 	reviews    Reviews
 	history    History
-	file       string
+	store      ReviewStore
 	passphrase string
 	now        func() time.Time
 	log        *slog.Logger
+	mine       func(id string) bool // a stand this replica operates
+	leader     func() bool
 
-	mu     sync.Mutex
-	loaded bool
-	state  reviewState
+	mu      sync.Mutex
+	loaded  bool
+	version int64 // of the state loaded
+	state   reviewState
+	// inForce and lastEnds are the lifetime policy and the ends judged last: what stays in force
+	// while the state cannot be kept.
+	inForce  manifest.Policy
+	lastEnds map[string]endHeld
 
 	heldMu   leafMutex
 	held     map[string]*unreviewed // by stand
 	heldEnds map[string]*unreviewed // lifetime changes, by stand or manifest.LifetimeFile
 }
 
-func newGate(cfg Config, src Source) *gate {
+func newGate(cfg Config, src Source, c *claims) *gate {
 	h, _ := src.(History)
 	if cfg.Review.Require && h == nil {
 		cfg.Log.Error("the repository's history cannot be read: every reviewed change is held until ctl approve")
 	}
-	return &gate{required: cfg.Review.Require, reviews: cfg.Review.Reviews, history: h, file: cfg.Review.State, passphrase: cfg.Passphrase,
-		now: cfg.Now, log: cfg.Log, held: map[string]*unreviewed{}, heldEnds: map[string]*unreviewed{}}
+	store := cfg.Review.Store
+	if store == nil {
+		store = statefile.NewDoc(cfg.Review.State)
+	}
+	return &gate{required: cfg.Review.Require, reviews: cfg.Review.Reviews, history: h, store: store, passphrase: cfg.Passphrase,
+		now: cfg.Now, log: cfg.Log, mine: c.holds, leader: c.leader, held: map[string]*unreviewed{}, heldEnds: map[string]*unreviewed{}}
 }
 
 // applied is the print stand id's stack records: "" without a stack, stands.Unrecorded where the
@@ -168,31 +193,61 @@ func applied(found map[string]stands.StackInfo, id string) string {
 	return s.Print
 }
 
-// review gates the changes among actions and returns why each one held is not reviewed, by stand.
+// review gates the changes among actions of the stands this replica operates, and returns why each
+// one held is not reviewed, by stand. Those it let through are in d.gated: decide starts no other.
+// When the gate's state cannot be read or kept, every change waits for the next cycle.
 func (g *gate) review(ctx context.Context, actions []diff.Action, d *desiredState, found map[string]stands.StackInfo, commit string) map[string]string {
 	if !g.required {
 		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.load()
-	held := map[string]string{}
-	changed := g.settle(found, d)
-	first := false
+	var v reviewed
+	err := g.update(ctx, func() bool {
+		v = g.reviewLocked(ctx, actions, d, found, commit)
+		return v.changed
+	})
+	if err != nil {
+		g.log.Warn("the review gate's state cannot be kept: no change is applied this cycle", "err", err)
+		for _, a := range actions {
+			d.waiting[a.ID] = true
+		}
+		return nil
+	}
+	maps.Copy(d.authorised, v.authorised)
+	maps.Copy(d.waiting, v.waiting)
+	d.gated = v.gated
+	return v.held
+}
+
+// reviewed is what one pass of the gate over a cycle's actions found.
+type reviewed struct {
+	held       map[string]string
+	gated      map[string]bool // the stands whose change the pass judged, held or not
+	authorised map[string]*Authorised
+	waiting    map[string]bool
+	changed    bool // the state changed
+}
+
+// reviewLocked is review over the state as loaded, with g.mu held.
+func (g *gate) reviewLocked(ctx context.Context, actions []diff.Action, d *desiredState, found map[string]stands.StackInfo, commit string) reviewed {
+	v := reviewed{held: map[string]string{}, gated: map[string]bool{}, authorised: map[string]*Authorised{}, waiting: map[string]bool{}}
+	v.changed = g.settle(found, d)
 	if g.state.Baseline == "" {
 		// The gate's first run: its commit is the baseline, whatever it holds. Only when no stack
-		// exists is it a first import; a stand pushed into an empty repository later is a change.
-		first, changed = len(found) == 0, true
+		// exists is it a first import, of every stand the commit declares (replicas included); a
+		// stand pushed into an empty repository later is a change.
+		v.changed = true
 		g.state.Baseline = commit
-		if first {
-			g.log.Warn("first import: the stands of this commit are taken as reviewed; every later change needs a reviewed pull request",
-				"commit", mdtext.Short(commit))
+		if len(found) == 0 {
+			g.firstImport(d, commit)
 		}
 	}
 	for _, a := range actions {
-		if a.Kind != diff.Create && a.Kind != diff.Update && a.Kind != diff.Destroy || d.running[a.ID] {
+		if !gatedKind(a) || d.running[a.ID] || !g.mine(a.ID) {
 			continue
 		}
+		v.gated[a.ID] = true
 		t := stands.Transition{From: applied(found, a.ID)}
 		if a.Kind != diff.Destroy {
 			in := d.inputs[a.ID]
@@ -201,7 +256,7 @@ func (g *gate) review(ctx context.Context, actions []diff.Action, d *desiredStat
 			}
 			p, err := judge.Print(in, g.passphrase)
 			if err != nil {
-				held[a.ID] = "its print cannot be computed: " + err.Error()
+				v.held[a.ID] = "its print cannot be computed: " + err.Error()
 				continue
 			}
 			in.Print, t.To = p, p
@@ -209,40 +264,49 @@ func (g *gate) review(ctx context.Context, actions []diff.Action, d *desiredStat
 				continue // what was applied was reviewed; only secret values or policy changed
 			}
 		}
-		why, granted := g.authorise(ctx, a.ID, t, commit, first)
+		why, granted := g.authorise(ctx, a.ID, t, commit)
 		switch {
 		case why == awaitingMerge:
-			d.waiting[a.ID] = true
+			v.waiting[a.ID] = true
 			continue
 		case why != "":
-			held[a.ID] = why
+			v.held[a.ID] = why
 			continue
 		case granted:
-			changed = true
+			v.changed = true
 		}
 		if gr, ok := g.state.Granted[a.ID]; ok {
 			auth := gr.Auth
-			d.authorised[a.ID] = &auth
+			v.authorised[a.ID] = &auth
 		}
 	}
-	if changed {
-		g.save()
+	return v
+}
+
+// gatedKind says whether a is a change the gate judges.
+func gatedKind(a diff.Action) bool {
+	return a.Kind == diff.Create || a.Kind == diff.Update || a.Kind == diff.Destroy
+}
+
+// firstImport lets through the creation of every stand commit declares: how the repository starts.
+func (g *gate) firstImport(d *desiredState, commit string) {
+	g.log.Warn("first import: the stands of this commit are taken as reviewed; every later change needs a reviewed pull request",
+		"commit", mdtext.Short(commit))
+	for _, id := range slices.Sorted(maps.Keys(d.inputs)) {
+		if p, err := judge.Print(d.inputs[id], g.passphrase); err == nil {
+			g.grantLocked(id, grant{Transition: stands.Transition{To: p}, Auth: Authorised{By: "the first import at " + mdtext.Short(commit)}})
+		}
 	}
-	return held
 }
 
 // authorise says why stand id's transition t at commit is held ("" when it goes on), and whether it
 // was newly let through.
-func (g *gate) authorise(ctx context.Context, id string, t stands.Transition, commit string, first bool) (string, bool) {
+func (g *gate) authorise(ctx context.Context, id string, t stands.Transition, commit string) (string, bool) {
 	if gr, ok := g.state.Granted[id]; ok && gr.To == t.To && (gr.Any || gr.From == t.From) {
 		if gr.Pending {
 			return awaitingMerge, false
 		}
 		return "", false // let through before, and not applied yet
-	}
-	if first && t.From == "" {
-		g.grantLocked(id, grant{Transition: t, Auth: Authorised{By: "the first import at " + mdtext.Short(commit)}})
-		return "", true
 	}
 	if g.reviews == nil {
 		return "no pull request plans review it (--previews=false)", false
@@ -292,6 +356,9 @@ func authorisedBy(steps []stands.Authorisation) (Authorised, []string) {
 func (g *gate) settle(found map[string]stands.StackInfo, d *desiredState) bool {
 	changed := false
 	for id, gr := range g.state.Granted {
+		if !g.mine(id) {
+			continue // its holder's to settle: another replica's view may be a cycle behind
+		}
 		from := applied(found, id)
 		switch {
 		case !gr.Until.IsZero() && g.now().After(gr.Until):
@@ -343,22 +410,23 @@ const awaitingMerge = "the lifetime policy's merge of its removal is under way"
 
 // approveRemoval readies a stand's destroy for the merge of its removal under the policy, when
 // changes must be reviewed at all: until confirmRemoval it waits.
-func (g *gate) approveRemoval(id, by string) {
-	if g.required {
-		g.grant(id, grant{Any: true, Pending: true, Until: g.now().Add(removalGrant), Auth: Authorised{By: by}})
+func (g *gate) approveRemoval(id, by string) error {
+	if !g.required {
+		return nil
 	}
+	return g.grant(id, grant{Any: true, Pending: true, Until: g.now().Add(removalGrant), Auth: Authorised{By: by}})
 }
 
 // confirmRemoval lets the destroy approveRemoval readied through: its merge succeeded.
 func (g *gate) confirmRemoval(id string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.load()
-	if gr, ok := g.state.Granted[id]; ok && gr.Any && gr.Pending {
-		gr.Pending = false
-		g.state.Granted[id] = gr
-		g.save()
-	}
+	g.change("confirm the removal of "+id, func() bool {
+		gr, ok := g.state.Granted[id]
+		if ok && gr.Any && gr.Pending {
+			gr.Pending = false
+			g.state.Granted[id] = gr
+		}
+		return ok && gr.Any
+	})
 }
 
 // removalGrant is how long a removal the lifetime policy merged is let through: its merge's cycle
@@ -367,22 +435,21 @@ const removalGrant = 15 * time.Minute
 
 // revokeRemoval takes back a removal's approval: its merge failed.
 func (g *gate) revokeRemoval(id string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.load()
-	if gr, ok := g.state.Granted[id]; ok && gr.Any {
-		delete(g.state.Granted, id)
-		g.save()
-	}
+	g.change("take back the removal of "+id, func() bool {
+		gr, ok := g.state.Granted[id]
+		if ok && gr.Any {
+			delete(g.state.Granted, id)
+		}
+		return ok && gr.Any
+	})
 }
 
 // grant lets a stand's transition through and keeps it.
-func (g *gate) grant(id string, gr grant) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.load()
-	g.grantLocked(id, gr)
-	g.save()
+func (g *gate) grant(id string, gr grant) error {
+	return g.change("let the change of "+id+" through", func() bool {
+		g.grantLocked(id, gr)
+		return true
+	})
 }
 
 func (g *gate) grantLocked(id string, gr grant) {
@@ -401,20 +468,76 @@ func (g *gate) useLocked(key string) {
 	g.state.Used[key] = g.now().UTC()
 }
 
-func (g *gate) load() {
-	if g.loaded {
-		return
+// stateTimeout bounds a change of the gate's state that no cycle asked for (ctl approve, a removal's
+// merge).
+const stateTimeout = 30 * time.Second
+
+// change runs fn as update does, outside a cycle, and logs what failed.
+func (g *gate) change(what string, fn func() bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), stateTimeout)
+	defer cancel()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	err := g.update(ctx, fn)
+	if err != nil {
+		g.log.Warn("the review gate's state cannot be kept", "to", what, "err", err)
 	}
-	g.loaded = true
-	if _, err := statefile.Read(g.file, &g.state); err != nil {
-		g.log.Warn("reviewed changes not read: every change needs its review again", "file", g.file, "err", err)
-	}
+	return err
 }
 
-func (g *gate) save() {
-	if err := statefile.Write(g.file, g.state); err != nil {
-		g.log.Warn("reviewed changes not saved", "file", g.file, "err", err)
+// updateTries bounds how often update starts again over a newer state: another replica's write
+// between a read and a save is rare, so many in a row is a store in trouble.
+const updateTries = 5
+
+// update runs fn over the latest state and keeps it when fn says it changed: again, over the newer
+// state, when another replica wrote first. With g.mu held.
+func (g *gate) update(ctx context.Context, fn func() bool) error {
+	for range updateTries {
+		if err := g.refresh(ctx); err != nil {
+			return err
+		}
+		if !fn() {
+			return nil
+		}
+		body, err := json.Marshal(g.state)
+		if err != nil {
+			return fmt.Errorf("write the review gate's state: %w", err)
+		}
+		next, ok, err := g.store.Save(ctx, body, g.version)
+		if ok && err == nil {
+			g.version = next
+			return nil
+		}
+		g.loaded = false // what fn changed is not kept: read again
+		if err != nil {
+			return fmt.Errorf("write the review gate's state: %w", err)
+		}
 	}
+	return fmt.Errorf("write the review gate's state: %d tries each found another replica's write first", updateTries)
+}
+
+// refresh loads the state when another wrote it since it was loaded. A state that cannot be parsed
+// is logged and started afresh: every change then needs its review again.
+func (g *gate) refresh(ctx context.Context) error {
+	known := g.version
+	if !g.loaded {
+		known = -1
+	}
+	body, version, err := g.store.Load(ctx, known)
+	if err != nil {
+		return fmt.Errorf("read the review gate's state: %w", err)
+	}
+	if g.loaded && body == nil && version == g.version {
+		return nil
+	}
+	g.state, g.version, g.loaded = reviewState{}, version, true
+	if body != nil {
+		if err := json.Unmarshal(body, &g.state); err != nil {
+			g.state = reviewState{}
+			g.log.Warn("reviewed changes not read: every change needs its review again", "err", err)
+		}
+	}
+	return nil
 }
 
 // hold records a change held for review and returns the stand's outcome.
@@ -493,7 +616,7 @@ func (r *Reconciler) Approve(id, commit, by, why string) error {
 	at := func(u unreviewed) bool { return commit == u.commit || mdtext.Short(commit) == mdtext.Short(u.commit) }
 	switch {
 	case !ok && !endOK:
-		return fmt.Errorf("%w %q with an unreviewed change", ErrUnknownStand, id)
+		return cmp.Or(r.elsewhere(id), fmt.Errorf("%w %q with an unreviewed change", ErrUnknownStand, id))
 	case !(ok && at(u)) && !(endOK && at(end)):
 		held := cmp.Or(u.commit, end.commit)
 		return fmt.Errorf("the unreviewed change of %s is at %s, not %s: look at it there", id, mdtext.Short(held), commit)
@@ -503,11 +626,15 @@ func (r *Reconciler) Approve(id, commit, by, why string) error {
 			Operator: &OperatorAction{Action: "approve", By: by, At: r.cfg.Now().UTC(), Reason: why}}
 	}
 	if ok && at(u) {
-		r.gate.grant(id, grant{Transition: stands.Transition{From: u.from, To: u.print}, Auth: auth(u)})
+		if err := r.gate.grant(id, grant{Transition: stands.Transition{From: u.from, To: u.print}, Auth: auth(u)}); err != nil {
+			return err
+		}
 		r.log.Warn("operator: approve", "stand", id, "commit", mdtext.Short(u.commit), "by", by, "reason", why)
 	}
 	if endOK && at(end) {
-		r.gate.approveEnd(id, end, auth(end))
+		if err := r.gate.approveEnd(id, end, auth(end)); err != nil {
+			return err
+		}
 		r.log.Warn("operator: approve", "lifetime_of", id, "commit", mdtext.Short(end.commit), "asks", end.print, "by", by, "reason", why)
 	}
 	r.Trigger()
@@ -531,8 +658,8 @@ func (r *Reconciler) reportUnreviewed(ctx context.Context) {
 // ApproveRemoval readies the destroy of a stand for the review gate: the reconciler is merging its
 // removal pull request at its end, as the repository's lifetime policy allows (by says so). The
 // destroy waits, neither held nor applied, until ConfirmRemoval or RevokeRemoval.
-func (r *Reconciler) ApproveRemoval(id, by string) {
-	r.gate.approveRemoval(id, by)
+func (r *Reconciler) ApproveRemoval(id, by string) error {
+	return r.gate.approveRemoval(id, by)
 }
 
 // ConfirmRemoval lets the destroy ApproveRemoval readied through: the merge succeeded.

@@ -53,6 +53,9 @@ func (r *Reconciler) ApproveChange(ctx context.Context, q ApproveRequest) (Appro
 	ap := Approval{Stand: q.Stand}
 	commit, ok := r.heldAt(q.Stand)
 	if !ok {
+		if err := r.elsewhere(q.Stand); err != nil {
+			return ap, err
+		}
 		return ap, fmt.Errorf("%w %q with an unreviewed change", ErrUnknownStand, q.Stand)
 	}
 	var err error
@@ -70,6 +73,22 @@ func (r *Reconciler) ApproveChange(ctx context.Context, q ApproveRequest) (Appro
 			ErrSeveralCommits, q.Stand, mdtext.Short(commit), len(ap.Commits), more, logLine(ap.Commits))
 	}
 	return ap, r.Approve(q.Stand, q.Commit, q.By, q.Why)
+}
+
+// elsewhere says, with replicas, which replica holds subject's changes when this one does not: the
+// stand's holder, the leader for the lifetime policy.
+func (r *Reconciler) elsewhere(subject string) error {
+	c := r.claims
+	switch {
+	case c == nil:
+		return nil
+	case subject == manifest.LifetimeFile && !c.leader():
+		return errors.New("the lifetime policy's changes are judged by the leader replica: run ctl approve on it (docs/replicas.md#the-review-gate)")
+	case subject != manifest.LifetimeFile && !c.holds(subject):
+		return fmt.Errorf("%s is operated by replica %s, not %s: run ctl approve on it (docs/replicas.md#the-review-gate)",
+			subject, cmp.Or(c.owner(subject), "another"), c.self())
+	}
+	return nil
 }
 
 // heldAt is the commit of subject's held change: a stand's spec change, else its end, else the

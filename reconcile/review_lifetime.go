@@ -56,62 +56,91 @@ type endHeld struct {
 }
 
 // policy is the lifetime policy the tracked branch at commit is judged under: the branch's own
-// without the gate (nil), else the one in force.
+// without the gate (nil), else the one in force. With replicas the leader alone lets a change of it
+// through or holds it; the others judge under the one in force.
 func (g *gate) policy(ctx context.Context, files fs.FS, commit string) *manifest.Policy {
 	if !g.required {
 		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.load()
 	asked := manifest.ReadPolicy(files)
+	var p manifest.Policy
+	err := g.update(ctx, func() (changed bool) {
+		p, changed = g.policyLocked(ctx, asked, commit)
+		return changed
+	})
+	if err != nil {
+		g.log.Warn("the review gate's state cannot be kept: the lifetime policy last in force stays", "err", err)
+		p = g.inForce
+	}
+	g.inForce = p
+	return &p
+}
+
+// policyLocked is policy over the state as loaded, with g.mu held; changed says the state changed.
+func (g *gate) policyLocked(ctx context.Context, asked manifest.Policy, commit string) (p manifest.Policy, changed bool) {
 	ls := g.state.Lifetime
 	if ls == nil {
 		g.state.Lifetime = &lifetimeState{Since: commit, Policy: asked,
 			PolicyBy: &Authorised{By: "the review gate's first judgement of lifetimes, at " + mdtext.Short(commit), At: g.now().UTC()}}
 		g.log.Info("lifetime policy taken as in force: every later change of it, or of a stand's end, needs a reviewed pull request",
 			"commit", mdtext.Short(commit), "policy", asked.Print())
-		g.save()
-		return &asked
+		return asked, true
+	}
+	if !g.leader() {
+		return ls.Policy, false
 	}
 	from, to := ls.Policy.Print(), asked.Print()
 	auth, why := g.authoriseEnd(ctx, manifest.LifetimeFile, stands.Transition{From: from, To: to}, commit)
 	switch {
 	case why != "":
 		g.holdEnd(manifest.LifetimeFile, commit, from, to, why)
-		p := ls.Policy
-		return &p
+		return ls.Policy, false
 	case auth != nil:
-		ls.PolicyBy = auth
+		ls.PolicyBy, changed = auth, true
 		g.log.Info("lifetime policy change let through the review gate", "commit", mdtext.Short(commit), "policy", to, "by", auth.By)
-		defer g.save()
 	}
 	g.releaseEnd(manifest.LifetimeFile)
 	ls.Policy = asked // the same settings, perhaps written otherwise: lines in messages are the branch's
-	return &asked
+	return asked, changed
 }
 
 // ends checks the stands' own ends the evaluation at commit asks for against those in force, and
-// returns the stands whose end in force is another.
+// returns the stands whose end in force is another. With replicas each lets through or holds the
+// ends of the stands it operates, and judges the others' under the end in force.
 func (g *gate) ends(ctx context.Context, ev *judge.Evaluation, commit string) map[string]endHeld {
 	if !g.required {
 		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.load()
+	var out map[string]endHeld
+	err := g.update(ctx, func() (changed bool) {
+		out, changed = g.endsLocked(ctx, ev, commit)
+		return changed
+	})
+	if err != nil {
+		g.log.Warn("the review gate's state cannot be kept: the stands' ends last in force stay", "err", err)
+		return g.lastEnds
+	}
+	g.lastEnds = out
+	return out
+}
+
+// endsLocked is ends over the state as loaded, with g.mu held; changed says the state changed.
+func (g *gate) endsLocked(ctx context.Context, ev *judge.Evaluation, commit string) (out map[string]endHeld, changed bool) {
 	ls := g.state.Lifetime
 	if ls == nil {
-		return nil // policy runs first; nil only without a gate
+		return nil, false // policy runs first; nil only without a gate
 	}
 	if ls.Ends == nil {
 		ls.Ends = map[string]endInForce{}
 	}
 	complete := len(ev.Unreadable) == 0 && ev.SecretsErr == nil
-	changed := false
 	if !ls.EndsTaken {
 		if !complete {
-			return nil // taken once every stand can be read
+			return nil, false // taken once every stand can be read
 		}
 		for _, v := range ev.Verdicts {
 			if v.Input != nil {
@@ -122,7 +151,7 @@ func (g *gate) ends(ctx context.Context, ev *judge.Evaluation, commit string) ma
 		}
 		ls.EndsTaken, changed = true, true
 	}
-	out := map[string]endHeld{}
+	out = map[string]endHeld{}
 	declared := map[string]bool{manifest.LifetimeFile: true}
 	for _, v := range ev.Verdicts {
 		declared[v.ID] = true
@@ -132,6 +161,12 @@ func (g *gate) ends(ctx context.Context, ev *judge.Evaluation, commit string) ma
 		s := v.Input.Stand
 		in := ls.Ends[v.ID]
 		asked := manifest.EndPrint(s)
+		if !g.mine(v.ID) {
+			if in.Print != asked {
+				out[v.ID] = endHeld{stand: standWithEnd(s, in), why: "its holder judges the end it asks"}
+			}
+			continue
+		}
 		auth, why := g.authoriseEnd(ctx, v.ID, stands.Transition{From: in.Print, To: asked}, commit)
 		if why == "" {
 			g.releaseEnd(v.ID)
@@ -145,14 +180,10 @@ func (g *gate) ends(ctx context.Context, ev *judge.Evaluation, commit string) ma
 			continue
 		}
 		g.holdEnd(v.ID, commit, in.Print, asked, why)
-		st, err := manifest.WithEnd(s, in.Print, in.Pos)
-		if err != nil {
-			st = s // not one this gate wrote; the branch's end stands rather than none
-		}
-		out[v.ID] = endHeld{stand: st, why: fmt.Sprintf("the end it asks at %s (%s) is not in force: the change was not reviewed (%s); "+
+		out[v.ID] = endHeld{stand: standWithEnd(s, in), why: fmt.Sprintf("the end it asks at %s (%s) is not in force: the change was not reviewed (%s); "+
 			"a reviewed pull request, or stands-reconciler ctl approve %s %s REASON, puts it in force", mdtext.Short(commit), endText(asked), why, v.ID, mdtext.Short(commit))}
 	}
-	if complete {
+	if complete && g.leader() {
 		for id := range ls.Ends {
 			if !declared[id] {
 				delete(ls.Ends, id) // a stand made again starts with no end of its own
@@ -161,10 +192,16 @@ func (g *gate) ends(ctx context.Context, ev *judge.Evaluation, commit string) ma
 		}
 		g.forgetHeldEnds(declared)
 	}
-	if changed {
-		g.save()
+	return out, changed
+}
+
+// standWithEnd is s with the end in force.
+func standWithEnd(s *manifest.Stand, in endInForce) *manifest.Stand {
+	st, err := manifest.WithEnd(s, in.Print, in.Pos)
+	if err != nil {
+		return s // not one this gate wrote; the branch's end stands rather than none
 	}
-	return out
+	return st
 }
 
 // endText is an end print as a status says it.
@@ -267,19 +304,19 @@ func (g *gate) endsToReport() map[string][]string {
 }
 
 // approveEnd releases the lifetime change of subject held at commit.
-func (g *gate) approveEnd(subject string, u unreviewed, auth Authorised) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.load()
-	if g.state.Lifetime == nil {
-		return
-	}
-	if g.state.Lifetime.Granted == nil {
-		g.state.Lifetime.Granted = map[string]grant{}
-	}
-	auth.At = g.now().UTC()
-	g.state.Lifetime.Granted[subject] = grant{Transition: stands.Transition{From: u.from, To: u.print}, Auth: auth}
-	g.save()
+func (g *gate) approveEnd(subject string, u unreviewed, auth Authorised) error {
+	return g.change("put the end of "+subject+" in force", func() bool {
+		ls := g.state.Lifetime
+		if ls == nil {
+			return false
+		}
+		if ls.Granted == nil {
+			ls.Granted = map[string]grant{}
+		}
+		auth.At = g.now().UTC()
+		ls.Granted[subject] = grant{Transition: stands.Transition{From: u.from, To: u.print}, Auth: auth}
+		return true
+	})
 }
 
 // lifetimeBanner is STATUS.md's note of a lifetime policy change held for review.

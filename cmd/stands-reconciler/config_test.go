@@ -144,8 +144,6 @@ func TestConfigRefusals(t *testing.T) {
 			[]string{"--replicas (from $STANDS_REPLICAS): needs a postgres:// --backend"}},
 		{"replicas with a short lease", creds, []string{"--repo", "/tmp/r", "--replicas", "--backend", "postgres://stands@127.0.0.1/stands", "--lease-ttl", "1s", "--lease-grace", "0s"},
 			[]string{"--lease-ttl (from --lease-ttl): want 2s or more", "--lease-grace (from --lease-grace): want 1s or more"}},
-		{"replicas reviewing changes", creds, []string{"--repo", "https://gitea.example.test/o/r.git", "--replicas", "--backend", "postgres://stands@127.0.0.1/stands"},
-			[]string{"--require-review (from default): is not available with --replicas yet: set --require-review=false"}},
 		{"metrics on the webhook's address", creds, []string{"--repo", "/tmp/r", "--listen", "127.0.0.1:9", "--metrics-listen", "127.0.0.1:9"},
 			[]string{"--metrics-listen (from --metrics-listen): 127.0.0.1:9 is --listen's address"}},
 		{"a database password in the backend URL", creds, []string{"--repo", "/tmp/r", "--backend", "postgres://stands:db-SENTINEL@127.0.0.1/stands"},

@@ -387,31 +387,9 @@ func (e *daemonEnv) start(extra ...string) {
 	t, pl := e.t, e.pl
 	dir := t.TempDir()
 	wrapper, counts := testenv.CountingPulumi(t, pl.Bin)
-	wrapBin := filepath.Dir(wrapper)
 	e.counts = counts
-	secretFile := func(name, value string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(value+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
 	e.listen = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Most tests push to main directly: a test of the review gate turns it on (extra wins).
-	cmd := exec.Command(exe, append([]string{"run", "--repo", e.repo.Info.CloneURL, "--poll-interval", "1s", "--listen", e.listen,
-		"--drift-interval", "0", "--drain-timeout", "2m", "--require-review=false"}, extra...)...)
-	cmd.Env = []string{runMainEnv + "=1", "PATH=" + wrapBin + ":" + os.Getenv("PATH"), "HOME=" + dir,
-		"STANDS_STATE_DIR=" + e.state, "STANDS_CLOUD_ENDPOINT=" + e.hetzner.Endpoint,
-		"HCLOUD_TOKEN_FILE=" + secretFile("hcloud-token", e.hetzner.Token),
-		"STANDS_PASSPHRASE_FILE=" + secretFile("passphrase", pl.Passphrase),
-		"STANDS_GIT_USER=" + e.gitUser, "STANDS_GIT_TOKEN_FILE=" + secretFile("git-token", e.gitToken),
-		"STANDS_WEBHOOK_SECRET_FILE=" + secretFile("webhook-secret", e.hookKey),
-		"VAULT_ADDR=" + e.vault.Addr, "VAULT_ROLE_ID=" + e.roleID, "VAULT_SECRET_ID_FILE=" + secretFile("vault-secret-id", e.secrets["vault secret id"]),
-		"STANDS_NODES=skip", "LOG_LEVEL=debug", "SECRET_DAEMON_SENTINEL=" + e.secrets["daemon env sentinel"]}
+	cmd := e.command(dir, filepath.Dir(wrapper), e.state, e.listen, extra...)
 	e.environ = cmd.Env
 	e.logFile = filepath.Join(dir, "daemon.log")
 	e.logFiles = append(e.logFiles, e.logFile)
@@ -436,6 +414,35 @@ func (e *daemonEnv) start(extra ...string) {
 			t.Logf("daemon log (last 6000 bytes):\n%s", data[max(0, len(data)-6000):])
 		}
 	})
+}
+
+// command is the daemon's command line and environment: Pulumi from wrapBin, its state in state,
+// its secrets' files and home in dir.
+func (e *daemonEnv) command(dir, wrapBin, state, listen string, extra ...string) *exec.Cmd {
+	t, pl := e.t, e.pl
+	secretFile := func(name, value string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(value+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Most tests push to main directly: a test of the review gate turns it on (extra wins).
+	cmd := exec.Command(exe, append([]string{"run", "--repo", e.repo.Info.CloneURL, "--poll-interval", "1s", "--listen", listen,
+		"--drift-interval", "0", "--drain-timeout", "2m", "--require-review=false"}, extra...)...)
+	cmd.Env = []string{runMainEnv + "=1", "PATH=" + wrapBin + ":" + os.Getenv("PATH"), "HOME=" + dir,
+		"STANDS_STATE_DIR=" + state, "STANDS_CLOUD_ENDPOINT=" + e.hetzner.Endpoint,
+		"HCLOUD_TOKEN_FILE=" + secretFile("hcloud-token", e.hetzner.Token),
+		"STANDS_PASSPHRASE_FILE=" + secretFile("passphrase", pl.Passphrase),
+		"STANDS_GIT_USER=" + e.gitUser, "STANDS_GIT_TOKEN_FILE=" + secretFile("git-token", e.gitToken),
+		"STANDS_WEBHOOK_SECRET_FILE=" + secretFile("webhook-secret", e.hookKey),
+		"VAULT_ADDR=" + e.vault.Addr, "VAULT_ROLE_ID=" + e.roleID, "VAULT_SECRET_ID_FILE=" + secretFile("vault-secret-id", e.secrets["vault secret id"]),
+		"STANDS_NODES=skip", "LOG_LEVEL=debug", "SECRET_DAEMON_SENTINEL=" + e.secrets["daemon env sentinel"]}
+	return cmd
 }
 
 // stop sends SIGTERM and expects a clean exit.
