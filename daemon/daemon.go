@@ -204,9 +204,10 @@ func (d *Daemon) forgeParts(cfg *reconcile.Config, forge Forge, eng *engine.Engi
 	case !s.RequireReview:
 		log.Info("no review gate: changes are applied as they land (--require-review=false)")
 	case forge == nil:
-		// No pull requests to review in: a local repository, or no token for the API. STATUS.md,
-		// stands_review_gate and its alert say so too.
-		log.Warn("no review gate: changes are applied as they land, reviewed or not: reviews need the Gitea API")
+		// Check refused a local repository and a missing token; what is left is an API that
+		// cannot be used. The gate never turns itself off.
+		return errors.New("--require-review: the review gate needs Gitea's API, which cannot be used (the log says why): " +
+			"fix it, or run without the gate: --require-review=false (STANDS_REQUIRE_REVIEW=false)")
 	case !s.Previews:
 		cfg.Review.Require = true
 		log.Warn("--previews=false: no plan can be reviewed, so only ctl approve lets a change through (or --require-review=false)")

@@ -162,6 +162,12 @@ func (s *Settings) Check(env Env, o Origins) []error {
 	}
 	s.checkReplicas(bad)
 	s.checkWork(bad)
+	if why := s.Ungated(env); s.RequireReview && why != "" {
+		// A gate that turned itself off would apply every change unreviewed while the settings
+		// say otherwise: it is on, or off by the operator's word.
+		bad("require-review", "the review gate cannot run: %s; give the daemon Gitea's API (an https repository or --gitea-url, "+
+			"and STANDS_GIT_TOKEN), or run without the gate: --require-review=false (STANDS_REQUIRE_REVIEW=false)", why)
+	}
 	if s.MaxDestroyShare < 0 || s.MaxDestroyShare > 1 {
 		bad("max-destroy-share", "%v: want a share from 0 to 1", s.MaxDestroyShare)
 	}

@@ -40,8 +40,12 @@ func (r *Reconciler) decide(actions []diff.Action, d *desiredState, found map[st
 		} else if a.Kind != diff.Noop {
 			st.ref = stands.StackRef{}
 		}
-		if st.running || !r.claims.holds(a.ID) {
-			continue // another replica's stand: it decides, and its status comes from its record
+		if st.running {
+			continue
+		}
+		if !r.claims.holds(a.ID) {
+			r.gate.release(a.ID) // another replica's stand: it decides and holds, and its status comes from its record
+			continue
 		}
 		if d.waiting[a.ID] || r.gate.gating() && gatedKind(a) && !d.gated[a.ID] {
 			continue // its removal's merge is under way, or the gate has not judged it: the next cycle decides

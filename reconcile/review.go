@@ -210,7 +210,9 @@ func (g *gate) review(ctx context.Context, actions []diff.Action, d *desiredStat
 	if err != nil {
 		g.log.Warn("the review gate's state cannot be kept: no change is applied this cycle", "err", err)
 		for _, a := range actions {
-			d.waiting[a.ID] = true
+			if gatedKind(a) {
+				d.waiting[a.ID] = true
+			}
 		}
 		return nil
 	}

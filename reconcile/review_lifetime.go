@@ -89,6 +89,7 @@ func (g *gate) policyLocked(ctx context.Context, asked manifest.Policy, commit s
 		return asked, true
 	}
 	if !g.leader() {
+		g.releaseEnd(manifest.LifetimeFile) // the leader holds it, and reports it
 		return ls.Policy, false
 	}
 	from, to := ls.Policy.Print(), asked.Print()
@@ -162,6 +163,7 @@ func (g *gate) endsLocked(ctx context.Context, ev *judge.Evaluation, commit stri
 		in := ls.Ends[v.ID]
 		asked := manifest.EndPrint(s)
 		if !g.mine(v.ID) {
+			g.releaseEnd(v.ID) // its holder holds it, and reports it
 			if in.Print != asked {
 				out[v.ID] = endHeld{stand: standWithEnd(s, in), why: "its holder judges the end it asks"}
 			}

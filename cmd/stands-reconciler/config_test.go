@@ -64,7 +64,8 @@ func TestConfigLayer(t *testing.T) {
 	ctx := context.Background()
 	dir := privateConfig(t)
 	file := filepath.Join(dir, "daemon.yml")
-	vars := map[string]string{"STANDS_CONFIG": file, "STANDS_WORKERS": "5", "STANDS_PULUMI_BIN": fakePulumi(t), "STANDS_STATE_DIR": t.TempDir()}
+	// No token for the API: the review gate is off, by the operator's word (TestConfigRefusals).
+	vars := map[string]string{"STANDS_CONFIG": file, "STANDS_WORKERS": "5", "STANDS_PULUMI_BIN": fakePulumi(t), "STANDS_STATE_DIR": t.TempDir(), "STANDS_REQUIRE_REVIEW": "false"}
 	r := runCLI(t, ctx, newRecorder(vars), "config", "check", "--drift-interval", "1h", "--unit", filepath.Join(testenv.RepoRoot(), "deploy", "stands-reconciler.service"))
 	if r.code != exitOK {
 		t.Fatalf("config check: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
@@ -146,6 +147,11 @@ func TestConfigRefusals(t *testing.T) {
 			[]string{"--lease-ttl (from --lease-ttl): want 2s or more", "--lease-grace (from --lease-grace): want 1s or more"}},
 		{"metrics on the webhook's address", creds, []string{"--repo", "/tmp/r", "--listen", "127.0.0.1:9", "--metrics-listen", "127.0.0.1:9"},
 			[]string{"--metrics-listen (from --metrics-listen): 127.0.0.1:9 is --listen's address"}},
+		{"the review gate without Gitea's API", creds, []string{"--repo", "/tmp/r"},
+			[]string{"--require-review (from default): the review gate cannot run: no Gitea API to read reviews in: a local or SSH repository without --gitea-url; " +
+				"give the daemon Gitea's API (an https repository or --gitea-url, and STANDS_GIT_TOKEN), or run without the gate: --require-review=false"}},
+		{"the review gate without a token", creds, []string{"--repo", "https://gitea.example.test/o/r.git", "--require-review"},
+			[]string{"--require-review (from --require-review): the review gate cannot run: no STANDS_GIT_TOKEN for the Gitea API"}},
 		{"a database password in the backend URL", creds, []string{"--repo", "/tmp/r", "--backend", "postgres://stands:db-SENTINEL@127.0.0.1/stands"},
 			[]string{"--backend (from --backend): holds a password"}},
 	} {
@@ -266,7 +272,7 @@ func TestConfigCheckRefusesWhatFailsLater(t *testing.T) {
 // secret's value in the environment; the daemon refuses it (TestConfigRefusals).
 func TestOneShotTakesSecretsFromTheEnvironment(t *testing.T) {
 	vars := map[string]string{"STANDS_PASSPHRASE": "pass-phrase", "HCLOUD_TOKEN": "hc-token", "STANDS_PULUMI_BIN": fakePulumi(t), "STANDS_STATE_DIR": t.TempDir()}
-	r := runCLI(t, context.Background(), newRecorder(vars), "reconcile", "--once", "--repo", t.TempDir())
+	r := runCLI(t, context.Background(), newRecorder(vars), "reconcile", "--once", "--repo", t.TempDir(), "--require-review=false")
 	if strings.Contains(r.stderr, "files only") || strings.Contains(r.stderr, "is required") {
 		t.Errorf("reconcile --once refused the environment's secrets:\n%s", r.stderr)
 	}
@@ -293,7 +299,8 @@ func TestReplicasNotForOnce(t *testing.T) {
 
 // TestConfigCheckNamesMissingSafeguards: `config check` against a real Gitea repository whose main
 // has no protection warns of each of the six safeguards by name, and still says ok (the daemon runs
-// without them, and says so).
+// without them, and says so). Without its review gate it warns; without a token for the API it
+// refuses, unless the gate is off by the operator's word.
 func TestConfigCheckNamesMissingSafeguards(t *testing.T) {
 	g := testenv.StartGitea(t)
 	repo := g.CreateRepo(t, "unprotected")
@@ -329,6 +336,10 @@ func TestConfigCheckNamesMissingSafeguards(t *testing.T) {
 		if !strings.Contains(r.stderr, ungated+" ("+why+")") {
 			t.Errorf("config check with %s: exit %d, no warning of it:\n%s", why, r.code, r.stderr)
 		}
+		// Off by the operator's word it runs; off for want of a token it does not start.
+		if refused := strings.Contains(r.stderr, "the review gate cannot run: "+why); refused != (args == nil) || (r.code == exitOK) == refused {
+			t.Errorf("config check with %s: exit %d, refused %v:\n%s", why, r.code, refused, r.stderr)
+		}
 	}
 }
 
@@ -346,7 +357,7 @@ func TestRenamedSettingsStillWork(t *testing.T) {
 	if err := os.WriteFile(old, append(data, "hcloud-endpoint: http://127.0.0.1:1/file\n"...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	base := map[string]string{"STANDS_PULUMI_BIN": fakePulumi(t), "STANDS_STATE_DIR": t.TempDir(), "STANDS_CONFIG": filepath.Join(dir, "daemon.yml")}
+	base := map[string]string{"STANDS_PULUMI_BIN": fakePulumi(t), "STANDS_STATE_DIR": t.TempDir(), "STANDS_CONFIG": filepath.Join(dir, "daemon.yml"), "STANDS_REQUIRE_REVIEW": "false"}
 	with := func(kv ...string) map[string]string {
 		vars := maps.Clone(base)
 		for i := 0; i < len(kv); i += 2 {

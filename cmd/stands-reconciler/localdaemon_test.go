@@ -70,7 +70,7 @@ func newLocalDaemon(t *testing.T, lr *localStandsRepo, h *testenv.Hetzner, extra
 		"STANDS_STATE_DIR=" + d.state, "STANDS_CLOUD_ENDPOINT=" + h.Endpoint, "STANDS_NODES=skip", "LOG_LEVEL=debug",
 		"HCLOUD_TOKEN_FILE=" + secret("hcloud-token", h.Token), "STANDS_PASSPHRASE_FILE=" + secret("passphrase", pl.Passphrase),
 		"STANDS_CONTROL_SOCKET=" + d.socket}
-	d.args = append([]string{"run", "--repo", lr.dir, "--listen", d.listen, "--drift-interval", "0"}, extra...)
+	d.args = append([]string{"run", "--repo", lr.dir, "--listen", d.listen, "--drift-interval", "0", "--require-review=false"}, extra...)
 	return d
 }
 

@@ -39,7 +39,7 @@ func TestReconcileOnceLocalRepository(t *testing.T) {
 	}
 	once := func() result {
 		t.Helper()
-		return runCLI(t, context.Background(), newRecorder(vars), "reconcile", "--once", "--repo", dir, "--drift-interval", "0")
+		return runCLI(t, context.Background(), newRecorder(vars), "reconcile", "--once", "--repo", dir, "--drift-interval", "0", "--require-review=false")
 	}
 	r := once()
 	if r.code != 0 || !strings.Contains(r.stdout, `"stands":{"local_a_dev":"Ready"}`) {
@@ -167,7 +167,7 @@ func TestReconcileOnceVaultTokenPastMaxTTL(t *testing.T) {
 		"STANDS_PULUMI_BIN": wrapper, "STANDS_STATE_DIR": t.TempDir(), "VAULT_ADDR": v.Addr, "VAULT_TOKEN_FILE": tokenFile}
 	once := func(want int) result {
 		t.Helper()
-		r := runCLI(t, ctx, newRecorder(vars), "reconcile", "--once", "--repo", lr.dir, "--drift-interval", "0")
+		r := runCLI(t, ctx, newRecorder(vars), "reconcile", "--once", "--repo", lr.dir, "--drift-interval", "0", "--require-review=false")
 		if r.code != want {
 			t.Fatalf("reconcile --once: exit %d, want %d\nstdout: %s\nstderr: %s", r.code, want, r.stdout, r.stderr)
 		}

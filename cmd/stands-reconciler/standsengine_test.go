@@ -668,7 +668,7 @@ func TestStandsEngineGuideToTheDaemon(t *testing.T) {
 	}
 	daemon := merged(ours, map[string]string{"HCLOUD_TOKEN": h.Token, "STANDS_PASSPHRASE": pl.Passphrase, "STANDS_OWNER": "alice",
 		"SECRET_REGISTRY_PASSWORD": exampleEnv["SECRET_REGISTRY_PASSWORD"], "SECRET_KV_PASSWORD": exampleEnv["SECRET_KV_PASSWORD"]})
-	r := runCLI(t, ctx, newRecorder(daemon), "reconcile", "--once", "--repo", repo, "--drift-interval", "0")
+	r := runCLI(t, ctx, newRecorder(daemon), "reconcile", "--once", "--repo", repo, "--drift-interval", "0", "--require-review=false")
 	if r.code != 0 || !strings.Contains(r.stdout, `"alice_shop_devback":"Ready"`) {
 		t.Fatalf("the daemon's cycle after adopt: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
