@@ -305,7 +305,7 @@ func (sw *switches) banner() mdtext.Markup {
 		d.F("> **Plan-only** (%s): each stand's status says what would be applied or destroyed; nothing is.\n", by)
 	}
 	if sw.ungated {
-		d.F("> **No review gate**: every change landing on %s is applied, reviewed or not (`--require-review=false`, or no Gitea API to read reviews in; docs/pr-workflow.md#apply-only-what-was-reviewed).\n", sw.branch)
+		d.F("> **No review gate**: every change landing on %s is applied, reviewed or not (`--require-review=false`; docs/pr-workflow.md#apply-only-what-was-reviewed).\n", sw.branch)
 	}
 	if len(sw.unguarded) > 0 {
 		d.F("> **The protection of %s lacks** %s: a merge can apply what no reviewer approved or planned "+
