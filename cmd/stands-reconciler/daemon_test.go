@@ -393,17 +393,7 @@ func (e *daemonEnv) start(extra ...string) {
 	e.environ = cmd.Env
 	e.logFile = filepath.Join(dir, "daemon.log")
 	e.logFiles = append(e.logFiles, e.logFile)
-	logf, err := os.Create(e.logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	testenv.EndsWithTest(cmd)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	e.cmd, e.exited = cmd, make(chan error, 1)
-	go func() { e.exited <- cmd.Wait(); logf.Close() }()
+	e.cmd, e.exited = cmd, startLogged(t, cmd, e.logFile)
 	t.Cleanup(func() {
 		if e.cmd != nil {
 			_ = cmd.Process.Kill()

@@ -85,17 +85,7 @@ func (d *localDaemon) start(extra ...string) {
 	cmd := exec.Command(exe, append(append([]string{}, d.args...), extra...)...)
 	cmd.Env = d.env
 	d.logFile = filepath.Join(t.TempDir(), "daemon.log")
-	logf, err := os.Create(d.logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	testenv.EndsWithTest(cmd)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d.cmd, d.exited = cmd, make(chan error, 1)
-	go func() { d.exited <- cmd.Wait(); logf.Close() }()
+	d.cmd, d.exited = cmd, startLogged(t, cmd, d.logFile)
 	t.Cleanup(func() {
 		if d.cmd == cmd {
 			testenv.KillTree(cmd.Process.Pid)
@@ -200,4 +190,22 @@ func (d *localDaemon) locks() []string {
 		return nil
 	})
 	return locks
+}
+
+// startLogged starts cmd, its output into logFile, ended with the test at the latest; the channel
+// gets its Wait's error.
+func startLogged(t *testing.T, cmd *exec.Cmd, logFile string) chan error {
+	t.Helper()
+	logf, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	testenv.EndsWithTest(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); logf.Close() }()
+	return exited
 }

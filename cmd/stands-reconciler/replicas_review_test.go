@@ -59,22 +59,7 @@ func TestReplicasReviewGate(t *testing.T) {
 	for _, id := range ids {
 		e.waitStatus(id, 5*time.Minute, func(s *reconcile.Status) bool { return s.Phase == reason.Ready })
 	}
-	holders := func() map[string]string {
-		out := map[string]string{}
-		rows, err := pg.DB(t).Query(`SELECT name, holder FROM stands_leases WHERE expires_at > now()`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var name, holder string
-			if err := rows.Scan(&name, &holder); err != nil {
-				t.Fatal(err)
-			}
-			out[name], _, _ = strings.Cut(holder, ".")
-		}
-		return out
-	}
+	holders := func() map[string]string { return leaseHolders(t, pg) }
 	e.waitFor("every stand held by its rendezvous owner", time.Minute, func() bool {
 		held := holders()
 		for _, id := range ids {
@@ -322,17 +307,7 @@ func (r *replica) start() {
 	cmd.Env = append(cmd.Env, append([]string{"LOG_LEVEL=info"}, r.extra...)...)
 	r.logFile = filepath.Join(r.dir, fmt.Sprintf("daemon-%d.log", time.Now().UnixNano()))
 	r.logs = append(r.logs, r.logFile)
-	logf, err := os.Create(r.logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	testenv.EndsWithTest(cmd)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r.cmd, r.exited = cmd, make(chan error, 1)
-	go func() { r.exited <- cmd.Wait(); logf.Close() }()
+	r.cmd, r.exited = cmd, startLogged(t, cmd, r.logFile)
 }
 
 // kill ends the replica with SIGKILL, as a lost host would.

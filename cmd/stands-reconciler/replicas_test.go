@@ -90,22 +90,7 @@ func TestReplicas(t *testing.T) {
 	}
 	// Each stand ends up with the replica it belongs to (the first to start took them all, and
 	// handed the others over between operations).
-	holders := func() map[string]string {
-		out := map[string]string{}
-		rows, err := pg.DB(t).Query(`SELECT name, holder FROM stands_leases WHERE expires_at > now()`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var name, holder string
-			if err := rows.Scan(&name, &holder); err != nil {
-				t.Fatal(err)
-			}
-			out[name], _, _ = strings.Cut(holder, ".")
-		}
-		return out
-	}
+	holders := func() map[string]string { return leaseHolders(t, pg) }
 	reader.waitFor("every stand held by its rendezvous owner", time.Minute, func() bool {
 		held := holders()
 		for _, id := range ids {
@@ -314,4 +299,23 @@ func peakConnections(t *testing.T, pg *testenv.Postgres) func() int {
 		defer mu.Unlock()
 		return most
 	}
+}
+
+// leaseHolders is the replica holding each live lease, by its name.
+func leaseHolders(t *testing.T, pg *testenv.Postgres) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	rows, err := pg.DB(t).Query(`SELECT name, holder FROM stands_leases WHERE expires_at > now()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, holder string
+		if err := rows.Scan(&name, &holder); err != nil {
+			t.Fatal(err)
+		}
+		out[name], _, _ = strings.Cut(holder, ".")
+	}
+	return out
 }
