@@ -145,9 +145,9 @@ func (g *Gitea) Merged(ctx context.Context, index int64) (string, bool, error) {
 	return *pr.MergedCommitID, false, nil
 }
 
-// Contributors names who took part in pull request index: who opened it, the authors and
-// committers of its commits (where Gitea knows the address), and everyone who pushed to it, as its
-// timeline names them (a push of commits, a force-push). A commit's author and committer are what
+// Contributors names who took part in pull request index: the reconciler's own user (OwnUser),
+// who opened it, the authors and committers of its commits (where Gitea knows the address), and
+// everyone who pushed to it, as its timeline names them (a push of commits, a force-push). A commit's author and committer are what
 // its writer says; who pushed is what Gitea saw, so a pusher is named even under a borrowed name.
 func (g *Gitea) Contributors(ctx context.Context, index int64) (stands.Contributors, error) {
 	c, err := g.client(ctx)
@@ -164,6 +164,13 @@ func (g *Gitea) Contributors(ctx context.Context, index int64) (stands.Contribut
 			out[u.UserName] = did
 		}
 	}
+	// The reconciler's own user first: its token is on the reconciler's host, and an approval
+	// made with it is no second person's, whatever else that user did.
+	me, err := g.self(c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	add(&gitea.User{UserName: me}, OwnUser)
 	add(pr.Poster, "opened it")
 	err = eachPage(func(o gitea.ListOptions) ([]*gitea.TimelineComment, error) {
 		events, _, err := c.ListIssueTimeline(g.owner, g.repo, index, gitea.ListIssueCommentOptions{ListOptions: o})
@@ -262,6 +269,9 @@ func (g *Gitea) UpsertComment(ctx context.Context, index int64, marker string, b
 	}
 	return created.Updated, nil
 }
+
+// OwnUser is what Contributors says of the reconciler's own Gitea user.
+const OwnUser = "is the reconciler's own Gitea user"
 
 // self is the user the token belongs to, asked once.
 func (g *Gitea) self(c *gitea.Client) (string, error) {
