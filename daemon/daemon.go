@@ -185,7 +185,7 @@ func (d *Daemon) forgeParts(cfg *reconcile.Config, forge Forge, eng *engine.Engi
 	}
 	if d.member != nil {
 		// Every replica gates its own stands' changes against the same authorisations.
-		cfg.Review.Store = d.member.Document(reviewDocument)
+		cfg.Review.Store = seeded{d.member.Document(reviewDocument), cfg.Review.State}
 	}
 	if forge != nil {
 		cfg.Forge = forge
@@ -230,7 +230,7 @@ func (d *Daemon) plans(forge Forge, eng *engine.Engine, sec reconcile.Secrets, l
 	}
 	var store prplan.HeadStore
 	if d.member != nil {
-		store = d.member.Document(plansDocument) // the leader plans; every replica's gate reads them
+		store = seeded{d.member.Document(plansDocument), state} // the leader plans; every replica's gate reads them
 	}
 	return prplan.New(prplan.Config{Branch: loop.Branch, Passphrase: loop.Passphrase, StateFile: state, Store: store, Log: d.log, Metrics: d.metrics,
 		Guards:  judge.Guards{Owner: loop.Owner, MaxDestroyShare: loop.MaxDestroyShare, AllowMassDestroy: loop.AllowMassDestroy},

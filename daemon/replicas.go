@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -32,6 +33,30 @@ const (
 	reviewDocument = "review-gate"
 	plansDocument  = "planned-heads"
 )
+
+// seeded is a document the replicas share that, until one of them writes it, reads as the file this
+// reconciler kept without replicas: turning --replicas on keeps what the gate let through, the
+// approvals it used and the pull requests planned. The first save of any replica creates the
+// document; another's seed then loses the race, and reads the document.
+type seeded struct {
+	*lease.Document
+	file string
+}
+
+func (s seeded) Load(ctx context.Context, known int64) ([]byte, int64, error) {
+	body, version, err := s.Document.Load(ctx, known)
+	if err != nil || version != 0 {
+		return body, version, err
+	}
+	data, err := os.ReadFile(s.file)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, fmt.Errorf("read %s, what this reconciler kept without replicas: %w", s.file, err)
+	}
+	return data, 0, nil
+}
 
 // leaseCheck is, with replicas, how the engine judges a stack lock taken under a lease: abandoned
 // once the stand's lease has another token. The member is joined before any operation runs.
