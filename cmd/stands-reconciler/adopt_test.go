@@ -36,7 +36,7 @@ func TestAdoptCommand(t *testing.T) {
 	cli := func(args ...string) result { t.Helper(); return runCLI(t, ctx, newRecorder(vars), args...) }
 	once := func() result {
 		t.Helper()
-		return cli("reconcile", "--once", "--repo", lr.dir, "--drift-interval", "0")
+		return cli("reconcile", "--once", "--repo", lr.dir, "--drift-interval", "0", "--require-review=false")
 	}
 	manifest := filepath.Join(lr.dir, standPath("a"))
 

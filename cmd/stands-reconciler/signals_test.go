@@ -2,14 +2,17 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stands-engine/stands-reconciler/test/testenv"
+	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
 // TestCommandsStopOnSignal: validate, busy in a template that never ends, exits 130 within 2 s of
@@ -39,7 +42,11 @@ func TestCommandsStopOnSignal(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Second) // into the template: it never ends
+			// Into the template (it never ends), with the handler in place: on a busy machine a
+			// second after the start may be neither.
+			wait.For(t, "validate to spin in its template, catching "+c.sig.String(), time.Minute, func() bool {
+				return catches(cmd.Process.Pid, c.sig) && cpuTime(cmd.Process.Pid) >= time.Second
+			})
 			if err := cmd.Process.Signal(c.sig); err != nil {
 				t.Fatal(err)
 			}
@@ -63,4 +70,36 @@ func TestCommandsStopOnSignal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// catches says whether process pid has a handler for sig (/proc/<pid>/status, SigCgt).
+func catches(pid int, sig syscall.Signal) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(data)) {
+		if mask, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+			return err == nil && m&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
+}
+
+// cpuTime is the CPU time process pid has used (/proc/<pid>/stat: utime and stime, in the kernel's
+// 100 ticks a second).
+func cpuTime(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(data), ") ")
+	f := strings.Fields(rest) // from the state, the third field of the line
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
