@@ -204,7 +204,14 @@ func (r *Repo) commitOn(branch, msg string, write map[string]string, remove []st
 		}
 	}
 	for path, content := range write {
-		writeFile(t, wt, path, content)
+		putFile(t, wt, path, content)
+	}
+	// One add of everything: an add a file reads the worktree's whole status, which at thousands
+	// of files (the bench's stands, STATUS.md's pages) takes minutes.
+	if len(write) > 0 {
+		if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	author := &object.Signature{Name: "dev", Email: "dev@example.test", When: time.Now()}
 	if r.author != "" {
@@ -344,6 +351,15 @@ func CommitAll(t testing.TB, r *git.Repository, dir, msg string, files map[strin
 
 func writeFile(t testing.TB, wt *git.Worktree, path, content string) {
 	t.Helper()
+	putFile(t, wt, path, content)
+	if _, err := wt.Add(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// putFile writes a file of the worktree, not added.
+func putFile(t testing.TB, wt *git.Worktree, path, content string) {
+	t.Helper()
 	if err := wt.Filesystem.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -355,9 +371,6 @@ func writeFile(t testing.TB, wt *git.Worktree, path, content string) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if _, err := wt.Add(path); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // User is a non-admin Gitea user with an all-scopes access token.
