@@ -38,6 +38,16 @@ func TestStatusTableStaysInert(t *testing.T) {
 	// The table: a row per stand, and the header.
 	var plainAll int
 	testenv.EveryHostileValue(t, publish, render, func(plain []string) int { plainAll = len(plain) + 1; return plainAll })
+	// Past pageRows stands: the counts, the stands that need attention (each value's) and the index.
+	testenv.EveryHostileValue(t, func(docs map[string][]string) {
+		files := map[string]string{}
+		for name, values := range docs {
+			files["paged-"+name+"/STATUS.md"] = string(hostilePaged(values)[stands.StatusFile])
+		}
+		repo.Change("every paged status", files)
+	}, func(name string) (*html.Node, error) {
+		return repo.RenderedMarkup("src/branch/main/paged-"+name+"/STATUS.md", "Written by stands-reconciler")
+	}, func(plain []string) int { return 2*len(plain) + 3 }) // both headers, a row per value in each, the padding's page
 	testenv.BrowserShowsEveryValue(t, repo.Info.HTMLURL+"/", "Written by stands-reconciler",
 		func(name string) string { return "src/branch/main/" + name + "/STATUS.md" }, plainAll)
 	testenv.ShowFailsWithTags(t, ".", "TestStatusTableStaysInert", "stands_inert_off", "elements differ with hostile value",
@@ -62,4 +72,20 @@ func hostileTable(values []string) []byte {
 		banner += sw.banner()
 	}
 	return statusTable(all, values, banner)
+}
+
+// hostilePaged is STATUS.md and its pages past pageRows stands: a Failed stand per value, each field
+// of its row holding the value, and pageRows stands of another owner on one page.
+func hostilePaged(values []string) map[string][]byte {
+	all := map[string]*Status{}
+	for i, v := range values {
+		id := fmt.Sprintf("%03d-%s", i, v)
+		all[id] = &Status{ID: id, Phase: reason.Failed, Reason: reason.Reason(v), Message: v, LastSuccessfulCommit: v,
+			Nodes: []stands.Node{{Name: v, PublicIPv4: v}}}
+	}
+	for i := range pageRows {
+		id := fmt.Sprintf("zzz_pad_%03d", i)
+		all[id] = &Status{ID: id, Phase: reason.Ready}
+	}
+	return statusFiles(all, nil, "")
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -74,6 +76,13 @@ func (p *publisher) load(ctx context.Context, seed func(map[string]*Status)) err
 	}
 	if data, err := fs.ReadFile(files, stands.StatusFile); err == nil {
 		p.published[stands.StatusFile] = data
+	}
+	pages, _ := fs.ReadDir(files, pagesDir)
+	for _, e := range pages {
+		name := path.Join(pagesDir, e.Name())
+		if data, err := fs.ReadFile(files, name); err == nil && !e.IsDir() {
+			p.published[name] = data
+		}
 	}
 	p.loaded.Store(true)
 	return nil
@@ -203,7 +212,12 @@ func (p *publisher) commitLocked(ctx context.Context, all map[string]*Status, un
 		phases[id] = st.Phase
 		files[stands.StatusPath(id)] = st.encode()
 	}
-	files[stands.StatusFile] = statusTable(all, unreadable, banner)
+	maps.Copy(files, statusFiles(all, unreadable, banner))
+	for path := range p.published {
+		if _, ok := files[path]; !ok && strings.HasPrefix(path, pagesDir+"/") {
+			files[path] = nil // a page no stand is on any more
+		}
+	}
 	changed := map[string][]byte{}
 	var what []string
 	for path, data := range files {
@@ -228,6 +242,10 @@ func (p *publisher) commitLocked(ctx context.Context, all map[string]*Status, un
 		return err
 	}
 	for path, data := range changed {
+		if data == nil {
+			delete(p.published, path)
+			continue
+		}
 		p.published[path] = data
 	}
 	if commit != "" {

@@ -164,34 +164,53 @@ func loadStatuses(files fs.FS) map[string]*Status {
 	return out
 }
 
-// statusTable renders STATUS.md: one row per stand, for on-call reading Git. Ids, node names,
-// messages and unreadable paths come from the repository: mdtext renders them inert.
+// statusTable renders STATUS.md of at most pageRows stands: one row per stand, for on-call reading
+// Git. Ids, node names, messages and unreadable paths come from the repository: mdtext renders them
+// inert.
 func statusTable(all map[string]*Status, unreadable []string, banner mdtext.Markup) []byte {
-	ids := make([]string, 0, len(all))
-	for id := range all {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
 	var d mdtext.Doc
+	statusHeader(&d, banner)
+	var total totalCost
+	standRows(&d, sortedIDs(all), all, "", &total)
+	d.Add(total.line())
+	unreadableList(&d, unreadable)
+	return []byte(d.Markup())
+}
+
+func statusHeader(d *mdtext.Doc, banner mdtext.Markup) {
 	d.Add("# Stands\n\nWritten by stands-reconciler; do not edit. Details and connection info (secrets masked) are in `status/<stand-id>.json`.\n\n")
 	d.Add(banner)
+}
+
+// standRows is a table of the stands ids names, in that order, their status files linked from dir
+// (the folder of the file the table is in, relative to the repository's root).
+func standRows(d *mdtext.Doc, ids []string, all map[string]*Status, dir string, total *totalCost) {
 	d.Add("| Stand | Phase | Reason | Nodes | Ends | Monthly cost | Last successful commit | Authorised by | Message |\n|---|---|---|---|---|---|---|---|---|\n")
-	var total totalCost
 	for _, id := range ids {
 		s := all[id]
 		var nodes []mdtext.Markup
 		for _, n := range s.Nodes {
 			nodes = append(nodes, mdtext.F("%s %s", n.Name, n.PublicIPv4))
 		}
-		d.Add(mdtext.Row(mdtext.Link(mdtext.Code(id), stands.StatusPath(id)), s.Phase, s.Reason,
+		d.Add(mdtext.Row(mdtext.Link(mdtext.Code(id), relative(dir, stands.StatusPath(id))), s.Phase, s.Reason,
 			mdtext.Join(nodes, ", "), endCell(s), total.add(s), mdtext.Short(s.LastSuccessfulCommit), s.Authorised.short(), mdtext.FirstLine(s.Message)))
 	}
-	d.Add(total.line())
+}
+
+func unreadableList(d *mdtext.Doc, unreadable []string) {
 	if len(unreadable) > 0 {
 		d.Add("\n## Manifests that could not be read\n\nWhile any is listed, no stand is destroyed: a stand whose id cannot be read might be one of them.\n\n")
 		for _, u := range unreadable {
 			d.F("- %s\n", u)
 		}
 	}
-	return []byte(d.Markup())
+}
+
+func sortedIDs(all map[string]*Status) []string {
+	ids := make([]string, 0, len(all))
+	for id := range all {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
 }

@@ -166,6 +166,10 @@ func (s *Source) Publish(_ context.Context, files map[string][]byte, _ string) (
 	}
 	s.Published = append(s.Published, files)
 	for p, d := range files {
+		if d == nil {
+			delete(s.Files, p) // as gitsource: nil removes the file
+			continue
+		}
 		s.Files[p] = &fstest.MapFile{Data: d}
 	}
 	s.N++

@@ -19,8 +19,18 @@ import (
 // holds the marker text, its elements in document order and its text (tools/browser/check.mjs).
 type BrowserPage struct {
 	Found    bool     `json:"found"`
+	Styled   bool     `json:"styled"` // Gitea's own stylesheet applied
 	Elements []string `json:"elements"`
 	Text     string   `json:"text"`
+	Tables   []struct {
+		Header []string   `json:"header"`
+		Rows   [][]string `json:"rows"`
+	} `json:"tables"`
+	Links []struct {
+		Href   string `json:"href"`
+		Status int    `json:"status"`
+	} `json:"links"`
+	Screenshot string `json:"screenshot"` // of the first screen, in the test's temporary folder
 }
 
 // Browse opens path under base in the headless chromium `make demo-check` uses, as an anonymous
