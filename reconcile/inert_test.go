@@ -20,11 +20,7 @@ import (
 // browser, on the page Gitea's scripts have run on. Its control run, built with the escaping off,
 // fails both.
 func TestStatusTableStaysInert(t *testing.T) {
-	testenv.NeedsServer(t, "Gitea")
-	g := testenv.StartGitea(t)
-	repo := g.CreateRepo(t, "inert")
-	repo.Commit("README.md", "inert\n", "first")
-	repo.MakePublic(g.API(t))
+	repo := publicRepo(t, "inert")
 	publish := func(docs map[string][]string) {
 		files := map[string]string{}
 		for name, values := range docs {
@@ -88,4 +84,16 @@ func hostilePaged(values []string) map[string][]byte {
 		all[id] = &Status{ID: id, Phase: reason.Ready}
 	}
 	return statusFiles(all, nil, "")
+}
+
+// publicRepo is a repository of a real Gitea with a first commit, public: the browser reads it as an
+// anonymous reader, as a public repository's on-call can.
+func publicRepo(t *testing.T, name string) *testenv.Repo {
+	t.Helper()
+	testenv.NeedsServer(t, "Gitea")
+	g := testenv.StartGitea(t)
+	repo := g.CreateRepo(t, name)
+	repo.Commit("README.md", name+"\n", "first")
+	repo.MakePublic(g.API(t))
+	return repo
 }

@@ -247,11 +247,7 @@ var screenshots = flag.String("screenshots", "", "keep the browser's first scree
 // answers. With -screenshots it keeps the first screen (docs/img/status-md-10000.png), from a Gitea
 // with its front end built (STANDS_GITEA_STATIC_ROOT=bin/gitea-web).
 func TestStatusAtScaleInTheBrowser(t *testing.T) {
-	testenv.NeedsServer(t, "Gitea")
-	g := testenv.StartGitea(t)
-	repo := g.CreateRepo(t, "scale")
-	repo.Commit("README.md", "scale\n", "first")
-	repo.MakePublic(g.API(t))
+	repo := publicRepo(t, "scale")
 	all, troubled := tenThousand()
 	files := map[string]string{}
 	for p, data := range statusFiles(all, nil, "") {
