@@ -62,8 +62,10 @@ func TestCommandsStopOnSignal(t *testing.T) {
 			}
 			took := time.Since(sent)
 			t.Logf("%s: exit %d after %s", c.sig, cmd.ProcessState.ExitCode(), took.Round(10*time.Millisecond))
-			if code := cmd.ProcessState.ExitCode(); code != c.code || took > 2*time.Second || !strings.Contains(stderr.String(), c.says) {
-				t.Errorf("exit %d after %s, want %d within 2s saying %q:\n%s", code, took, c.code, c.says, stderr.String())
+			// The code and the words say it was stopped 1.5 s after the signal; the time only that it
+			// did not wait longer, with room for a busy machine (seen 3.9 s in CI, QEMU beside).
+			if code := cmd.ProcessState.ExitCode(); code != c.code || took < 1500*time.Millisecond || took > 6*time.Second || !strings.Contains(stderr.String(), c.says) {
+				t.Errorf("exit %d after %s, want %d between 1.5 and 6 s saying %q:\n%s", code, took, c.code, c.says, stderr.String())
 			}
 			if left := testenv.ProcessesWithEnv(marker); len(left) > 0 {
 				t.Errorf("processes left: %v", left)

@@ -16,6 +16,9 @@ import (
 // one the signal's); one that does not is stopped Grace after the signal, or at a second one;
 // a Pulumi CLI running is waited for; and the daemon's commands are never stopped from outside,
 // which is the case that shows the timing here can see a command that does not stop.
+// busy is how late a process may be scheduled on a busy machine: seen up to 2.4 s in CI.
+const busy = 3 * time.Second
+
 func TestWait(t *testing.T) {
 	type step struct {
 		after time.Duration
@@ -74,11 +77,13 @@ func TestWait(t *testing.T) {
 			select {
 			case code := <-result:
 				took := time.Since(start)
-				if code != c.want || took > c.within || !strings.Contains(stderr.String(), c.says) {
-					t.Errorf("exit %d after %s saying %q, want %d within %s saying %q", code, took, stderr.String(), c.want, c.within, c.says)
+				// The exit code and the words say which way it ended; the time only that it did not
+				// hang, with room for a busy machine (CI's two cores run QEMU beside the tests).
+				if code != c.want || took > c.within+busy || !strings.Contains(stderr.String(), c.says) {
+					t.Errorf("exit %d after %s saying %q, want %d within %s saying %q", code, took, stderr.String(), c.want, c.within+busy, c.says)
 				}
-			case <-time.After(c.within + 5*time.Second):
-				t.Fatalf("still waiting %s after the start", c.within+5*time.Second)
+			case <-time.After(c.within + busy + 5*time.Second):
+				t.Fatalf("still waiting %s after the start", c.within+busy+5*time.Second)
 			}
 		})
 	}
