@@ -492,6 +492,12 @@ func waitWhileRunning(t *testing.T, exited chan error, what string, timeout, pol
 func (e *daemonEnv) waitStatus(id string, timeout time.Duration, cond func(*reconcile.Status) bool) *reconcile.Status {
 	e.t.Helper()
 	var last *reconcile.Status
+	// A wait that fails ends the test (runtime.Goexit runs this): say what the status last was.
+	defer func() {
+		if e.t.Failed() && last != nil {
+			e.t.Logf("the status of %s was last %s %s %q (last successful commit %.12s)", id, last.Phase, last.Reason, last.Message, last.LastSuccessfulCommit)
+		}
+	}()
 	e.waitFor("status of "+id, timeout, func() bool {
 		data := e.file(stands.StatusPath(id))
 		if data == "" {
