@@ -44,13 +44,15 @@ func statusFiles(all map[string]*Status, unreadable []string, banner mdtext.Mark
 	var total totalCost
 	counts := map[reason.Phase]int{}
 	var troubled []string
-	for _, pg := range pages {
+	pageTroubled := make([]int, len(pages))
+	for i, pg := range pages {
 		for _, id := range pg.ids {
 			s := all[id]
 			total.add(s)
 			counts[s.Phase]++
 			if needsAttention(s) {
 				troubled = append(troubled, id)
+				pageTroubled[i]++
 			}
 		}
 		files[pg.file()] = pg.render(all)
@@ -67,14 +69,8 @@ func statusFiles(all map[string]*Status, unreadable []string, banner mdtext.Mark
 	attentionTable(&d, troubled, all)
 	d.F("\n## Every stand, on %d pages\n\nEach page holds the stands whose id begins with its name, at most %d.\n\n| Page | Stands | From | To | Need attention |\n|---|---|---|---|---|\n",
 		len(pages), pageRows)
-	for _, pg := range pages {
-		n := 0
-		for _, id := range pg.ids {
-			if needsAttention(all[id]) {
-				n++
-			}
-		}
-		d.Add(mdtext.Row(mdtext.Link(mdtext.Code(pg.name), pg.file()), len(pg.ids), mdtext.Code(pg.ids[0]), mdtext.Code(pg.ids[len(pg.ids)-1]), n))
+	for i, pg := range pages {
+		d.Add(mdtext.Row(mdtext.Link(mdtext.Code(pg.name), pg.file()), len(pg.ids), mdtext.Code(pg.ids[0]), mdtext.Code(pg.ids[len(pg.ids)-1]), pageTroubled[i]))
 	}
 	files[stands.StatusFile] = []byte(d.Markup())
 	return files
@@ -143,27 +139,22 @@ func firstPart(id string) string {
 	return owner
 }
 
-// split appends ids, which all begin with name, as one page or, past pageRows, as pages by the next
-// character. An id equal to name is a page of its own.
+// split appends ids, sorted and all beginning with name, as one page or, past pageRows, as pages by
+// the next character. An id equal to name, which sorts first, is a page of its own.
 func split(out []page, ids []string, name string) []page {
 	if len(ids) <= pageRows {
 		return append(out, page{name: pageName(name), ids: ids})
 	}
+	if ids[0] == name {
+		out, ids = append(out, page{name: pageName(name), ids: ids[:1]}), ids[1:]
+	}
 	for len(ids) > 0 {
-		next := name
-		if len(ids[0]) > len(name) {
-			next = ids[0][:len(name)+1]
-		}
+		next := ids[0][:len(name)+1]
 		n := 1
-		for n < len(ids) && (next == name && ids[n] == name || next != name && strings.HasPrefix(ids[n], next)) {
+		for n < len(ids) && strings.HasPrefix(ids[n], next) {
 			n++
 		}
-		if next == name {
-			out = append(out, page{name: pageName(name), ids: ids[:n]})
-		} else {
-			out = split(out, ids[:n], next)
-		}
-		ids = ids[n:]
+		out, ids = split(out, ids[:n], next), ids[n:]
 	}
 	return out
 }
