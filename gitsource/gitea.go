@@ -145,11 +145,18 @@ func (g *Gitea) Merged(ctx context.Context, index int64) (string, bool, error) {
 	return *pr.MergedCommitID, false, nil
 }
 
-// Contributors names who took part in pull request index: the reconciler's own user (OwnUser),
-// who opened it, the authors and committers of its commits (where Gitea knows the address), and
-// everyone who pushed to it, as its timeline names them (a push of commits, a force-push). A commit's author and committer are what
-// its writer says; who pushed is what Gitea saw, so a pusher is named even under a borrowed name.
-func (g *Gitea) Contributors(ctx context.Context, index int64) (stands.Contributors, error) {
+// Contributors names who took part in pull request index up to head: the reconciler's own user
+// (OwnUser), who opened it, the authors and committers of its commits (where Gitea knows the
+// address), and everyone who pushed to it, as its timeline names them (a push of commits, a
+// force-push). A commit's author and committer are what its writer says; who pushed is what Gitea
+// saw, so a pusher is named even under a borrowed name.
+//
+// Gitea records a push onto a pull request (its commits, its timeline) from a queue after the push
+// returned, while the head its API reports is the branch's at once; and a push it has not recorded
+// when the pull request is merged it never records. So the answer counts only once the commits Gitea
+// lists reach head: until then it is ErrUnavailable, and the gate holds the change (the same push,
+// seen later, may name a pusher). docs/pr-workflow.md#four-eyes.
+func (g *Gitea) Contributors(ctx context.Context, index int64, head string) (stands.Contributors, error) {
 	c, err := g.client(ctx)
 	if err != nil {
 		return nil, err
@@ -183,6 +190,7 @@ func (g *Gitea) Contributors(ctx context.Context, index int64) (stands.Contribut
 	if err != nil {
 		return nil, fmt.Errorf("%w: read the timeline of pull request %d: %w", ErrUnavailable, index, err)
 	}
+	reached := false
 	err = eachPage(func(o gitea.ListOptions) ([]*gitea.Commit, error) {
 		commits, _, err := c.ListPullRequestCommits(g.owner, g.repo, index, gitea.ListPullRequestCommitsOptions{ListOptions: o})
 		return commits, err
@@ -190,12 +198,17 @@ func (g *Gitea) Contributors(ctx context.Context, index int64) (stands.Contribut
 		sha := ""
 		if cm.CommitMeta != nil {
 			sha = mdtext.Short(cm.SHA)
+			reached = reached || cm.SHA == head
 		}
 		add(cm.Author, "authored "+sha)
 		add(cm.Committer, "committed "+sha)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: list the commits of pull request %d: %w", ErrUnavailable, index, err)
+	}
+	if !reached {
+		return nil, fmt.Errorf("%w: pull request %d's commits as Gitea lists them do not reach %s: Gitea has not recorded that push, so who pushed it is not known",
+			ErrUnavailable, index, mdtext.Short(head))
 	}
 	return out, nil
 }

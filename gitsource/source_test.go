@@ -247,14 +247,28 @@ func TestReviewsAndAuthors(t *testing.T) {
 		Content:     base64.StdEncoding.EncodeToString([]byte("b"))}); err != nil {
 		t.Fatal(err)
 	}
-	// Gitea notes each push on the pull request's timeline from a queue, after the push returned.
+	// Gitea notes each push on the pull request's timeline from a queue, after the push returned;
+	// until its commits reach the head its API names, Contributors says it does not know.
 	took := wait.Value(t, "the pull request's contributors to name rev", time.Minute, func() (stands.Contributors, bool) {
-		c, err := forge.Contributors(ctx, idx)
+		pr, _, err := api.GetPullRequest(p.Info.Owner.UserName, p.Info.Name, idx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c, c[rev.Name] != ""
+		c, err := forge.Contributors(ctx, idx, pr.Head.Sha)
+		if err != nil && !errors.Is(err, ErrUnavailable) {
+			t.Fatal(err)
+		}
+		return c, err == nil && c[rev.Name] != ""
 	})
+	// A head the pull request's commits do not reach (here main's own, the merge base) is a push
+	// Gitea has not recorded: who pushed it is not known, and nothing is answered.
+	base, _, err := api.GetRepoBranch(p.Info.Owner.UserName, p.Info.Name, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := forge.Contributors(ctx, idx, base.Commit.ID); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "do not reach") {
+		t.Errorf("contributors up to a head the pull request does not reach: %v, %v", c, err)
+	}
 	// The token's own user (here the admin, who pushed the first commit) is named as the
 	// reconciler's: its approval is no second person's.
 	for user, did := range map[string]string{dev.Name: "opened it", rev.Name: "pushed to it", g.User: OwnUser} {

@@ -35,9 +35,10 @@ type Forge interface {
 	SetStatus(ctx context.Context, sha, context string, state stands.CommitState, description, targetURL string) error
 	// Reviews lists a pull request's reviews, every one.
 	Reviews(ctx context.Context, index int64) ([]stands.Review, error)
-	// Contributors names who took part in a pull request's change: who opened it, who pushed to it,
-	// and the authors and committers of its commits.
-	Contributors(ctx context.Context, index int64) (stands.Contributors, error)
+	// Contributors names who took part in a pull request's change up to head: who opened it, who
+	// pushed to it, and the authors and committers of its commits; an error while the forge has not
+	// recorded the push of head.
+	Contributors(ctx context.Context, index int64, head string) (stands.Contributors, error)
 	// CanWrite says whether user may push to the repository, as the forge says now.
 	CanWrite(ctx context.Context, user string) (bool, error)
 	// Merged is the commit that merged a pull request into the tracked branch, "" while it is not

@@ -383,7 +383,7 @@ func (pl *Planner) approval(ctx context.Context, reviews []stands.Review, c cand
 			continue
 		}
 		if took == nil {
-			if took, err = pl.forge.Contributors(ctx, c.index); err != nil {
+			if took, err = pl.forge.Contributors(ctx, c.index, c.head); err != nil {
 				return "", "", err
 			}
 		}

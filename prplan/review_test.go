@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -238,6 +239,35 @@ func TestReviewedRemovalAndMerge(t *testing.T) {
 		if got := h.ask(c.id, printOfFiles(t, all, c.id), c.to); got.Reviewed != c.want {
 			t.Errorf("%s to %q: %+v, want reviewed %v", c.id, c.to, got, c.want)
 		}
+	}
+}
+
+// TestAnApprovalWaitsForThePushToBeRecorded: Gitea records a push onto a pull request from a queue,
+// and one it has not recorded by the merge it never records. A writer who pushed the head and
+// approved it is then named by nobody: the approval is not counted while the pull request's commits
+// do not reach the head, and once they do, the pusher is named (docs/pr-workflow.md#four-eyes).
+func TestAnApprovalWaitsForThePushToBeRecorded(t *testing.T) {
+	h := newHarness(t, repoWith("a", "b"), nil)
+	f := h.forge
+	h.mustCycle()
+	change := map[string]string{fakes.StandFile("a"): resized("a", "cx32")}
+	f.Open(1, "head1", h.files(), change, true)
+	h.mustCycle()
+	f.Unrecorded = map[int64]bool{1: true} // rev pushed head1; Gitea has not noted it yet
+	f.Review(1, stands.Review{User: "rev", State: stands.Approved, Commit: "head1", Submitted: time.Now().Add(time.Hour)})
+	from := printOfFiles(t, repoWith("a", "b"), "local_a_dev")
+	h.src.Commit(change)
+	f.Merge(1, h.src.Head())
+	merged := repoWith("a", "b")
+	maps.Copy(merged, change)
+	q := stands.ReviewQuery{Stand: "local_a_dev", Transition: stands.Transition{From: from, To: printOfFiles(t, merged, "local_a_dev")}}
+	if got, err := h.pl.Reviewed(context.Background(), q); err == nil || !strings.Contains(err.Error(), "do not reach") {
+		t.Errorf("an approval of a push Gitea has not recorded: %+v, %v; want an error that holds it", got, err)
+	}
+	f.Unrecorded[1] = false
+	f.Push(1, "rev")
+	if got := h.ask(q.Stand, q.From, q.To); got.Reviewed || !strings.Contains(got.Why, "rev, who pushed to it") {
+		t.Errorf("once recorded: %+v, want held for rev's own push", got)
 	}
 }
 

@@ -540,8 +540,11 @@ type Forge struct {
 	// only read the repository (everyone else may write).
 	Pushers map[int64][]string
 	Readers map[string]bool
-	Merges  map[int64]string // merged pull requests' merge commits
-	late    map[int64]string // MergeLate's
+	// Unrecorded are the pull requests whose last push Gitea has not recorded: their commits as
+	// listed do not reach the head.
+	Unrecorded map[int64]bool
+	Merges     map[int64]string // merged pull requests' merge commits
+	late       map[int64]string // MergeLate's
 }
 
 func NewForge() *Forge {
@@ -708,10 +711,14 @@ func (f *Forge) Push(n int64, user string) {
 	f.Pushers[n] = append(f.Pushers[n], user)
 }
 
-// Contributors: the pull request's author and who pushed to it.
-func (f *Forge) Contributors(_ context.Context, n int64) (stands.Contributors, error) {
+// Contributors: the pull request's author and who pushed to it; an error while its last push is
+// Unrecorded.
+func (f *Forge) Contributors(_ context.Context, n int64, head string) (stands.Contributors, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
+	if f.Unrecorded[n] {
+		return nil, fmt.Errorf("pull request %d's commits as listed do not reach %s", n, head)
+	}
 	out := stands.Contributors{}
 	for _, pr := range f.Prs {
 		if pr.Index == n {
