@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"code.gitea.io/sdk/gitea"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/stands-engine/stands-reconciler/engine"
@@ -28,28 +30,42 @@ import (
 	"github.com/stands-engine/stands-reconciler/test/wait"
 )
 
-// TestBench runs every measurement and writes the results (bench/results.md, docs/performance.md).
-// BENCH_STANDS sets the large repository's size (1000).
+// TestBench runs every measurement and writes the results (bench/results.md, docs/performance.md and
+// its plot, docs/img/bench-curve.svg). BENCH_STANDS sets the large repository's sizes, comma-separated
+// (1000,3000,10000); only a whole run at the documented sizes writes the results.
 func TestBench(t *testing.T) {
 	bin := buildReconciler(t)
 	res := newResults(t)
-	n := 1000
+	sizes := defaultSizes
 	if v := os.Getenv("BENCH_STANDS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 30 {
-			t.Fatalf("BENCH_STANDS=%q: want 30 or more", v)
+		sizes = nil
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 30 || n > 10000 {
+				t.Fatalf("BENCH_STANDS=%q: want sizes from 30 to 10000", v)
+			}
+			sizes = append(sizes, n)
 		}
 	}
-	large := t.Run("large repository", func(t *testing.T) { benchLarge(t, bin, n, res) })
-	workers := t.Run("workers", func(t *testing.T) { benchWorkers(t, bin, res) })
-	forge := t.Run("forge", func(t *testing.T) { benchForge(t, bin, res) })
-	replicas := t.Run("replicas", func(t *testing.T) { benchReplicas(t, bin, res) })
-	follow := t.Run("plans follow main", func(t *testing.T) { benchFollow(t, bin, res) })
-	// Only a whole run at the documented size replaces the results (-run can pick one part).
-	if large && workers && forge && replicas && follow && n == 1000 && len(res.rows) >= 13 {
+	ok := true
+	var curve []point
+	for _, n := range sizes {
+		ok = t.Run(fmt.Sprintf("%d stands", n), func(t *testing.T) { curve = append(curve, benchLarge(t, bin, n, res)) }) && ok
+	}
+	ok = t.Run("operations", func(t *testing.T) { benchOperations(t, bin, res) }) && ok
+	ok = t.Run("workers", func(t *testing.T) { benchWorkers(t, bin, res) }) && ok
+	ok = t.Run("forge", func(t *testing.T) { benchForge(t, bin, res) }) && ok
+	ok = t.Run("replicas", func(t *testing.T) { benchReplicas(t, bin, res) }) && ok
+	ok = t.Run("plans follow main", func(t *testing.T) { benchFollow(t, bin, res) }) && ok
+	// Only a whole run at the documented sizes replaces the results (-run can pick one part).
+	if ok && slices.Equal(sizes, defaultSizes) && len(curve) == len(sizes) {
 		res.write(t, benchReport)
+		writePlot(t, curve)
 	}
 }
+
+// defaultSizes are the large repository's sizes the results are written for.
+var defaultSizes = []int{1000, 3000, 10000}
 
 func project(i int) string { return fmt.Sprintf("b%04d", i) }
 
@@ -68,8 +84,16 @@ func (d *daemon) sample() sample {
 		cycleSum: sum, cycles: n, rss: d.rss()}
 }
 
+// point is one size's figures, for the plot.
+type point struct {
+	stands                   int
+	warm, restart, ready, pr time.Duration // no-op cycle; first cycle after a restart; one change to Ready; one pull request to its plan
+	rss                      float64       // MiB after 1,000 no-op cycles
+}
+
 // benchLarge: n stands, three made by the CLI and the others copied from the first (stacks_test.go).
-func benchLarge(t *testing.T, bin string, n int, res *results) {
+func benchLarge(t *testing.T, bin string, n int, res *results) point {
+	pt := point{stands: n}
 	h := testenv.StartHetzner(t, "bench-token")
 	w := newWorld(t, bin, h)
 	files := baseFiles(t)
@@ -102,7 +126,7 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 	hashes := specHashes(t, files, w.pl.Passphrase)
 	eng := w.engine(t, d.state)
 	for _, s := range inventoryOf(t, eng) {
-		if want := hashes[s.StandID]; s.SpecHash != want {
+		if want := hashes[s.StandID].spec; s.SpecHash != want {
 			t.Fatalf("%s: the CLI recorded spec hash %s, the bench computes %s", s.StandID, s.SpecHash, want)
 		}
 	}
@@ -112,15 +136,16 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 	}
 	tmplStatus := readStatus(snap.Files, "local_b0000_dev")
 	stackDiffs, statusDiffs := checkClones(t, d.state, "b0000", "b0001", hashes, tmplStatus, readStatus(snap.Files, "local_b0001_dev"))
-	more := map[string]string{}
+	more, statuses := map[string]string{}, map[string]string{}
 	for i := 3; i < n; i++ {
 		p := project(i)
 		id := "local_" + p + "_dev"
 		stack := cloneStack(t, d.state, "b0000", p, hashes["local_b0000_dev"], hashes[id])
 		more[standPath(p)] = files[standPath(p)]
-		more[stands.StatusPath(id)] = string(cloneStatus(t, tmplStatus, "b0000", p, hashes["local_b0000_dev"], hashes[id], stack))
+		statuses[stands.StatusPath(id)] = string(cloneStatus(t, tmplStatus, "b0000", p, hashes["local_b0000_dev"], hashes[id], stack))
 	}
-	w.repo.Change(fmt.Sprintf("%d more stands, with the status the reconciler would have written", n-3), more)
+	w.repo.Change(fmt.Sprintf("%d more stands", n-3), more)
+	w.publishSigned(t, d.state, statuses, "status: the copies, as the reconciler would have written them")
 	listed := w.cliListing(t, d.state, project(n/2))
 	res.add("setup", fmt.Sprintf("%d stacks: 3 made through the CLI, %d copied", n, n-3), fmt.Sprintf("%.0f s to copy", time.Since(made).Seconds()), "", "",
 		fmt.Sprintf("the CLI lists %d stacks and decrypts %s's outputs; the copy of b0000 as b0001 has the keys and types of the CLI's b0001 and differs only in %d volatile values of the stack file (%s) and %d of the status file",
@@ -133,6 +158,7 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 	d.waitFor("10 more cycles", 10*time.Minute, func() bool { return d.cycles() >= 13 })
 	b := d.sample()
 	cycles := b.cycles - a.cycles
+	pt.warm = time.Duration(float64(time.Second) * (b.cycleSum - a.cycleSum) / cycles)
 	res.add("no-op cycle, warm", fmt.Sprintf("%d stands", n), fmt.Sprintf("%.0f ms", 1000*(b.cycleSum-a.cycleSum)/cycles),
 		"", "", fmt.Sprintf("%d Pulumi processes, %.1f Gitea and %.1f Vault requests per cycle over %.0f cycles; RSS %.0f MiB",
 			b.processes-a.processes, float64(b.gitea-a.gitea)/cycles, float64(b.vault-a.vault)/cycles, cycles, b.rss))
@@ -147,6 +173,7 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 	d.start()
 	d.waitFor("the first cycle after the restart", 10*time.Minute, func() bool { return d.cycles() >= 1 })
 	firstCycle := time.Since(d.started)
+	pt.restart = firstCycle
 	d.waitFor("10 cycles after the restart", 10*time.Minute, func() bool { return d.cycles() >= 10 })
 	b = d.sample()
 	restartProcs := b.processes - a.processes
@@ -156,7 +183,6 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 	if restartProcs != 0 {
 		t.Errorf("a restart and 10 no-op cycles ran %d Pulumi processes", restartProcs)
 	}
-	res.rss = append(res.rss, fmt.Sprintf("%.0f MiB at %d stands", b.rss, n))
 
 	// The rule before this version: every stand read again after a restart (its status has no
 	// stateDigest, as the previous version wrote it). Measured on 20 stands, scaled to n.
@@ -166,20 +192,19 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 	for i := 3; i < 3+k; i++ {
 		id := "local_" + project(i) + "_dev"
 		var m map[string]any
-		if err := json.Unmarshal([]byte(more[stands.StatusPath(id)]), &m); err != nil {
+		if err := json.Unmarshal([]byte(statuses[stands.StatusPath(id)]), &m); err != nil {
 			t.Fatal(err)
 		}
 		delete(m, "stateDigest")
 		data, _ := json.MarshalIndent(m, "", "  ")
 		stale[stands.StatusPath(id)] = string(data) + "\n"
 	}
-	w.repo.Change("20 statuses as the previous version wrote them", stale)
+	w.publishSigned(t, d.state, stale, "status: 20 as the previous version wrote them")
 	a = sample{processes: w.processes()}
 	d.start()
 	d.waitFor("the 20 stands read again", 20*time.Minute, func() bool {
-		st := w.statuses()
 		for i := 3; i < 3+k; i++ {
-			if st["local_"+project(i)+"_dev"].StateDigest == "" {
+			if s, _ := w.status(t, "local_"+project(i)+"_dev"); s.StateDigest == "" {
 				return false
 			}
 		}
@@ -187,29 +212,34 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 	})
 	took := time.Since(d.started) - firstCycle
 	perStand := float64(w.processes()-a.processes) / k
+	prev := took.Seconds() * float64(n) / k
 	res.add("after a restart: previous rule (read every stand)", fmt.Sprintf("%d stands (measured on %d)", n, k),
-		fmt.Sprintf("~%.0f s", took.Seconds()*float64(n)/k), fmt.Sprintf("%.0f Pulumi processes", perStand*float64(n)),
-		ratio(perStand*float64(n), float64(max(restartProcs, 1))), fmt.Sprintf("%.1f Pulumi processes per stand; this version: %d", perStand, restartProcs))
+		fmt.Sprintf("%.1f s, %d Pulumi processes", firstCycle.Seconds(), restartProcs), fmt.Sprintf("~%.0f s, %.0f Pulumi processes", prev, perStand*float64(n)),
+		fmt.Sprintf("%.0f×", prev/firstCycle.Seconds()),
+		fmt.Sprintf("the previous rule on %d stands whose status lacks stateDigest (as the version before it wrote them): from the start until their statuses are committed again, scaled to %d; %.1f Pulumi processes per stand read", k, n, perStand))
 
 	// One stand of n changed: b0000, whose server hcloudsim holds.
 	d.waitFor("cycles to settle", 5*time.Minute, func() bool { return d.cycles() >= 5 })
 	a = d.sample()
 	head = w.head(t)
+	size := w.repoBytes(t)
 	changed := w.repo.Change("b0000: another port", map[string]string{standPath("b0000"): benchStand("b0000", 7300)})
 	pushed := time.Now()
 	d.waitFor("b0000 Ready at the change", 10*time.Minute, func() bool {
-		s := w.statuses()["local_b0000_dev"]
+		s, _ := w.status(t, "local_b0000_dev")
 		return s.Phase == reason.Ready && s.LastSuccessfulCommit == changed
 	})
 	oneTook := time.Since(pushed)
+	pt.ready = oneTook
 	d.stop() // the drain commits what the status delay holds
 	b = sample{processes: w.processes(), ups: w.ups()}
-	commits, touched := w.statusCommits(t, head, changed)
+	sc := w.statusCommits(t, head, changed)
+	grew := w.repoBytes(t) - size
 	oneProcs, oneUps := b.processes-a.processes, b.ups-a.ups
 	if oneUps != 1 {
 		t.Errorf("one changed stand: %d pulumi up", b.ups-a.ups)
 	}
-	for _, f := range touched {
+	for _, f := range sc.touched {
 		// Past 200 stands, STATUS.md indexes pages: b0000's is local_b00 (docs/operations.md#statusmd-at-any-size).
 		if f != "status/local_b0000_dev.json" && f != "STATUS.md" && f != "status/pages/local_b00.md" {
 			t.Errorf("a status commit for one changed stand touched %s", f)
@@ -218,9 +248,25 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 	oneRow := func(naiveProcs, naiveSecs float64) {
 		res.add("a commit changing 1 stand", fmt.Sprintf("%d stands", n), fmt.Sprintf("%.1f s to Ready", oneTook.Seconds()),
 			fmt.Sprintf("%.0f Pulumi processes, ~%.0f s (4 workers)", naiveProcs, naiveSecs), ratio(naiveProcs, float64(oneProcs)),
-			fmt.Sprintf("this version: %d Pulumi processes (%d up), %d status commits touching %s; baseline: the Pulumi Kubernetes Operator's rule, `pulumi up` of every stack whose commit moved, measured on 10 stacks and scaled",
-				oneProcs, oneUps, commits, strings.Join(touched, ", ")))
+			fmt.Sprintf("this version: %d Pulumi processes (%d up), %d status commits touching %s, adding %.0f KiB of objects (the repository grew %.0f KiB on Gitea's disk with the push); baseline: the Pulumi Kubernetes Operator's rule, `pulumi up` of every stack whose commit moved, measured on 10 stacks and scaled",
+				oneProcs, oneUps, sc.n, strings.Join(sc.touched, ", "), float64(sc.bytes)/1024, float64(grew)/1024))
 	}
+
+	// A pull request changing one stand of n: from its opening to its plan's final status.
+	d.start()
+	d.waitFor("the first cycle", 10*time.Minute, func() bool { return d.cycles() >= 1 })
+	a = d.sample()
+	prHead := w.repo.ChangeOn("one-stand", "b0001: another port", map[string]string{standPath("b0001"): benchStand("b0001", 7301)})
+	opened := time.Now()
+	w.repo.Open(w.gitea.API(t), "one-stand", "b0001: another port")
+	if st := w.planStatus(t, prHead, 10*time.Minute); st.State != gitea.StatusSuccess {
+		t.Errorf("the plan of the one-stand pull request: %s %q", st.State, st.Description)
+	}
+	pt.pr = time.Since(opened)
+	b = d.sample()
+	res.add("a pull request changing 1 stand", fmt.Sprintf("%d stands", n), fmt.Sprintf("%.1f s to its plan", pt.pr.Seconds()), "", "",
+		fmt.Sprintf("from its opening to its stands/plan status: %d Pulumi processes (previews of its one changed stand)", b.processes-a.processes))
+	d.stop()
 
 	// Memory over 1,000 cycles at a 10 ms poll.
 	d.args = append(d.args, "--poll-interval", "10ms")
@@ -231,22 +277,24 @@ func benchLarge(t *testing.T, bin string, n int, res *results) {
 	b = d.sample()
 	res.add("memory over 1,000 no-op cycles", fmt.Sprintf("%d stands, 10 ms poll", n), fmt.Sprintf("RSS %.0f → %.0f MiB", a.rss, b.rss), "", "",
 		fmt.Sprintf("%.0f ms per cycle, %d Pulumi processes", 1000*(b.cycleSum-a.cycleSum)/(b.cycles-a.cycles), b.processes-a.processes))
+	pt.rss = b.rss
 	d.stop()
 	// Last: the baseline's forced applies rewrite the stacks they touch.
 	oneRow(w.naive(t, eng, files, hashes, n))
+	return pt
 }
 
 // naive is the baseline rule: `pulumi up` of every stack whose commit moved, i.e. all n. It is
 // measured on 10 copied stacks (forced applies with nothing to change) and scaled to n stacks on 4
 // workers.
-func (w *world) naive(t *testing.T, eng *engine.Engine, files map[string]string, hashes map[string]string, n int) (processes, seconds float64) {
+func (w *world) naive(t *testing.T, eng *engine.Engine, files map[string]string, hashes map[string]digests, n int) (processes, seconds float64) {
 	t.Helper()
 	inputs := judgeAll(t, files, w.pl.Passphrase)
 	before, start := w.processes(), time.Now()
 	const k = 10
 	for i := 10; i < 10+k; i++ {
 		in := inputs["local_"+project(i)+"_dev"]
-		if in.SpecHash != hashes[in.Stand.ID] {
+		if in.SpecHash != hashes[in.Stand.ID].spec {
 			t.Fatalf("%s: spec hash", in.Stand.ID)
 		}
 		if _, err := eng.Apply(context.Background(), in, true); err != nil {
@@ -266,13 +314,20 @@ func ratio(baseline, ours float64) string {
 
 // commitsSince counts main's commits after from.
 func (w *world) commitsSince(t *testing.T, from string) int {
-	n, _ := w.statusCommits(t, from, "")
-	return n
+	return w.statusCommits(t, from, "").n
 }
 
-// statusCommits counts main's commits after from, but the one named skip (a human's), and lists the
-// files they touched.
-func (w *world) statusCommits(t *testing.T, from, skip string) (int, []string) {
+// commits are main's commits after one: how many, the files they touched, and the bytes of the
+// objects they added (each changed file's blob and every tree on its path): what a status commit
+// costs the repository and each clone.
+type commits struct {
+	n       int
+	touched []string
+	bytes   int64
+}
+
+// statusCommits are main's commits after from, but the one named skip (a human's).
+func (w *world) statusCommits(t *testing.T, from, skip string) commits {
 	t.Helper()
 	repo := w.clone(t)
 	ref, err := repo.Head()
@@ -283,25 +338,45 @@ func (w *world) statusCommits(t *testing.T, from, skip string) (int, []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, touched := 0, map[string]bool{}
+	var out commits
+	touched, added := map[string]bool{}, map[plumbing.Hash]bool{}
 	for c.Hash.String() != from {
 		parent, err := c.Parent(0)
 		if err != nil {
 			t.Fatalf("%s is not on main", from)
 		}
 		if c.Hash.String() != skip {
-			n++
-			changes, err := object.DiffTree(must(parent.Tree()), must(c.Tree()))
+			out.n++
+			tree := must(c.Tree())
+			changes, err := object.DiffTree(must(parent.Tree()), tree)
 			if err != nil {
 				t.Fatal(err)
 			}
+			added[tree.Hash] = true
 			for _, ch := range changes {
-				touched[cmp.Or(ch.To.Name, ch.From.Name)] = true
+				name := cmp.Or(ch.To.Name, ch.From.Name)
+				touched[name] = true
+				if ch.To.Name != "" {
+					added[ch.To.TreeEntry.Hash] = true
+				}
+				for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+					if sub, err := tree.Tree(dir); err == nil {
+						added[sub.Hash] = true
+					}
+				}
 			}
 		}
 		c = parent
 	}
-	return n, slices.Sorted(maps.Keys(touched))
+	for h := range added {
+		o, err := repo.Storer.EncodedObject(plumbing.AnyObject, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.bytes += o.Size()
+	}
+	out.touched = slices.Sorted(maps.Keys(touched))
+	return out
 }
 
 // cliListing runs the Pulumi CLI itself on the backend: it lists every stack, and decrypts one

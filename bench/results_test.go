@@ -21,7 +21,6 @@ type results struct {
 	t      *testing.T
 	header []string
 	rows   [][]string
-	rss    []string
 }
 
 func newResults(t *testing.T) *results {

@@ -17,6 +17,7 @@ import (
 	"testing/fstest"
 
 	"github.com/stands-engine/stands-reconciler/engine"
+	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/stands"
 )
@@ -69,19 +70,27 @@ func judgeAll(t *testing.T, files map[string]string, passphrase string) map[stri
 	return out
 }
 
-// specHashes is every stand's spec hash, by stand id.
-func specHashes(t *testing.T, files map[string]string, passphrase string) map[string]string {
+// digests are what a stack records of its stand's manifest: the spec hash, and the print the
+// review gate compares (judge.Print: the spec with its secrets as placeholders). A copy has its own.
+type digests struct{ spec, print string }
+
+// specHashes is every stand's digests, by stand id.
+func specHashes(t *testing.T, files map[string]string, passphrase string) map[string]digests {
 	t.Helper()
-	out := map[string]string{}
+	out := map[string]digests{}
 	for id, in := range judgeAll(t, files, passphrase) {
-		out[id] = in.SpecHash
+		p, err := judge.Print(&in, passphrase)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[id] = digests{spec: in.SpecHash, print: p}
 	}
 	return out
 }
 
 // renamer rewrites a stack's or a status file's bytes from one project to another. Ciphertext is
 // base64, whose alphabet has no '_', '-' or ':', so the patterns below never match inside it.
-func renamer(from, to, fromHash, toHash string) *strings.Replacer {
+func renamer(from, to string, fromHash, toHash digests) *strings.Replacer {
 	return strings.NewReplacer(
 		"organization/"+from+"/", "organization/"+to+"/",
 		"::"+from+"::", "::"+to+"::",
@@ -90,7 +99,8 @@ func renamer(from, to, fromHash, toHash string) *strings.Replacer {
 		"local-"+from+"-", "local-"+to+"-",
 		`"`+from+`"`, `"`+to+`"`,
 		"/"+from+"/", "/"+to+"/",
-		fromHash, toHash)
+		fromHash.spec, toHash.spec,
+		fromHash.print, toHash.print)
 }
 
 func stackFile(state, project string) string {
@@ -99,7 +109,7 @@ func stackFile(state, project string) string {
 
 // cloneStack writes the copy of the template's stack file and newest history entry under project,
 // and returns the copy's bytes.
-func cloneStack(t *testing.T, state, tmpl, project, tmplHash, hash string) []byte {
+func cloneStack(t *testing.T, state, tmpl, project string, tmplHash, hash digests) []byte {
 	t.Helper()
 	r := renamer(tmpl, project, tmplHash, hash)
 	data, err := os.ReadFile(stackFile(state, tmpl))
@@ -130,7 +140,7 @@ func cloneStack(t *testing.T, state, tmpl, project, tmplHash, hash string) []byt
 }
 
 // cloneStatus is the template's status file for the copy: renamed, and naming the copy's state.
-func cloneStatus(t *testing.T, status []byte, tmpl, project, tmplHash, hash string, stack []byte) []byte {
+func cloneStatus(t *testing.T, status []byte, tmpl, project string, tmplHash, hash digests, stack []byte) []byte {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal([]byte(renamer(tmpl, project, tmplHash, hash).Replace(string(status))), &m); err != nil {
@@ -260,7 +270,7 @@ func volatile(path string) bool {
 }
 
 // checkClones compares the copy of tmpl made under other's name with other as the CLI made it.
-func checkClones(t *testing.T, state, tmpl, other string, hashes map[string]string, tmplStatus, otherStatus []byte) (stackDiffs, statusDiffs []string) {
+func checkClones(t *testing.T, state, tmpl, other string, hashes map[string]digests, tmplStatus, otherStatus []byte) (stackDiffs, statusDiffs []string) {
 	t.Helper()
 	dir := t.TempDir()
 	copyState := filepath.Join(dir, "state")

@@ -21,12 +21,15 @@ import (
 	"testing"
 	"time"
 
+	"code.gitea.io/sdk/gitea"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/storage/memory"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/stands-engine/stands-reconciler/engine"
 	"github.com/stands-engine/stands-reconciler/gitsource"
 	"github.com/stands-engine/stands-reconciler/reconcile"
+	"github.com/stands-engine/stands-reconciler/stands"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
 	"github.com/stands-engine/stands-reconciler/test/testfs"
 	"github.com/stands-engine/stands-reconciler/test/wait"
@@ -71,6 +74,7 @@ type world struct {
 	bin              string // stands-reconciler
 	wrapper, counts  string // the counting pulumi and its log
 	dir              string
+	api              *gitea.Client // the admin's, made once
 }
 
 // secretValues are the example's two secrets, in Vault under stands/.
@@ -283,6 +287,66 @@ func (w *world) statuses() map[string]reconcile.Status {
 		}
 	}
 	return out
+}
+
+// publishSigned commits status files as the daemon whose state folder is state would: under its
+// identity, signed with its key (docs/operations.md#the-signing-key). Status files any other commit
+// changes the daemon ignores.
+func (w *world) publishSigned(t *testing.T, state string, files map[string]string, msg string) {
+	t.Helper()
+	key, err := ssh.ParsePrivateKey(must(os.ReadFile(filepath.Join(state, "signing-key"))))
+	if err != nil {
+		t.Fatalf("the daemon's signing key: %v", err)
+	}
+	src := gitsource.New(w.repo.Info.CloneURL, "main", gitsource.WithToken(w.gitea.User, func() (string, error) { return w.gitea.Token, nil }),
+		gitsource.WithSigner(key), gitsource.WithWorkDir(t.TempDir()), gitsource.WithTimeout(10*time.Minute))
+	data := map[string][]byte{}
+	for p, f := range files {
+		data[p] = []byte(f)
+	}
+	if _, err := src.Fetch(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Publish(context.Background(), data, msg); err != nil {
+		t.Fatalf("publish %d status files: %v", len(files), err)
+	}
+}
+
+// repoBytes is the size of the repository's objects on Gitea's disk: what every commit costs
+// whoever keeps or clones it.
+func (w *world) repoBytes(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	dir := filepath.Join(w.gitea.Dir, "repositories", strings.ToLower(w.repo.Info.Owner.UserName), strings.ToLower(w.repo.Info.Name)+".git", "objects")
+	err := filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		info, err := e.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the repository's size on Gitea's disk: %v", err)
+	}
+	return n
+}
+
+// status reads one stand's status file of main through Gitea's API: at thousands of stands a
+// fetch of the whole repository for each look would be the bench's own cost.
+func (w *world) status(t *testing.T, id string) (reconcile.Status, bool) {
+	t.Helper()
+	var s reconcile.Status
+	if w.api == nil {
+		w.api = w.gitea.API(t)
+	}
+	data, _, err := w.api.GetFile(w.repo.Info.Owner.UserName, w.repo.Info.Name, "main", stands.StatusPath(id))
+	if err != nil || json.Unmarshal(data, &s) != nil {
+		return s, false
+	}
+	return s, true
 }
 
 // logSince says whether a record holding every one of want was logged at or after since.
