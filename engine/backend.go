@@ -2,9 +2,7 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"strings"
 	"sync"
@@ -153,21 +151,32 @@ func listObjects(ctx context.Context, b *blob.Bucket, prefix string) ([]*blob.Li
 	return nil, err
 }
 
+// listPageSize is how many objects the first page of a listing asks for, and listMorePageSize each
+// later one. The file driver walks the folder tree again for each page (skipping up to the page's
+// token), so pages of 1,000 made a listing of 10,000 stacks ten walks: 13 s of a 30 s profile of no-op
+// cycles. Every page is allocated at its full size, so a listing of a stack's few history records
+// keeps small pages. A service with a smaller limit answers with its own page size.
+const (
+	listPageSize     = 1000
+	listMorePageSize = 1 << 16
+)
+
 func listOnce(ctx context.Context, b *blob.Bucket, prefix string) ([]*blob.ListObject, error) {
 	var out []*blob.ListObject
-	it := b.List(&blob.ListOptions{Prefix: prefix})
-	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
+	token, size := blob.FirstPageToken, listPageSize
+	for len(token) > 0 {
+		page, next, err := b.ListPage(ctx, token, size, &blob.ListOptions{Prefix: prefix})
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", prefix, err)
 		}
-		if !obj.IsDir {
-			out = append(out, obj)
+		for _, obj := range page {
+			if !obj.IsDir {
+				out = append(out, obj)
+			}
 		}
+		token, size = next, listMorePageSize
 	}
+	return out, nil
 }
 
 // readKey reads an object; a missing one is (nil, nil).
