@@ -37,6 +37,14 @@ type publisher struct {
 	seen      map[string]int64  // replicas: record versions the leader last read
 	sharedSt  map[string]*Status
 
+	// last is what the last commit (or the pass that found nothing to commit) was made of: the
+	// statuses, which are replaced and never changed, by pointer. A pass over the same is skipped:
+	// encoding every status and rendering STATUS.md's pages each cycle cost a 10,000-stand daemon
+	// 12 % of its CPU with nothing to commit.
+	last           map[string]*Status
+	lastUnreadable []string
+	lastBanner     mdtext.Markup
+
 	pendingMu leafMutex
 	pending   bool // a delayed commit is on its way
 	flushCtx  context.Context
@@ -206,6 +214,18 @@ func (p *publisher) commitShared(ctx context.Context, rep Replicas, read func() 
 // commitLocked commits the status files of all that differ from the last commit, and STATUS.md.
 // Called with mu held; the statuses are not edited meanwhile (they are replaced, never changed).
 func (p *publisher) commitLocked(ctx context.Context, all map[string]*Status, unreadable []string, banner mdtext.Markup) error {
+	if p.last != nil && banner == p.lastBanner && slices.Equal(unreadable, p.lastUnreadable) && maps.Equal(all, p.last) {
+		return nil
+	}
+	err := p.commitChanged(ctx, all, unreadable, banner)
+	if err == nil {
+		p.last, p.lastUnreadable, p.lastBanner = maps.Clone(all), slices.Clone(unreadable), banner
+	}
+	return err
+}
+
+// commitChanged is commitLocked once something may have changed.
+func (p *publisher) commitChanged(ctx context.Context, all map[string]*Status, unreadable []string, banner mdtext.Markup) error {
 	files := map[string][]byte{}
 	phases := map[string]reason.Phase{}
 	for id, st := range all {

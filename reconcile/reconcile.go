@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -368,6 +369,9 @@ func (r *Reconciler) record(id string, o outcome) {
 	if next.Phase != "" {
 		next.ID = id
 		r.life.stamp(st, &next)
+		if st.status != nil && reflect.DeepEqual(*st.status, next) {
+			return // the same: its pointer stays, which is how the publisher knows nothing changed
+		}
 		st.status = &next
 	}
 }
