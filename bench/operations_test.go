@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -44,7 +45,7 @@ func benchOperations(t *testing.T, bin string, res *results) {
 			t.Errorf("%s: %d Pulumi processes (%s)", op, now.processes, now.commands)
 		}
 		res.add("Pulumi processes: "+op, "1 stand, through the daemon",
-			fmt.Sprintf("%d (%s)", now.processes, cmpOr(now.commands)), fmt.Sprintf("%d (%s)", was.processes, cmpOr(was.commands)),
+			fmt.Sprintf("%d (%s)", now.processes, cmp.Or(now.commands, "none")), fmt.Sprintf("%d (%s)", was.processes, cmp.Or(was.commands, "none")),
 			fewer(was.processes, now.processes),
 			fmt.Sprintf("from the commit to the stand's status and 3 cycles after (%.1f s now, %.1f s before); before: the build of %s, the engine asking the CLI for what it can read from the backend",
 				now.took.Seconds(), was.took.Seconds(), beforeReads))
@@ -60,13 +61,6 @@ func benchOperations(t *testing.T, bin string, res *results) {
 }
 
 var operations = []string{"create", "update", "commit, spec unchanged", "destroy"}
-
-func cmpOr(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
-}
 
 func fewer(was, now int) string {
 	if now == 0 {
