@@ -236,6 +236,7 @@ func (d *Daemon) plans(forge Forge, eng *engine.Engine, sec reconcile.Secrets, l
 		Guards:  judge.Guards{Owner: loop.Owner, MaxDestroyShare: loop.MaxDestroyShare, AllowMassDestroy: loop.AllowMassDestroy},
 		Workers: d.s.PlanWorkers, Budget: prplan.Budget{Wall: d.s.PlanBudget, RenderCPU: d.s.PlanRenderCPU},
 		RequiredApprovals: func() int { return max(d.s.RequiredApprovals, int(d.approvals.Load())) }, ReviewStatus: d.s.RequireReview, // plans are made only with a forge, where the gate follows the setting
+		SecretRefresh: d.s.SecretRefresh,
 		Sandbox: func(ctx context.Context, job string, cpu time.Duration, write func(io.Writer) error, read func(io.Reader) error) (time.Duration, error) {
 			lim := sandbox.DefaultLimits
 			if cpu > 0 && cpu < lim.CPU {

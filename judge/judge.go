@@ -8,6 +8,7 @@ package judge
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,20 @@ type Evaluation struct {
 	// Lifetime is the repository's lifetime policy (manifest.LifetimeFile); the zero policy when it
 	// has none or it cannot be read (then every stand is invalid with its problems).
 	Lifetime manifest.Lifetime
+
+	// Judged are the manifests judged anew; the others were kept from Options.Previous.
+	Judged []string
+
+	judged     map[string]judged // by manifest: what the next judgement may keep (Options.Previous)
+	passphrase string
+	oldest     time.Time
+}
+
+// judged is one stand as a judgement left it for the next.
+type judged struct {
+	res  *manifest.Result
+	hash string    // its spec hash; "" when it had none
+	at   time.Time // when its files were read and its secrets resolved
 }
 
 // Options are what a judgement depends on besides the files.
@@ -62,6 +77,15 @@ type Options struct {
 	// Now is when the snapshot is judged: an expiry beyond the repository's maximum from it is
 	// refused (zero: the wall clock).
 	Now time.Time
+	// Previous is an earlier judgement with the same owner, passphrase and kind of secret source. A
+	// stand whose manifest, bases, packages and templates all read the same in files (every read it
+	// made: manifest.Reads) is kept from it as it was judged there, its secrets not read and its
+	// templates not rendered again, when it was judged less than KeepFor before Now (KeepFor 0:
+	// however long ago). The rules spanning stands and the lifetime policy are checked again.
+	Previous *Evaluation
+	KeepFor  time.Duration
+	// Forget names the stands of Previous judged again whatever they read (an operator's retry).
+	Forget func(id string) bool
 }
 
 // Evaluate judges the snapshot files.
@@ -70,18 +94,24 @@ func Evaluate(ctx context.Context, files fs.FS, o Options) (*Evaluation, error) 
 	if err != nil {
 		return nil, fmt.Errorf("list stands: %w", err)
 	}
+	now := cmp.Or(o.Now, time.Now())
+	previous := o.previous(now)
 	results, err := manifest.PreflightAll(ctx, files, paths, manifest.PreflightOptions{
-		LoadOptions: manifest.LoadOptions{DefaultOwner: o.Owner}, Secrets: o.Secrets, KeepGoing: true, SkipRender: o.SkipRender, Now: o.Now, Policy: o.Policy})
+		LoadOptions: manifest.LoadOptions{DefaultOwner: o.Owner}, Secrets: o.Secrets, KeepGoing: true, SkipRender: o.SkipRender, Now: o.Now, Policy: o.Policy,
+		Previous: previous.results})
 	var rep *manifest.Report
 	if err != nil && !errors.As(err, &rep) {
 		return nil, fmt.Errorf("preflight: %w", err)
 	}
-	ev := &Evaluation{Allow: allowDestroy(files), Files: files}
+	ev := &Evaluation{Allow: allowDestroy(files), Files: files, judged: map[string]judged{}, passphrase: o.Passphrase, oldest: now}
 	ev.Lifetime, _ = manifest.ReadLifetime(files)
 	if o.Policy != nil {
 		ev.Lifetime, _ = o.Policy.Lifetime()
 	}
 	for _, res := range results {
+		if !res.Reused {
+			ev.Judged = append(ev.Judged, res.File)
+		}
 		s := res.Stand
 		if s == nil || s.ID == "" || s.Project == "" || s.Env == "" || s.Owner == "" {
 			msg := res.File + ": the stand's id cannot be read"
@@ -97,6 +127,11 @@ func Evaluate(ctx context.Context, files fs.FS, o Options) (*Evaluation, error) 
 			}
 		}
 		v := Verdict{ID: s.ID, File: res.File}
+		kept := judged{res: res, at: now}
+		if res.Reused {
+			kept = previous.kept[res.File]
+			kept.res = res
+		}
 		switch {
 		case res.Err != nil:
 			v.Reason, v.Problem = reason.Invalid, res.Err.Error()
@@ -108,16 +143,57 @@ func Evaluate(ctx context.Context, files fs.FS, o Options) (*Evaluation, error) 
 		case s.Owner != o.Owner:
 			v.Reason, v.Problem = reason.OtherOwner, fmt.Sprintf("stand.owner is %q; this reconciler manages owner %q", s.Owner, o.Owner)
 		default:
-			hash, err := manifest.SpecHash(files, s, res.Secrets, o.Passphrase)
+			// Whatever reads the stand's files from here on (the engine, a plan's render) is one
+			// of its reads: a commit changing such a file judges it again.
+			in := &stands.Input{FS: res.Reads.FS(files), Stand: s, Secrets: res.Secrets, SpecHash: kept.hash}
+			var err error
+			if in.SpecHash == "" {
+				in.SpecHash, err = manifest.SpecHash(in.FS, s, res.Secrets, o.Passphrase)
+			}
 			if err != nil {
 				v.Reason, v.Problem = reason.Invalid, res.Secrets.Scrub(err.Error())
 			} else {
-				v.Input = &stands.Input{FS: files, Stand: s, Secrets: res.Secrets, SpecHash: hash}
+				v.Input, kept.hash = in, in.SpecHash
+			}
+		}
+		res.Rendered = nil // a judgement keeps what the next may need, not the render
+		if res.SourceErr == nil {
+			ev.judged[res.File] = kept
+			if kept.at.Before(ev.oldest) {
+				ev.oldest = kept.at
 			}
 		}
 		ev.Verdicts = append(ev.Verdicts, v)
 	}
 	return ev, nil
+}
+
+// Oldest is when the stand judged longest ago was judged (its files read, its secrets resolved);
+// when it holds none, when the judgement was made.
+func (ev *Evaluation) Oldest() time.Time { return ev.oldest }
+
+// kept is what a judgement may take from Options.Previous, by manifest.
+type kept struct {
+	results map[string]*manifest.Result
+	kept    map[string]judged
+}
+
+// previous is what of Options.Previous a judgement at now may keep.
+func (o Options) previous(now time.Time) kept {
+	out := kept{results: map[string]*manifest.Result{}, kept: map[string]judged{}}
+	p := o.Previous
+	if p == nil || p.passphrase != o.Passphrase {
+		return out
+	}
+	for file, j := range p.judged {
+		switch {
+		case o.KeepFor > 0 && now.Sub(j.at) >= o.KeepFor:
+		case o.Forget != nil && j.res.Stand != nil && o.Forget(j.res.Stand.ID):
+		default:
+			out.results[file], out.kept[file] = j.res, j
+		}
+	}
+	return out
 }
 
 // Desired is the diff's view of the evaluation; skip marks stands to hold as they are (running).

@@ -69,3 +69,36 @@ func TestLegacyTopLevelAccounts(t *testing.T) {
 		t.Errorf("mixed forms: %+v, warnings %v", s.Users, s.Warnings)
 	}
 }
+
+// TestBaseParsedOnce: the stands of one judgement merging a base share its parsed tree, and each
+// still gets the warnings parsing it gave.
+func TestBaseParsedOnce(t *testing.T) {
+	base := miniRepo(t)
+	seed := string(base["stands/a/stand.yml"].Data)
+	stand := func(env string) string {
+		s := "from_dep_manifest: ../../bases/acc.yml\n" + strings.Replace(seed, "  users:\n    sudo: admin\n    app: app\n  ssh:\n    key_name_admin: k\n", "", 1)
+		return strings.Replace(s, "env: ", "env: "+env, 1)
+	}
+	repo := with(base, map[string]string{
+		"bases/acc.yml":      "users:\n  sudo: admin\n  app: app\nssh:\n  key_name_admin: k\n",
+		"stands/a/stand.yml": stand("a"),
+		"stands/b/stand.yml": stand("b"),
+	})
+	results, err := PreflightAll(t.Context(), repo, []string{"stands/a/stand.yml", "stands/b/stand.yml"}, PreflightOptions{
+		LoadOptions: LoadOptions{DefaultOwner: "o"}, Secrets: mapSource(map[string]string{"SECRET_KV_PASS": "kv-value", "SECRET_REG_PASS": "reg-value"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := results[0].Stand, results[1].Stand
+	if a.ID == b.ID {
+		t.Fatalf("both stands are %s", a.ID)
+	}
+	for _, s := range []*Stand{a, b} {
+		if len(s.Warnings) != 2 || s.Warnings[0].Pos.File != "bases/acc.yml" || s.SSH.KeyNameAdmin != "k" {
+			t.Errorf("%s: ssh %+v, warnings %v", s.ID, s.SSH, s.Warnings)
+		}
+	}
+	if a.root.get("stand").get("ssh") != b.root.get("stand").get("ssh") {
+		t.Error("each stand holds a tree of its own of the base")
+	}
+}

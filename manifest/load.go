@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"github.com/stands-engine/stands-reconciler/internal/repofs"
@@ -8,6 +9,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // LoadOptions tune Load.
@@ -15,6 +17,8 @@ type LoadOptions struct {
 	// DefaultOwner is the owner of stands whose manifest names none (the reconciler's --owner); with
 	// none, such a stand fails (errNoOwner).
 	DefaultOwner string
+
+	docs *docCache // shared by the stands of one PreflightAll
 }
 
 // Load reads the stand manifest at file (slash-separated, relative to the root of fsys), merges its
@@ -30,7 +34,7 @@ func Load(fsys fs.FS, file string, opts LoadOptions) (*Stand, error) {
 }
 
 func load(fsys fs.FS, file string, opts LoadOptions, rep *Report) *Stand {
-	l := &loader{fsys: guardResources(fsys), rep: rep, docs: map[string]*node{}}
+	l := &loader{fsys: guardResources(fsys), rep: rep, docs: map[string]*node{}, shared: opts.docs}
 	root, files := l.merged(file, nil, Pos{File: file})
 	if root == nil {
 		return nil
@@ -48,6 +52,7 @@ type loader struct {
 	fsys     fs.FS
 	rep      *Report
 	docs     map[string]*node
+	shared   *docCache // nil: none
 	warnings []Diagnostic
 }
 
@@ -58,7 +63,7 @@ var legacyKeys = []string{"users", "ssh"}
 // hoistLegacy moves a manifest's top-level users and ssh under stand:, where the Stands Engine's format has
 // them, with a deprecation warning; both places at once is an error. It runs per file, before
 // from_dep_manifest merges them, so a base in either form merges with a stand in the other.
-func (l *loader) hoistLegacy(doc *node) {
+func hoistLegacy(doc *node, rep *Report) (warnings []Diagnostic) {
 	for _, key := range legacyKeys {
 		i := slices.IndexFunc(doc.fields, func(f field) bool { return f.key == key })
 		if i < 0 {
@@ -67,10 +72,10 @@ func (l *loader) hoistLegacy(doc *node) {
 		f := doc.fields[i]
 		meta := doc.get("stand")
 		if meta != nil && meta.get(key) != nil {
-			l.rep.addf(f.keyPos, RuleSyntax, "%s is given twice: at the top level and as stand.%s; keep stand.%s", key, key, key)
+			rep.addf(f.keyPos, RuleSyntax, "%s is given twice: at the top level and as stand.%s; keep stand.%s", key, key, key)
 			continue
 		}
-		l.warnings = append(l.warnings, Diagnostic{Pos: f.keyPos, Rule: RuleDeprecated,
+		warnings = append(warnings, Diagnostic{Pos: f.keyPos, Rule: RuleDeprecated,
 			Msg: fmt.Sprintf("top-level %s is the old form: move it under stand: (stand.%s), as in the Stands Engine's manifests", key, key)})
 		doc.fields = slices.Delete(doc.fields, i, i+1)
 		switch {
@@ -80,6 +85,7 @@ func (l *loader) hoistLegacy(doc *node) {
 			meta.fields = append(meta.fields, f)
 		}
 	}
+	return warnings
 }
 
 // read parses one manifest file once.
@@ -97,17 +103,70 @@ func (l *loader) read(file string, from Pos) *node {
 		l.docs[file] = nil
 		return nil
 	}
+	doc := l.shared.parse(file, data)
+	l.rep.add(doc.diags...)
+	l.warnings = append(l.warnings, doc.warnings...)
+	l.docs[file] = doc.root
+	return doc.root
+}
+
+// parsedDoc is a manifest file parsed: its tree, never changed once made, and what parsing it said.
+type parsedDoc struct {
+	root            *node
+	diags, warnings []Diagnostic
+}
+
+func parseManifest(file string, data []byte) *parsedDoc {
+	rep := &Report{}
 	n, diags := parseYAML(file, data, true)
-	l.rep.add(diags...)
+	rep.add(diags...)
 	if n != nil && n.kind != kindMap {
-		l.rep.addf(n.pos, RuleSyntax, "a manifest must be a YAML mapping, not a %s", n.kind)
+		rep.addf(n.pos, RuleSyntax, "a manifest must be a YAML mapping, not a %s", n.kind)
 		n = nil
 	}
+	doc := &parsedDoc{root: n}
 	if n != nil {
-		l.hoistLegacy(n)
+		doc.warnings = hoistLegacy(n, rep)
 	}
-	l.docs[file] = n
-	return n
+	doc.diags = rep.Diags
+	return doc
+}
+
+// docCache parses each manifest file once for all the stands of a judgement: the bases thousands
+// of stands merge are one tree in memory, not one each. Trees are shared, so nothing changes one
+// once parsed (mergeNodes and stripPolicy make new nodes).
+type docCache struct {
+	mu   sync.Mutex
+	docs map[docKey]*parsedDoc
+}
+
+type docKey struct {
+	file string
+	sum  [sha256.Size]byte
+}
+
+func newDocCache() *docCache { return &docCache{docs: map[docKey]*parsedDoc{}} }
+
+// parse is file's parse, from the cache when the same content was parsed before (c nil: none).
+func (c *docCache) parse(file string, data []byte) *parsedDoc {
+	if c == nil {
+		return parseManifest(file, data)
+	}
+	k := docKey{file, sha256.Sum256(data)}
+	c.mu.Lock()
+	doc, ok := c.docs[k]
+	c.mu.Unlock()
+	if ok {
+		return doc
+	}
+	doc = parseManifest(file, data)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev, ok := c.docs[k]; ok {
+		return prev // parsed meanwhile on another core: one tree for all
+	}
+	c.docs[k] = doc
+	return doc
 }
 
 // merged returns the document at file with its bases merged under it, and the files involved, bases

@@ -3,11 +3,16 @@ package manifest
 import (
 	"context"
 	"errors"
-	"github.com/stands-engine/stands-reconciler/internal/repofs"
 	"io/fs"
 	"path"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/stands-engine/stands-reconciler/internal/repofs"
 )
 
 // StandsDir holds the stands of a repository: every stand.yml under it is a stand.
@@ -76,6 +81,13 @@ type PreflightOptions struct {
 	// KeepGoing records a secret source's failure (a Vault that is down) in the stand's Result.SourceErr
 	// and goes on with the other stands, instead of stopping the run.
 	KeepGoing bool
+	// Previous are the results of an earlier run, by file. A stand whose Reads answer the same in
+	// fsys is taken from it as it was loaded, resolved and rendered there (Result.Reused), and only
+	// the rules that depend on the time, the lifetime policy or other stands are checked again. The
+	// caller passes results judged with the same secret source that it still trusts: their secret
+	// values are not read again. A result judged without a render stands in for one with a render
+	// only when it had no problem.
+	Previous map[string]*Result
 }
 
 // Result is the preflight outcome of one stand. A broken stand fails alone: its Err says why, and the
@@ -89,6 +101,19 @@ type Result struct {
 	// SourceErr is the secret source's failure when PreflightOptions.KeepGoing is set: the stand
 	// cannot be judged now, which says nothing about it.
 	SourceErr error
+	// Reads is what judging the stand read of the repository. Whatever reads the stand's files
+	// later reads them through Reads.FS, so a later run knows when they change.
+	Reads *Reads
+	// Reused is set on a result taken from PreflightOptions.Previous: Rendered is nil.
+	Reused bool
+	own    []Diagnostic // the stand's own problems, before the rules spanning stands added theirs
+	judged judgedWith
+}
+
+// judgedWith is what a result depends on besides its reads and secret values.
+type judgedWith struct {
+	owner      string // LoadOptions.DefaultOwner
+	skipRender bool
 }
 
 // Preflight runs every local check of one stand: load and merge, references, files, secrets, and a
@@ -107,7 +132,6 @@ func Preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 // says nothing about the stands.
 func PreflightAll(ctx context.Context, fsys fs.FS, files []string, opts PreflightOptions) ([]*Result, error) {
 	red := &redactor{}
-	var results []*Result
 	policy, prep := ReadLifetime(fsys)
 	if opts.Policy != nil {
 		policy, prep = opts.Policy.Lifetime()
@@ -116,16 +140,13 @@ func PreflightAll(ctx context.Context, fsys fs.FS, files []string, opts Prefligh
 	if now.IsZero() {
 		now = time.Now()
 	}
+	results, err := preflightEach(ctx, fsys, files, opts)
+	if err != nil {
+		return results, err
+	}
 	ids := map[string]*Result{}
-	for _, file := range files {
-		if err := ctx.Err(); err != nil {
-			return results, err
-		}
-		res, err := preflight(ctx, fsys, file, opts, red)
-		if err != nil {
-			return results, err
-		}
-		results = append(results, res)
+	for _, res := range results {
+		red.secrets(res.Secrets)
 		lifetime(res, policy, prep, now)
 		s := res.Stand
 		if s == nil || s.Project == "" || s.Env == "" || s.Owner == "" {
@@ -162,7 +183,96 @@ func PreflightAll(ctx context.Context, fsys fs.FS, files []string, opts Prefligh
 	return results, nil
 }
 
-func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptions, red *redactor) (*Result, error) {
+// preflightEach runs each stand's own checks, on as many cores as there are, and returns the results
+// in the order of files. The first error that stops the run (a cancelled context; a secret source
+// that failed without KeepGoing) returns the results before it.
+func preflightEach(ctx context.Context, fsys fs.FS, files []string, opts PreflightOptions) ([]*Result, error) {
+	if opts.Secrets != nil {
+		// A secret source is asked one reference at a time, as it was before the stands were judged
+		// side by side: one request in flight, and a source need not be safe for concurrent use.
+		opts.Secrets = &serialSource{src: opts.Secrets}
+	}
+	opts.docs = newDocCache()
+	results := make([]*Result, len(files))
+	errs := make([]error, len(files))
+	var next atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(files)) {
+		wg.Go(func() {
+			// An index once taken is judged: the results before the first error are all there.
+			for !stop.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= len(files) {
+					return
+				}
+				if err := ctx.Err(); err != nil {
+					errs[i] = err
+				} else {
+					results[i], errs[i] = preflightOne(ctx, fsys, files[i], opts)
+				}
+				if errs[i] != nil {
+					stop.Store(true)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return results[:i], err
+		}
+	}
+	return results, nil
+}
+
+// preflightOne is one stand's own checks, or its previous result when nothing it read changed.
+func preflightOne(ctx context.Context, fsys fs.FS, file string, opts PreflightOptions) (*Result, error) {
+	with := judgedWith{owner: opts.DefaultOwner, skipRender: opts.SkipRender}
+	if prev := opts.Previous[file]; prev.reusableFor(with) && prev.Reads.Unchanged(fsys) {
+		res := &Result{File: file, Stand: prev.Stand, Secrets: prev.Secrets, Reads: prev.Reads, Reused: true, own: prev.own, judged: prev.judged}
+		if len(prev.own) > 0 {
+			res.Err = &Report{Diags: slices.Clone(prev.own)}
+		}
+		return res, nil
+	}
+	reads := &Reads{}
+	res, err := preflight(ctx, reads.FS(fsys), file, opts)
+	if res != nil {
+		res.Reads, res.judged = reads, with
+		if res.Err != nil {
+			res.own = slices.Clone(res.Err.Diags)
+		}
+	}
+	return res, err
+}
+
+// reusableFor reports whether r may stand in for a stand judged with what.
+func (r *Result) reusableFor(what judgedWith) bool {
+	switch {
+	case r == nil || r.Reads == nil || r.SourceErr != nil || r.judged.owner != what.owner:
+		return false
+	case r.judged.skipRender == what.skipRender:
+		return true
+	}
+	// A render's problems are not found without one: a stand rendered without a problem stands in
+	// for one not rendered, never the other way.
+	return what.skipRender && len(r.own) == 0
+}
+
+// serialSource asks src one reference at a time.
+type serialSource struct {
+	mu  sync.Mutex
+	src SecretSource
+}
+
+func (s *serialSource) Secret(ctx context.Context, ref SecretRef) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.src.Secret(ctx, ref)
+}
+
+func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptions) (*Result, error) {
 	res := &Result{File: file}
 	rep := &Report{}
 	defer func() {
@@ -200,11 +310,6 @@ func preflight(ctx context.Context, fsys fs.FS, file string, opts PreflightOptio
 		return res, err
 	}
 	res.Secrets = secrets
-	for ref, v := range secrets.values {
-		if !secrets.placeholder[ref] && !ref.Plain {
-			red.add(v)
-		}
-	}
 	if !opts.SkipRender {
 		res.Rendered = render(fsys, s, secrets, PreflightAddresses(s), rep, nil, 0)
 		if res.Rendered != nil && rep.err() == nil && hasConnection(res.Rendered) {

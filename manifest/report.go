@@ -130,6 +130,17 @@ func (r *Report) normalize() {
 // defence behind messages that name places, never values.
 type redactor struct {
 	values []string
+	added  map[string]bool
+}
+
+// secrets registers every secret value of a set: placeholders and !secret-plain values are none, a
+// message may show them.
+func (r *redactor) secrets(s Secrets) {
+	for ref, v := range s.values {
+		if !s.placeholder[ref] && !ref.Plain {
+			r.add(v)
+		}
+	}
 }
 
 // minRedact is the shortest secret replaced wherever it appears; shorter ones would blank out line
@@ -142,9 +153,13 @@ const (
 // add registers a secret value together with the forms a message may quote it in: Go's %q and JSON
 // escape quotes, backslashes and control characters.
 func (r *redactor) add(v string) {
-	if len(v) < minRedact {
-		return
+	if len(v) < minRedact || r.added[v] {
+		return // a value many stands share is scrubbed once
 	}
+	if r.added == nil {
+		r.added = map[string]bool{}
+	}
+	r.added[v] = true
 	r.values = append(r.values, v)
 	if q := strconv.Quote(v); q[1:len(q)-1] != v {
 		r.values = append(r.values, q[1:len(q)-1])

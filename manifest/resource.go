@@ -160,7 +160,7 @@ func (r resourceFS) Stat(name string) (fs.FileInfo, error) {
 // guardResources is fsys as the loader reads it.
 func guardResources(fsys fs.FS) fs.FS {
 	switch fsys.(type) {
-	case resourceFS, noResources:
+	case resourceFS, noResources, recordingFS: // a recording reads a guarded tree (Reads.FS)
 		return fsys
 	}
 	return noResources{fsys}

@@ -177,6 +177,15 @@ func (p PlaceholderSource) Secret(ctx context.Context, ref SecretRef) (string, e
 
 func (PlaceholderSource) placeholders() {}
 
+// placeholders reports whether src resolves placeholders, not values.
+func placeholders(src SecretSource) bool {
+	if s, ok := src.(*serialSource); ok {
+		src = s.src
+	}
+	_, ok := src.(interface{ placeholders() })
+	return ok
+}
+
 // PlaceholderSecrets is the set PlaceholderSource would resolve for a stand, without asking anyone.
 func PlaceholderSecrets(st *Stand, variant int) Secrets {
 	out := Secrets{values: map[SecretRef]string{}, placeholder: map[SecretRef]bool{}}
@@ -217,11 +226,7 @@ func (s Secrets) Scrub(text string) string { return s.redactor().scrub(text) }
 
 func (s Secrets) redactor() *redactor {
 	r := &redactor{}
-	for ref, v := range s.values {
-		if !s.placeholder[ref] && !ref.Plain { // neither is a secret: a message may show it
-			r.add(v)
-		}
-	}
+	r.secrets(s)
 	return r
 }
 
@@ -230,7 +235,7 @@ func (s Secrets) redactor() *redactor {
 // down) is returned as is so the caller can wait and retry instead of failing the stand.
 func ResolveSecrets(ctx context.Context, s *Stand, src SecretSource) (Secrets, error) {
 	out := Secrets{values: map[SecretRef]string{}, placeholder: map[SecretRef]bool{}}
-	_, stands := src.(interface{ placeholders() })
+	stands := placeholders(src)
 	rep := &Report{}
 	missing := map[SecretRef]bool{}
 	for _, use := range s.SecretUses() {

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/judge"
 	"github.com/stands-engine/stands-reconciler/manifest"
@@ -64,10 +65,11 @@ type blindEvaluation struct {
 
 // evaluateBlind judges a snapshot as a pull request's plan sees it: every secret's existence is
 // checked by name and its value is a placeholder; each stand that can go on gets its print. The
-// tracked branch (main nil) is rendered here. A pull request's head is untrusted: the stands it
-// changes against main are rendered in the sandbox, where a runaway template is killed, and the
-// others take main's print.
-func (pl *Planner) evaluateBlind(ctx context.Context, files fs.FS, main *blindEvaluation) (*blindEvaluation, error) {
+// tracked branch (main nil) is rendered here; a stand none of whose files changed since previous
+// judged it (less than keepFor ago) is kept with its print. A pull request's head is untrusted:
+// the stands it changes against main are rendered in the sandbox, where a runaway template is
+// killed, and the others are kept from main, print and all.
+func (pl *Planner) evaluateBlind(ctx context.Context, files fs.FS, main, previous *blindEvaluation, keepFor time.Duration) (*blindEvaluation, error) {
 	known := map[manifest.SecretRef]error{}
 	exists := func(ctx context.Context, ref manifest.SecretRef) error {
 		if err, ok := known[ref]; ok {
@@ -82,8 +84,12 @@ func (pl *Planner) evaluateBlind(ctx context.Context, files fs.FS, main *blindEv
 		}
 		return err
 	}
-	judged, err := judge.Evaluate(ctx, files, judge.Options{Owner: pl.cfg.Guards.Owner, Passphrase: pl.cfg.Passphrase,
-		Secrets: manifest.PlaceholderSource{Exists: exists}, SkipRender: main != nil})
+	o := judge.Options{Owner: pl.cfg.Guards.Owner, Passphrase: pl.cfg.Passphrase,
+		Secrets: manifest.PlaceholderSource{Exists: exists}, SkipRender: main != nil, KeepFor: keepFor}
+	if previous != nil {
+		o.Previous = previous.Evaluation
+	}
+	judged, err := judge.Evaluate(ctx, files, o)
 	if err != nil {
 		return nil, err
 	}
@@ -92,11 +98,7 @@ func (pl *Planner) evaluateBlind(ctx context.Context, files fs.FS, main *blindEv
 	}
 	ev := &blindEvaluation{Evaluation: judged, prints: map[string]*standPrint{}}
 	if main == nil {
-		for _, v := range ev.Verdicts {
-			if v.Input != nil {
-				ev.prints[v.ID] = printOf(files, v.Input.Stand)
-			}
-		}
+		ev.printMain(previous)
 		return ev, nil
 	}
 	same := map[string]*judge.Verdict{}
@@ -137,6 +139,24 @@ func (pl *Planner) evaluateBlind(ctx context.Context, files fs.FS, main *blindEv
 		}
 	}
 	return ev, nil
+}
+
+// printMain prints the tracked branch's stands: a stand kept from previous keeps its print, which
+// its render read through Input.FS (its reads, unchanged).
+func (ev *blindEvaluation) printMain(previous *blindEvaluation) {
+	anew := map[string]bool{}
+	for _, f := range ev.Judged {
+		anew[f] = true
+	}
+	for _, v := range ev.Verdicts {
+		switch {
+		case v.Input == nil:
+		case !anew[v.File] && previous != nil && previous.prints[v.ID] != nil:
+			ev.prints[v.ID] = previous.prints[v.ID]
+		default:
+			ev.prints[v.ID] = printOf(v.Input.FS, v.Input.Stand)
+		}
+	}
 }
 
 // maxSecretNames bounds the secret store reads one plan makes: a pull request chooses how many

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/stands-engine/stands-reconciler/manifest"
 	"github.com/stands-engine/stands-reconciler/reconcile"
@@ -236,5 +238,49 @@ func TestPreviewSaysMayChangeOnlyWhereASecretDecides(t *testing.T) {
 				t.Errorf("stands/plan: %q, want %s", st, tc.state)
 			}
 		})
+	}
+}
+
+// TestPlansJudgeOnlyWhatChanged: a pull request's plan judges anew the stands its merge changes,
+// keeping the others from the tracked branch's judgement; a commit on the tracked branch judges
+// anew, for the plans, only the stands it touched (within SecretRefresh; with 0, every stand).
+func TestPlansJudgeOnlyWhatChanged(t *testing.T) {
+	for _, tc := range []struct {
+		refresh time.Duration
+		anew    string // the tracked branch's stands judged anew after a commit touching one
+	}{{5 * time.Minute, "1"}, {0, "3"}} {
+		var logs bytes.Buffer
+		log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		h := newHarness(t, repoWith("a", "b", "c"), func(c *reconcile.Config, p *Config) { c.Log, p.Log, p.SecretRefresh = log, log, tc.refresh })
+		h.mustCycle()
+		h.forge.Open(1, "head1", h.files(), map[string]string{fakes.StandFile("a"): fakes.StandYML("a", "  protect: true")}, true)
+		h.mustCycle()
+		judged := func(msg string) string {
+			t.Helper()
+			var last string
+			for line := range strings.Lines(logs.String()) {
+				var rec struct {
+					Msg   string
+					Anew  json.Number `json:"judged_anew"`
+					Count json.Number `json:"stands"`
+				}
+				if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == msg {
+					last = string(rec.Anew) + " of " + string(rec.Count)
+				}
+			}
+			logs.Reset()
+			return last
+		}
+		if got := judged("pull request judged"); got != "1 of 3" {
+			t.Errorf("refresh %s: the pull request judged anew %q stands, want its one of 3", tc.refresh, got)
+		}
+		h.src.Commit(map[string]string{fakes.StandFile("c"): fakes.StandYML("c", "") + "# a comment\n"})
+		h.mustCycle()
+		if got := judged("tracked branch judged for the plans"); got != tc.anew+" of 3" {
+			t.Errorf("refresh %s: a commit touching one stand judged anew %q for the plans, want %s of 3", tc.refresh, got, tc.anew)
+		}
+		if !strings.Contains(h.forge.Comment(1), "local_a_dev") {
+			t.Errorf("refresh %s: the plan does not show the changed stand:\n%s", tc.refresh, h.forge.Comment(1))
+		}
 	}
 }

@@ -105,6 +105,7 @@ func (pl *Planner) judgeOne(ctx context.Context, pr stands.PullRequest, main *ju
 		pl.failed(ctx, pr, err, log)
 		return nil
 	}
+	log.Debug("pull request judged", "stands", len(j.merged.Verdicts), "judged_anew", len(j.merged.Judged))
 	if moved && j.key == was.Key && (!was.Stale || was.State != "") {
 		// The move leaves this plan as it was: no preview, and stands/plan stays, or is set back
 		// where it went pending while the head waited for a worker.
@@ -361,10 +362,15 @@ func (pl *Planner) blindMain(ctx context.Context, main *judge.Evaluation, commit
 	pl.bmu.Lock()
 	defer pl.bmu.Unlock()
 	if pl.blindCommit != commit || pl.blind == nil {
-		blind, err := pl.evaluateBlind(withoutBudget(ctx), main.Files, nil)
+		var previous *blindEvaluation
+		if pl.cfg.SecretRefresh > 0 {
+			previous = pl.blind // its stands a commit left alone are kept, within the refresh
+		}
+		blind, err := pl.evaluateBlind(withoutBudget(ctx), main.Files, nil, previous, pl.cfg.SecretRefresh)
 		if err != nil {
 			return nil, err
 		}
+		pl.log.Debug("tracked branch judged for the plans", "commit", mdtext.Short(commit), "stands", len(blind.Verdicts), "judged_anew", len(blind.Judged))
 		pl.blind, pl.blindCommit = blind, commit
 	}
 	return pl.blind, nil
@@ -374,14 +380,14 @@ func (pl *Planner) blindMain(ctx context.Context, main *judge.Evaluation, commit
 // otherwise than the tracked branch, blindMain at commit.
 func (pl *Planner) decideMerged(ctx context.Context, files fs.FS, main *judge.Evaluation, blindMain *blindEvaluation, commit string,
 	actual []diff.Actual) (*blindEvaluation, []diff.Action, error) {
-	merged, err := pl.evaluateBlind(ctx, files, blindMain)
+	merged, err := pl.evaluateBlind(ctx, files, blindMain, blindMain, 0)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := cmp.Or(merged.SecretsErr, blindMain.SecretsErr, main.SecretsErr); err != nil {
 		pl.bmu.Lock()
 		if pl.blindCommit == commit {
-			pl.blind = nil // evaluated again once the secret store answers
+			pl.blindCommit = "" // evaluated again once the secret store answers
 		}
 		pl.bmu.Unlock()
 		return nil, nil, fmt.Errorf("secret store unavailable: %w", err)

@@ -89,7 +89,11 @@ type Config struct {
 	// ReviewStatus sets stands/review on the open pull requests (review_status.go): the loop's
 	// review gate is on.
 	ReviewStatus bool
-	Log          *slog.Logger
+	// SecretRefresh is how long a stand of the tracked branch judged for the plans is kept while a
+	// new commit leaves its files alone: its secrets' existence is checked again after it. 0: every
+	// commit of the tracked branch judges every stand again.
+	SecretRefresh time.Duration
+	Log           *slog.Logger
 	// Metrics, when set, gets the plans' metrics (stands_pull_request_plans_total).
 	Metrics prometheus.Registerer
 }

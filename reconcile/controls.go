@@ -219,6 +219,7 @@ func (r *Reconciler) Retry(id, by string) error {
 		return fmt.Errorf("%s has an operation running", id)
 	}
 	r.log.Warn("operator: retry", "stand", id, "by", by)
+	r.forgetJudgement(id) // its secrets are read again: a value changed in the store applies now
 	r.Trigger()
 	return nil
 }

@@ -211,9 +211,10 @@ func TestDrainCommitsADelayedStatus(t *testing.T) {
 	}
 }
 
-// TestNoOpCycleReadsNoSecret: the judgement of an unchanged commit is kept for SecretRefresh: its
-// cycles read no secret; twelve stands sharing two secrets read each once; a new commit, or the
-// refresh, reads again, and a value changed in the store is then applied.
+// TestNoOpCycleReadsNoSecret: a stand's judgement is kept for SecretRefresh while its files stay as
+// they are: no-op cycles read no secret; twelve stands sharing two secrets read each once; a
+// commit leaving the stands' files alone reads none, a commit touching one stand reads its own; a
+// value changed in the store is applied once the refresh is over, or at once for a stand retried.
 func TestNoOpCycleReadsNoSecret(t *testing.T) {
 	repo, _ := twelve()
 	h := newHarness(t, repo, func(c *Config) { c.SecretRefresh = 5 * time.Minute })
@@ -236,27 +237,39 @@ func TestNoOpCycleReadsNoSecret(t *testing.T) {
 	}
 	h.src.Commit(map[string]string{"README.md": "a commit"})
 	h.mustCycle()
+	if n := reads() - before; n != 0 || h.eng.Calls != calls {
+		t.Errorf("a commit no stand reads: %d secret reads, %d engine calls, want none", n, h.eng.Calls-calls)
+	}
+	h.src.Commit(map[string]string{fakes.StandFile("s03"): fakes.StandYML("s03", "") + "# a comment\n"})
+	h.mustCycle()
 	if n := reads() - before; n != 2 {
-		t.Errorf("a new commit: %d secret reads, want 2", n)
+		t.Errorf("a commit touching one stand: %d secret reads, want its own two", n)
 	}
 	h.sec.Mu.Lock()
 	h.sec.Values["kv-password"] = "rotated-value"
 	h.sec.Mu.Unlock()
-	h.now = h.now.Add(4 * time.Minute)
+	h.now = h.now.Add(time.Minute) // 4 minutes after the first judgement
 	h.mustCycle()
-	if h.eng.UpsOf("local_s00_dev") != 1 {
-		t.Fatalf("a rotated secret was read within the refresh")
+	if ups := h.eng.TotalUps(); ups != 12 {
+		t.Fatalf("a rotated secret was read within the refresh: %d ups", ups)
 	}
-	h.now = h.now.Add(2 * time.Minute)
+	if err := h.r.Retry("local_s05_dev", "test"); err != nil {
+		t.Fatal(err)
+	}
+	h.mustCycle()
+	if h.eng.UpsOf("local_s05_dev") != 2 || h.eng.TotalUps() != 13 {
+		t.Errorf("a retried stand: %d ups of it, %d in all; want its secrets read again and it alone applied", h.eng.UpsOf("local_s05_dev"), h.eng.TotalUps())
+	}
+	h.now = h.now.Add(5 * time.Minute) // past the refresh of every stand
 	h.mustCycle()
 	if ups := h.eng.TotalUps(); ups != 24 {
 		t.Errorf("after the refresh: %d ups, want the twelve stands applied again with the new value", ups)
 	}
-	// A store that is down is asked once a cycle, not kept: the next cycle asks again.
+	// A stand whose store is down is asked once a cycle, not kept: the next cycle asks again.
 	h.sec.Mu.Lock()
 	h.sec.Down = true
 	h.sec.Mu.Unlock()
-	h.src.Commit(map[string]string{"README.md": "another"})
+	h.src.Commit(map[string]string{fakes.StandFile("s03"): fakes.StandYML("s03", "") + "# another\n"})
 	before = reads()
 	h.mustCycle()
 	h.mustCycle()

@@ -219,6 +219,8 @@ type Reconciler struct {
 	lastSync    time.Time       // the end of the last cycle without error
 	declaredIDs map[string]bool // stands the last evaluated snapshot declares
 	lastEval    *keptEvaluation // used by cycles only, which never overlap
+	fmu         sync.Mutex
+	forgotten   map[string]bool // stands the next judgement judges again (forgetJudgement)
 	warned      map[manifest.Diagnostic]bool
 	secretsDown int // consecutive cycles the secret store did not answer (cycles are sequential)
 	life        *lifetimes

@@ -1,0 +1,158 @@
+package manifest
+
+import (
+	"crypto/sha256"
+	"errors"
+	"io"
+	"io/fs"
+	"maps"
+	"strconv"
+	"sync"
+)
+
+// Reads is what the judgement of one stand read of a repository: every file, folder listing and
+// stat it asked for, each with a digest of the answer (the error too). A stand whose reads all
+// answer the same in another commit's files is the same stand there, whatever else the commit
+// changed: its judgement can be kept (PreflightOptions.Previous). What reads the stand's files
+// later (the spec hash, a plan's render, an apply) reads them through FS, so each read counts.
+type Reads struct {
+	mu   sync.Mutex
+	seen map[readKey][sha256.Size]byte
+}
+
+type readKey struct {
+	op   byte // 'o' open or read, 's' stat, 'd' folder listing
+	name string
+}
+
+// FS is fsys read on behalf of the stand: each read is recorded.
+func (r *Reads) FS(fsys fs.FS) fs.FS {
+	if rec, ok := fsys.(recordingFS); ok {
+		fsys = rec.fsys
+	}
+	return recordingFS{fsys: guardResources(fsys), reads: r}
+}
+
+// Len is how many distinct reads were recorded.
+func (r *Reads) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.seen)
+}
+
+// Unchanged reports whether every recorded read answers the same in fsys.
+func (r *Reads) Unchanged(fsys fs.FS) bool {
+	if rec, ok := fsys.(recordingFS); ok {
+		fsys = rec.fsys
+	}
+	fsys = guardResources(fsys)
+	r.mu.Lock()
+	seen := maps.Clone(r.seen)
+	r.mu.Unlock()
+	if len(seen) == 0 {
+		return false // nothing recorded: nothing shows the stand is the same
+	}
+	for k, want := range seen {
+		if answer(fsys, k) != want {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Reads) record(k readKey, sum [sha256.Size]byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[readKey][sha256.Size]byte{}
+	}
+	r.seen[k] = sum
+}
+
+// answer is the digest of what fsys answers to a read. Errors enter it by their kind, not their
+// text (a path error's text names the path, which the key holds already).
+func answer(fsys fs.FS, k readKey) [sha256.Size]byte {
+	h := sha256.New()
+	switch k.op {
+	case 'o':
+		data, err := fs.ReadFile(fsys, k.name)
+		if err == nil {
+			h.Write([]byte("file\x00"))
+			h.Write(data)
+			break
+		}
+		entries, derr := fs.ReadDir(fsys, k.name)
+		if derr != nil {
+			h.Write([]byte("error\x00" + errKind(err)))
+			break
+		}
+		h.Write([]byte("folder\x00"))
+		listing(h, entries)
+	case 's':
+		st, err := fs.Stat(fsys, k.name)
+		if err != nil {
+			h.Write([]byte("error\x00" + errKind(err)))
+			break
+		}
+		// The type and the size, not the permissions: two trees of the same files may give them
+		// differently (a merge of two commits is put together in memory).
+		h.Write([]byte(st.Mode().Type().String() + "\x00" + strconv.FormatInt(st.Size(), 10)))
+	case 'd':
+		entries, err := fs.ReadDir(fsys, k.name)
+		if err != nil {
+			h.Write([]byte("error\x00" + errKind(err)))
+			break
+		}
+		listing(h, entries)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+func listing(w io.Writer, entries []fs.DirEntry) {
+	for _, e := range entries {
+		io.WriteString(w, e.Name()+"\x00"+e.Type().String()+"\x00")
+	}
+}
+
+// errKind is what a read's error says, without the path.
+func errKind(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// recordingFS reads fsys and records each read in reads. Each read is answered from fsys as it
+// would be without it; the recording costs a second read, of a file the tree holds in memory.
+type recordingFS struct {
+	fsys  fs.FS
+	reads *Reads
+}
+
+func (r recordingFS) note(op byte, name string) {
+	k := readKey{op, name}
+	r.reads.record(k, answer(r.fsys, k))
+}
+
+func (r recordingFS) Open(name string) (fs.File, error) {
+	r.note('o', name)
+	return r.fsys.Open(name)
+}
+
+func (r recordingFS) ReadFile(name string) ([]byte, error) {
+	r.note('o', name)
+	return fs.ReadFile(r.fsys, name)
+}
+
+func (r recordingFS) Stat(name string) (fs.FileInfo, error) {
+	r.note('s', name)
+	return fs.Stat(r.fsys, name)
+}
+
+func (r recordingFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	r.note('d', name)
+	return fs.ReadDir(r.fsys, name)
+}
