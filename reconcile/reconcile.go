@@ -415,13 +415,17 @@ func (r *Reconciler) cycle(ctx context.Context) error {
 	}
 	log := r.log.With("commit", mdtext.Short(snap.Source))
 	r.life.refresh(ctx)
-	d, err := r.judge(ctx, snap)
+	// The stacks are read while the stands are judged, each on a core of its own. A stand running
+	// when the reading starts is held this cycle even if its operation ends before the judgement:
+	// the stacks read may be from before its end.
+	running := r.runningNow()
+	inventory := r.inventory(ctx)
+	d, err := r.judge(ctx, snap, running)
+	stacks, ierr := inventory()
 	if err != nil {
 		return err
 	}
-	ictx, cancel := context.WithTimeout(ctx, r.cfg.InventoryTimeout)
-	stacks, err := r.eng.Inventory(ictx)
-	cancel()
+	err = ierr
 	if err != nil {
 		err = fmt.Errorf("the Pulumi backend is unavailable: %w", err)
 	}
@@ -505,8 +509,41 @@ func (r *Reconciler) guards() judge.Guards {
 	return judge.Guards{Owner: r.cfg.Owner, MaxDestroyShare: r.cfg.MaxDestroyShare, AllowMassDestroy: r.cfg.AllowMassDestroy}
 }
 
-// judge evaluates the snapshot and records what it says of each stand that is not running.
-func (r *Reconciler) judge(ctx context.Context, snap *stands.Snapshot) (*desiredState, error) {
+// runningNow are the stands an operation or a health check holds.
+func (r *Reconciler) runningNow() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bool{}
+	for id, st := range r.stands {
+		if st.running {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// inventory starts reading the stacks and returns the wait for them.
+func (r *Reconciler) inventory(ctx context.Context) func() ([]stands.StackInfo, error) {
+	type read struct {
+		stacks []stands.StackInfo
+		err    error
+	}
+	done := make(chan read, 1)
+	go func() {
+		ictx, cancel := context.WithTimeout(ctx, r.cfg.InventoryTimeout)
+		defer cancel()
+		stacks, err := r.eng.Inventory(ictx)
+		done <- read{stacks, err}
+	}()
+	return func() ([]stands.StackInfo, error) {
+		got := <-done
+		return got.stacks, got.err
+	}
+}
+
+// judge evaluates the snapshot and records what it says of each stand that is not running, nor was
+// (running) when the stacks were read.
+func (r *Reconciler) judge(ctx context.Context, snap *stands.Snapshot, running map[string]bool) (*desiredState, error) {
 	ev, err := r.evaluate(ctx, snap)
 	if err != nil {
 		return nil, err
@@ -517,7 +554,7 @@ func (r *Reconciler) judge(ctx context.Context, snap *stands.Snapshot) (*desired
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, v := range ev.Verdicts {
-		if r.state(v.ID).running {
+		if running[v.ID] || r.state(v.ID).running {
 			d.running[v.ID] = true
 		}
 	}

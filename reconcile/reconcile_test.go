@@ -632,3 +632,57 @@ func TestOperationTimeout(t *testing.T) {
 		t.Errorf("health: %v", hl.Timeout)
 	}
 }
+
+// TestStacksReadBeforeAnOperationEnds: the stacks are read while the stands are judged. A stand
+// whose operation ends after its stack was read and before its judgement is held that cycle: the
+// stack read is from before the operation's end, and deciding on it would apply the stand again.
+func TestStacksReadBeforeAnOperationEnds(t *testing.T) {
+	h := newHarness(t, repoWith("a"), nil)
+	h.mustCycle()
+	ctx := context.Background()
+	h.eng.Gate = make(chan struct{})
+	changed := strings.Replace(fakes.StandYML("a", ""), "cache: {}", "cache: {preferences: {port: 6390}}", 1)
+	h.src.Commit(map[string]string{fakes.StandFile("a"): changed})
+	if err := h.r.Cycle(ctx); err != nil { // a's apply starts and waits on the gate
+		t.Fatal(err)
+	}
+	wait.For(t, "a's apply running", 10*time.Second, func() bool {
+		h.eng.Mu.Lock()
+		defer h.eng.Mu.Unlock()
+		return h.eng.Running == 1
+	})
+	// The next cycle judges a anew (a commit touching it) and reads its secret only once a's
+	// stack was read and its apply ended: the order the check exists for, made certain.
+	h.src.Commit(map[string]string{fakes.StandFile("a"): changed + "# a comment\n"})
+	reading := make(chan struct{})
+	h.sec.Mu.Lock()
+	h.sec.Reading = reading
+	h.sec.Mu.Unlock()
+	h.eng.Mu.Lock()
+	h.eng.InventoryRead = func() {
+		close(h.eng.Gate)
+		err := wait.Until(ctx, 10*time.Second, func() error {
+			if n := h.r.Controls().Running; n != 0 {
+				return fmt.Errorf("%d operations running", n)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("a's apply did not end: %v", err)
+		}
+		close(reading)
+	}
+	h.eng.Mu.Unlock()
+	h.eng.Mu.Lock()
+	calls := h.eng.Calls // a's apply, running
+	h.eng.Mu.Unlock()
+	if err := h.r.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	h.eng.Mu.Lock()
+	defer h.eng.Mu.Unlock()
+	if n := h.eng.Calls - calls; n != 0 || h.eng.Ups["local_a_dev"] != 2 {
+		t.Errorf("the cycle made %d engine calls, want none: a's stack was read before its apply ended", n)
+	}
+}

@@ -206,6 +206,7 @@ type Engine struct {
 	Fail           map[string]error // next Apply/Destroy of a stand fails with it
 	Drifted        map[string]bool
 	InventoryUp    error
+	InventoryRead  func()        // when set, Inventory calls it once it read the stacks, before it returns them
 	Gate           chan struct{} // when set, Apply waits on it
 	Running        int
 	MaxRunning     int
@@ -228,13 +229,18 @@ func NewEngine() *Engine {
 
 func (e *Engine) Inventory(context.Context) ([]stands.StackInfo, error) {
 	e.Mu.Lock()
-	defer e.Mu.Unlock()
 	if e.InventoryUp != nil {
+		defer e.Mu.Unlock()
 		return nil, e.InventoryUp
 	}
 	var out []stands.StackInfo
 	for _, s := range e.Stacks {
 		out = append(out, s)
+	}
+	hook := e.InventoryRead
+	e.Mu.Unlock()
+	if hook != nil {
+		hook()
 	}
 	return out, nil
 }
@@ -362,6 +368,7 @@ type Secrets struct {
 	Writing     chan struct{} // when set, WriteConnection waits on it
 	Blocked     int           // WriteConnection calls waiting on writing
 	Reads       int           // Secret calls
+	Reading     chan struct{} // when set, Secret waits on it
 }
 
 var ErrVaultDown = errors.New("vault is unavailable: dial tcp 127.0.0.1:8200: connection refused")
@@ -371,6 +378,12 @@ func NewSecrets() *Secrets {
 }
 
 func (f *Secrets) Secret(_ context.Context, ref manifest.SecretRef) (string, error) {
+	f.Mu.Lock()
+	gate := f.Reading
+	f.Mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
 	f.Reads++
