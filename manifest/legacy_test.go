@@ -70,8 +70,9 @@ func TestLegacyTopLevelAccounts(t *testing.T) {
 	}
 }
 
-// TestBaseParsedOnce: the stands of one judgement merging a base share its parsed tree, and each
-// still gets the warnings parsing it gave.
+// TestBaseParsedOnce: the stands of one judgement merging a base share its parsed tree and their
+// app packages, and each still gets the warnings parsing the base gave and the reads loading the
+// package made.
 func TestBaseParsedOnce(t *testing.T) {
 	base := miniRepo(t)
 	seed := string(base["stands/a/stand.yml"].Data)
@@ -100,5 +101,13 @@ func TestBaseParsedOnce(t *testing.T) {
 	}
 	if a.root.get("stand").get("ssh") != b.root.get("stand").get("ssh") {
 		t.Error("each stand holds a tree of its own of the base")
+	}
+	if len(a.Apps) == 0 || a.Apps[0].Package == nil || a.Apps[0].Package != b.Apps[0].Package {
+		t.Error("each stand holds an app package of its own")
+	}
+	for _, r := range results {
+		if r.Reads.Len() != results[0].Reads.Len() {
+			t.Errorf("%s made %d reads, %s %d: the package's reads are each stand's", r.File, r.Reads.Len(), results[0].File, results[0].Reads.Len())
+		}
 	}
 }

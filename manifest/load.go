@@ -138,6 +138,7 @@ func parseManifest(file string, data []byte) *parsedDoc {
 type docCache struct {
 	mu   sync.Mutex
 	docs map[docKey]*parsedDoc
+	pkgs map[string]loadedPkg // by folder: the stands of one judgement read one tree
 }
 
 type docKey struct {
@@ -145,7 +146,9 @@ type docKey struct {
 	sum  [sha256.Size]byte
 }
 
-func newDocCache() *docCache { return &docCache{docs: map[docKey]*parsedDoc{}} }
+func newDocCache() *docCache {
+	return &docCache{docs: map[docKey]*parsedDoc{}, pkgs: map[string]loadedPkg{}}
+}
 
 // parse is file's parse, from the cache when the same content was parsed before (c nil: none).
 func (c *docCache) parse(file string, data []byte) *parsedDoc {
@@ -315,10 +318,46 @@ func (l *loader) packages(s *Stand, d *decoder) {
 			a.Package = pkg
 			continue
 		}
-		pkg := l.pkg(dir, a.Package.declared, d)
+		pkg := l.sharedPkg(dir, a.Package.declared, d)
 		loaded[dir] = pkg
 		a.Package = pkg
 	}
+}
+
+// sharedPkg is the app package at dir, loaded once for all the stands of a judgement (they read one
+// tree) when loading it found no problem. A stand taking it makes the reads its loading made again,
+// so they are the stand's reads too (Reads).
+func (l *loader) sharedPkg(dir string, declared Pos, d *decoder) *Package {
+	c := l.shared
+	if c == nil {
+		return l.pkg(dir, declared, d)
+	}
+	c.mu.Lock()
+	got, ok := c.pkgs[dir]
+	c.mu.Unlock()
+	if ok {
+		for _, k := range got.reads {
+			k.replay(l.fsys)
+		}
+		return got.pkg
+	}
+	fsys, problems := l.fsys, len(l.rep.Diags)
+	tracked := &trackingFS{fsys: fsys}
+	l.fsys = tracked
+	pkg := l.pkg(dir, declared, d)
+	l.fsys = fsys
+	if len(l.rep.Diags) == problems {
+		c.mu.Lock()
+		c.pkgs[dir] = loadedPkg{pkg: pkg, reads: tracked.reads}
+		c.mu.Unlock()
+	}
+	return pkg
+}
+
+// loadedPkg is an app package loaded without a problem, and the reads loading it made.
+type loadedPkg struct {
+	pkg   *Package
+	reads []readKey
 }
 
 // Identity is what names a stand's stack: enough to destroy it without the rest of its manifest.

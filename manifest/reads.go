@@ -156,3 +156,43 @@ func (r recordingFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	r.note('d', name)
 	return fs.ReadDir(r.fsys, name)
 }
+
+// replay makes the read k on fsys again, for what records it.
+func (k readKey) replay(fsys fs.FS) {
+	switch k.op {
+	case 'o':
+		if f, err := fsys.Open(k.name); err == nil {
+			f.Close()
+		}
+	case 's':
+		fs.Stat(fsys, k.name)
+	case 'd':
+		fs.ReadDir(fsys, k.name)
+	}
+}
+
+// trackingFS notes the reads made of fsys, in order.
+type trackingFS struct {
+	fsys  fs.FS
+	reads []readKey
+}
+
+func (t *trackingFS) Open(name string) (fs.File, error) {
+	t.reads = append(t.reads, readKey{'o', name})
+	return t.fsys.Open(name)
+}
+
+func (t *trackingFS) ReadFile(name string) ([]byte, error) {
+	t.reads = append(t.reads, readKey{'o', name})
+	return fs.ReadFile(t.fsys, name)
+}
+
+func (t *trackingFS) Stat(name string) (fs.FileInfo, error) {
+	t.reads = append(t.reads, readKey{'s', name})
+	return fs.Stat(t.fsys, name)
+}
+
+func (t *trackingFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	t.reads = append(t.reads, readKey{'d', name})
+	return fs.ReadDir(t.fsys, name)
+}
