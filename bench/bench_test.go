@@ -49,8 +49,9 @@ func TestBench(t *testing.T) {
 	}
 	ok := true
 	var curve []point
+	prev := buildReconcilerAt(t, beforeKeep)
 	for _, n := range sizes {
-		ok = t.Run(fmt.Sprintf("%d stands", n), func(t *testing.T) { curve = append(curve, benchLarge(t, bin, n, res)) }) && ok
+		ok = t.Run(fmt.Sprintf("%d stands", n), func(t *testing.T) { curve = append(curve, benchLarge(t, bin, prev, n, res)) }) && ok
 	}
 	ok = t.Run("operations", func(t *testing.T) { benchOperations(t, bin, res) }) && ok
 	ok = t.Run("workers", func(t *testing.T) { benchWorkers(t, bin, res) }) && ok
@@ -167,11 +168,11 @@ func setUpLarge(t *testing.T, bin string, n int, res *results) *large {
 
 }
 
-// benchLarge measures the large repository of n stands.
-func benchLarge(t *testing.T, bin string, n int, res *results) point {
+// benchLarge measures the large repository of n stands; prev is the build of beforeKeep.
+func benchLarge(t *testing.T, bin, prev string, n int, res *results) point {
 	pt := point{stands: n}
 	l := setUpLarge(t, bin, n, res)
-	w, d, files, hashes, statuses, eng := l.w, l.d, l.files, l.hashes, l.statuses, l.eng
+	w, d, files, hashes, eng := l.w, l.d, l.files, l.hashes, l.eng
 
 	// The first start on the large repository: it commits STATUS.md once, then settles.
 	d.start()
@@ -206,39 +207,19 @@ func benchLarge(t *testing.T, bin string, n int, res *results) point {
 		t.Errorf("a restart and 10 no-op cycles ran %d Pulumi processes", restartProcs)
 	}
 
-	// The rule before this version: every stand read again after a restart (its status has no
-	// stateDigest, as the previous version wrote it). Measured on 20 stands, scaled to n.
+	// The same restart with the build before the judgement was kept and spread over the cores
+	// (beforeKeep), on the same state folder and repository.
 	d.stop()
-	const k = 20
-	stale := map[string]string{}
-	for i := 3; i < 3+k; i++ {
-		id := "local_" + project(i) + "_dev"
-		var m map[string]any
-		if err := json.Unmarshal([]byte(statuses[stands.StatusPath(id)]), &m); err != nil {
-			t.Fatal(err)
-		}
-		delete(m, "stateDigest")
-		data, _ := json.MarshalIndent(m, "", "  ")
-		stale[stands.StatusPath(id)] = string(data) + "\n"
-	}
-	w.publishSigned(t, d.state, stale, "status: 20 as the previous version wrote them")
-	a = sample{processes: w.processes()}
+	w.bin = prev
 	d.start()
-	d.waitFor("the 20 stands read again", 20*time.Minute, func() bool {
-		for i := 3; i < 3+k; i++ {
-			if s, _ := w.status(t, "local_"+project(i)+"_dev"); s.StateDigest == "" {
-				return false
-			}
-		}
-		return true
-	})
-	took := time.Since(d.started) - firstCycle
-	perStand := float64(w.processes()-a.processes) / k
-	prev := took.Seconds() * float64(n) / k
-	res.add("after a restart: previous rule (read every stand)", fmt.Sprintf("%d stands (measured on %d)", n, k),
-		fmt.Sprintf("%.1f s, %d Pulumi processes", firstCycle.Seconds(), restartProcs), fmt.Sprintf("~%.0f s, %.0f Pulumi processes", prev, perStand*float64(n)),
-		fmt.Sprintf("%.0f×", prev/firstCycle.Seconds()),
-		fmt.Sprintf("the previous rule on %d stands whose status lacks stateDigest (as the version before it wrote them): from the start until their statuses are committed again, scaled to %d; %.1f Pulumi processes per stand read", k, n, perStand))
+	w.bin = bin
+	d.waitFor("the previous build's first cycle after a restart", 10*time.Minute, func() bool { return d.cycles() >= 1 })
+	was := time.Since(d.started)
+	d.stop()
+	res.add("first cycle after a restart: previous version", fmt.Sprintf("%d stands", n), fmt.Sprintf("%.1f s", firstCycle.Seconds()),
+		fmt.Sprintf("%.1f s", was.Seconds()), fmt.Sprintf("%.1f× sooner", was.Seconds()/firstCycle.Seconds()),
+		fmt.Sprintf("the build of %s (each stand judged in turn, then the stacks read) started on the same state folder and repository", beforeKeep))
+	d.start()
 
 	// One stand of n changed: b0000, whose server hcloudsim holds.
 	d.waitFor("cycles to settle", 5*time.Minute, func() bool { return d.cycles() >= 5 })

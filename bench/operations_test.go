@@ -22,6 +22,10 @@ import (
 // configuration): the "before" of the processes per operation.
 const beforeReads = "96fb27b^"
 
+// beforeKeep is the last commit that judged every stand of a commit anew, one after the other, and
+// read the stacks after the judgement: the "before" of the first cycle after a restart.
+const beforeKeep = "948050b"
+
 // opCount is what one operation through the daemon cost.
 type opCount struct {
 	processes int
