@@ -2,6 +2,7 @@ package judge
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -173,4 +174,46 @@ func overlay(base fstest.MapFS, a testfs.Archive, prefix string) fstest.MapFS {
 		}
 	}
 	return out
+}
+
+// TestKeptRecordIsItsJudgements: what reads a kept stand's files through a later judgement's input
+// (another tree: a pull request's merge) is recorded for that judgement alone, never in the record
+// the earlier judgement keeps for the next commit.
+func TestKeptRecordIsItsJudgements(t *testing.T) {
+	base, err := testfs.Dir(testenv.RepoRoot() + "/examples/stands-repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Owner: "local", Passphrase: "a passphrase", Secrets: &secrets{}, Now: time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)}
+	first, err := Evaluate(context.Background(), repofs.Tree(base, nil, nil), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := fstest.MapFS{"README.md": &fstest.MapFile{Data: []byte("another tree")}}
+	for p, f := range base {
+		if _, ok := other[p]; !ok {
+			other[p] = f
+		}
+	}
+	next := o
+	next.Previous = first
+	second, err := Evaluate(context.Background(), repofs.Tree(other, nil, nil), next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const file = "stands/single/stand.yml"
+	in := second.Input("local_demo_single")
+	if in == nil || slices.Contains(second.Judged, file) {
+		t.Fatalf("the stand was not kept: judged anew %v", second.Judged)
+	}
+	kept, mine := first.judged[file].res.Reads.Len(), second.judged[file].res.Reads.Len()
+	if _, err := fs.ReadFile(in.FS, "README.md"); err != nil {
+		t.Fatal(err)
+	}
+	if n := first.judged[file].res.Reads.Len(); n != kept {
+		t.Errorf("a read through the later judgement's input went into the earlier one's record: %d reads, was %d", n, kept)
+	}
+	if n := second.judged[file].res.Reads.Len(); n != mine+1 {
+		t.Errorf("the later judgement's record has %d reads, want %d: the read is its own", n, mine+1)
+	}
 }

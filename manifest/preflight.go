@@ -85,8 +85,8 @@ type PreflightOptions struct {
 	// fsys is taken from it as it was loaded, resolved and rendered there (Result.Reused), and only
 	// the rules that depend on the time, the lifetime policy or other stands are checked again. The
 	// caller passes results judged with the same secret source that it still trusts: their secret
-	// values are not read again. A result judged without a render stands in for one with a render
-	// only when it had no problem.
+	// values are not read again. A result judged with a render stands in for one without only when
+	// it had no problem, and never the other way.
 	Previous map[string]*Result
 }
 
@@ -229,12 +229,14 @@ func preflightEach(ctx context.Context, fsys fs.FS, files []string, opts Preflig
 // preflightOne is one stand's own checks, or its previous result when nothing it read changed.
 func preflightOne(ctx context.Context, fsys fs.FS, file string, opts PreflightOptions) (*Result, error) {
 	with := judgedWith{owner: opts.DefaultOwner, skipRender: opts.SkipRender}
-	if prev := opts.Previous[file]; prev.reusableFor(with) && prev.Reads.Unchanged(fsys) {
-		res := &Result{File: file, Stand: prev.Stand, Secrets: prev.Secrets, Reads: prev.Reads, Reused: true, own: prev.own, judged: prev.judged}
-		if len(prev.own) > 0 {
-			res.Err = &Report{Diags: slices.Clone(prev.own)}
+	if prev := opts.Previous[file]; prev.reusableFor(with) {
+		if reads, same := prev.Reads.sameIn(fsys); same {
+			res := &Result{File: file, Stand: prev.Stand, Secrets: prev.Secrets, Reads: reads, Reused: true, own: prev.own, judged: prev.judged}
+			if len(prev.own) > 0 {
+				res.Err = &Report{Diags: slices.Clone(prev.own)}
+			}
+			return res, nil
 		}
-		return res, nil
 	}
 	reads := &Reads{}
 	res, err := preflight(ctx, reads.FS(fsys), file, opts)

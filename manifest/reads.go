@@ -42,6 +42,16 @@ func (r *Reads) Len() int {
 
 // Unchanged reports whether every recorded read answers the same in fsys.
 func (r *Reads) Unchanged(fsys fs.FS) bool {
+	_, ok := r.sameIn(fsys)
+	return ok
+}
+
+// sameIn is a copy of the record for a judgement of fsys that keeps the stand, when every recorded
+// read answers the same there. A copy, not the record: what reads the stand's files through the
+// judgement of one tree must not write its answers into the record another tree's judgement keeps
+// (a pull request's tree into the tracked branch's, and the next commit would keep a spec hash of
+// files it does not hold).
+func (r *Reads) sameIn(fsys fs.FS) (*Reads, bool) {
 	if rec, ok := fsys.(recordingFS); ok {
 		fsys = rec.fsys
 	}
@@ -50,14 +60,14 @@ func (r *Reads) Unchanged(fsys fs.FS) bool {
 	seen := maps.Clone(r.seen)
 	r.mu.Unlock()
 	if len(seen) == 0 {
-		return false // nothing recorded: nothing shows the stand is the same
+		return nil, false // nothing recorded: nothing shows the stand is the same
 	}
 	for k, want := range seen {
 		if answer(fsys, k) != want {
-			return false
+			return nil, false
 		}
 	}
-	return true
+	return &Reads{seen: seen}, true
 }
 
 func (r *Reads) record(k readKey, sum [sha256.Size]byte) {

@@ -284,3 +284,32 @@ func TestPlansJudgeOnlyWhatChanged(t *testing.T) {
 		}
 	}
 }
+
+// TestPlansJudgeTheTrackedBranchAgainAfterTheRefresh: the tracked branch's judgement the plans keep
+// at one commit is made again once SecretRefresh has passed (the secrets' existence checked again),
+// not before.
+func TestPlansJudgeTheTrackedBranchAgainAfterTheRefresh(t *testing.T) {
+	for _, tc := range []struct {
+		refresh time.Duration
+		again   bool
+	}{{time.Hour, false}, {time.Nanosecond, true}} {
+		var logs bytes.Buffer
+		log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		h := newHarness(t, repoWith("a", "b"), func(c *reconcile.Config, p *Config) { c.Log, p.Log, p.SecretRefresh = log, log, tc.refresh })
+		h.mustCycle()
+		h.forge.Open(1, "head1", h.files(), map[string]string{fakes.StandFile("a"): fakes.StandYML("a", "  protect: true")}, true)
+		h.mustCycle()
+		if !strings.Contains(logs.String(), "tracked branch judged for the plans") {
+			t.Fatalf("refresh %s: the first plan did not judge the tracked branch", tc.refresh)
+		}
+		logs.Reset()
+		h.forge.Open(2, "head2", h.files(), map[string]string{fakes.StandFile("b"): fakes.StandYML("b", "  protect: true")}, true)
+		h.mustCycle()
+		if got := strings.Contains(logs.String(), "tracked branch judged for the plans"); got != tc.again {
+			t.Errorf("refresh %s: a second plan at the same commit judged the tracked branch again: %t, want %t", tc.refresh, got, tc.again)
+		}
+		if !strings.Contains(h.forge.Comment(2), "local_b_dev") {
+			t.Errorf("refresh %s: the second plan does not show its stand:\n%s", tc.refresh, h.forge.Comment(2))
+		}
+	}
+}

@@ -357,11 +357,15 @@ func (pl *Planner) judgePR(ctx context.Context, pr stands.PullRequest, main *jud
 }
 
 // blindMain is the tracked branch at commit under placeholders, evaluated once for every pull
-// request planned against it. Its renders are not the cost of the plan that asks first.
+// request planned against it (within SecretRefresh). Its renders are not the cost of the plan that
+// asks first.
 func (pl *Planner) blindMain(ctx context.Context, main *judge.Evaluation, commit string) (*blindEvaluation, error) {
 	pl.bmu.Lock()
 	defer pl.bmu.Unlock()
-	if pl.blindCommit != commit || pl.blind == nil {
+	// Judged again at a new commit, and once its oldest stand is SecretRefresh old: the plans judge
+	// a merge from it, so its secrets' existence is no staler than the loop's values.
+	stale := pl.blind != nil && pl.cfg.SecretRefresh > 0 && time.Since(pl.blind.Oldest()) >= pl.cfg.SecretRefresh
+	if pl.blindCommit != commit || pl.blind == nil || stale {
 		var previous *blindEvaluation
 		if pl.cfg.SecretRefresh > 0 {
 			previous = pl.blind // its stands a commit left alone are kept, within the refresh
