@@ -213,7 +213,10 @@ func (m *Member) Acquire(ctx context.Context, name string) (l stands.Lease, stop
 	if err != nil || h == nil {
 		return stands.Lease{}, nil, false, holder, err
 	}
-	return h.Lease, h.stop, true, m.s.id, nil
+	m.mu.Lock()
+	l = h.Lease // a renewal moves its deadline under mu
+	m.mu.Unlock()
+	return l, h.stop, true, m.s.id, nil
 }
 
 func (m *Member) acquire(ctx context.Context, name string) (*held, string, error) {
