@@ -3,9 +3,6 @@
 package bench
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"strings"
@@ -17,7 +14,6 @@ import (
 	"github.com/stands-engine/stands-reconciler/lease"
 	"github.com/stands-engine/stands-reconciler/reason"
 	"github.com/stands-engine/stands-reconciler/test/testenv"
-	"golang.org/x/crypto/ssh"
 )
 
 // benchReplicas: 3 replicas on one PostgreSQL (the Pulumi state and the leases) against one reconciler
@@ -43,7 +39,7 @@ func benchReplicas(t *testing.T, bin string, res *results) {
 		ds := map[string]*daemon{}
 		// Replicas share one signing key, as docs/operations.md#the-signing-key says they must: the
 		// status commits of a leader killed are its successor's to trust.
-		key := w.secretFile("signing-key", signingKey(t))
+		_, key := testenv.NewSSHKey(t, w.dir, "signing-key")
 		start := time.Now()
 		for _, name := range names {
 			args := []string{"--poll-interval", "1s", "--workers", "4", "--backend", pg.BackendURL()}
@@ -110,17 +106,4 @@ func benchReplicas(t *testing.T, bin string, res *results) {
 		fmt.Sprintf("%.0f s", failover[3].Seconds()), fmt.Sprintf("%.0f s", failover[1].Seconds()),
 		fmt.Sprintf("%.2f×", failover[3].Seconds()/failover[1].Seconds()),
 		"from the kill to the stand Ready: another replica after --lease-ttl 30 s + --lease-grace 10 s, or the one reconciler restarted (systemd's RestartSec); a dead host is never restarted")
-}
-
-// signingKey is a new ed25519 key in OpenSSH's format.
-func signingKey(t *testing.T) string {
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(pem.EncodeToMemory(block)))
 }
