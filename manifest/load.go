@@ -348,8 +348,11 @@ func (l *loader) sharedPkg(dir string, declared Pos, d *decoder) *Package {
 	l.fsys = fsys
 	if len(l.rep.Diags) == problems {
 		c.mu.Lock()
+		defer c.mu.Unlock()
+		if prev, ok := c.pkgs[dir]; ok {
+			return prev.pkg // loaded meanwhile on another core, from the same reads: one for all
+		}
 		c.pkgs[dir] = loadedPkg{pkg: pkg, reads: tracked.reads}
-		c.mu.Unlock()
 	}
 	return pkg
 }
