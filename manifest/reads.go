@@ -40,12 +40,6 @@ func (r *Reads) Len() int {
 	return len(r.seen)
 }
 
-// Unchanged reports whether every recorded read answers the same in fsys.
-func (r *Reads) Unchanged(fsys fs.FS) bool {
-	_, ok := r.sameIn(fsys)
-	return ok
-}
-
 // sameIn is a copy of the record for a judgement of fsys that keeps the stand, when every recorded
 // read answers the same there. A copy, not the record: what reads the stand's files through the
 // judgement of one tree must not write its answers into the record another tree's judgement keeps
